@@ -1,0 +1,55 @@
+"""Shared CLI plumbing: the error contract and the --format option.
+
+Exit status: 0 success; 1 a well-formed question with a negative answer (printed anyway); 2 bad or
+refused input, as one line on stderr naming file, field and reason — never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from primus.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_NEGATIVE = 1
+EXIT_INPUT = 2
+
+
+class Negative(Exception):
+    """Raised after a negative answer has been printed: exit status 1."""
+
+
+def guarded(fn: F) -> F:
+    """Turn InputError into one line + exit 2, Negative into exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"primus: {exc.line()}", err=True)
+            sys.exit(EXIT_INPUT)
+        except Negative:
+            sys.exit(EXIT_NEGATIVE)
+        except RecursionError:
+            click.echo("primus: input nested too deeply", err=True)
+            sys.exit(EXIT_INPUT)
+        except KeyboardInterrupt:
+            click.echo("primus: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
+    return click.option(
+        "--format", "fmt", type=click.Choice(list(choices)), default=default, show_default=True,
+        help="Output format; with a machine format stdout carries only that document.",
+    )

@@ -1,0 +1,33 @@
+"""The `primus` command."""
+
+from __future__ import annotations
+
+import click
+
+from primus import __version__
+from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
+from primus.cli.memory_cmd import memory_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="primus")
+def cli() -> None:
+    """primus: does this training layout fit, which layouts are legal, how fast is each, which to launch.
+
+    Example: primus models show llama3.1-70b
+    """
+
+
+cli.add_command(models_group)
+cli.add_command(hardware_group)
+cli.add_command(job_group)
+cli.add_command(schema_group)
+cli.add_command(memory_cmd)
+
+
+def main() -> None:
+    cli(prog_name="primus")
+
+
+if __name__ == "__main__":
+    main()

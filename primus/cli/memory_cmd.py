@@ -1,0 +1,51 @@
+"""`primus memory JOB.yaml`: the per-stage byte ledger of a fully pinned job."""
+
+from __future__ import annotations
+
+import click
+
+from primus.cli.common import Negative, format_option, guarded
+from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
+from primus.job import load_job
+from primus.memory.evaluate import MemoryModel, MemoryReport, pinned_layout
+from primus.memory.ledger import BREAKDOWN_KEYS
+
+
+def print_memory_table(report: MemoryReport, title: str) -> None:
+    con = stdout_console()
+    rows = []
+    for s in report.stages:
+        rows.append((s.stage, f"{s.params:,}", *[gib(s.breakdown[k]) for k in BREAKDOWN_KEYS], gib(s.bytes),
+                     gib(report.capacity_bytes - s.bytes)))
+    con.print(table(title, ["stage", "params", *BREAKDOWN_KEYS, "total", "headroom"], rows,
+                    justify_right=["params", *BREAKDOWN_KEYS, "total", "headroom"]))
+    verdict = "fits" if report.fits else "DOES NOT FIT"
+    con.print(f"peak {gib(report.peak_bytes)} ({report.peak_bytes:,} B) on stage {report.peak.stage}; capacity "
+              f"{gib(report.capacity_bytes)} ({report.capacity_bytes:,} B): {verdict}")
+    con.print("assumptions:")
+    for a in report.assumptions:
+        con.print(f"  - {a}")
+
+
+@click.command("memory")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@format_option("table", "json", "csv")
+@guarded
+def memory_cmd(job_file: str, fmt: str) -> None:
+    """Exact bytes per rank at each pipeline stage's peak, for a job with every axis pinned.
+
+    Exit 0 when the peak fits the capacity (HBM less named reserves), 1 when it does not.
+
+    Example: primus memory examples/llama3.1-70b-mi300x.yaml --format json
+    """
+    job = load_job(job_file)
+    report = MemoryModel(job).evaluate(pinned_layout(job))
+    if fmt == "json":
+        emit_json(report.to_json())
+    elif fmt == "csv":
+        emit_csv([{"stage": s.stage, "params": s.params, "bytes": s.bytes, **s.breakdown,
+                   "capacity_bytes": report.capacity_bytes} for s in report.stages])
+    else:
+        print_memory_table(report, f"{job.model.name} on {job.num_gpus} x {job.cluster.name}")
+    if not report.fits:
+        raise Negative()

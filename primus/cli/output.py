@@ -1,0 +1,102 @@
+"""Rendering for the CLI: rich tables for people, json/jsonl/csv documents for scripts.
+
+With a machine format, stdout carries only the document; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+def stdout_console() -> Console:
+    return Console(file=sys.stdout, soft_wrap=True, width=max(100, Console().width))
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, stderr=True)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_default))
+
+
+def emit_jsonl(rows: Iterable[Mapping[str, Any]]) -> None:
+    out = sys.stdout
+    for row in rows:
+        out.write(json.dumps(row, default=_default, separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def emit_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> None:
+    cols = list(columns or (rows[0].keys() if rows else []))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in cols})
+    sys.stdout.write(buf.getvalue())
+    sys.stdout.flush()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), default=_default)
+    return value
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          justify_right: Sequence[str] = ()) -> Table:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col in columns:
+        t.add_column(col, justify="right" if col in justify_right else "left")
+    for row in rows:
+        t.add_row(*[_fmt(v) for v in row])
+    return t
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def gib(n: int | float) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def human_params(n: int) -> str:
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)

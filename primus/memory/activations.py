@@ -1,0 +1,259 @@
+"""Activations a layer saves for its backward pass, tensor by tensor.
+
+The inventory follows what Megatron-Core with Transformer Engine keeps (Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models", extended): a fused norm + linear
+keeps the norm input, its statistics and the normalised output (the linear's input); flash attention
+keeps q, k, v, the output and the fp32 log-sum-exp, never the s×s score matrix; the fused SwiGLU keeps
+its input (the FC1 output) and FC2 keeps the activation output; dropout keeps 1-byte masks. With
+sequence parallelism the tensors outside the TP region (norms, masks, the linear inputs that are
+re-gathered in backward) are split across TP; without it they are replicated. Context parallelism
+divides the sequence. MoE layers keep the router's fp32 probabilities and routing map, the permuted
+tokens of the local experts (MoE parallel folding: each EP rank receives its share of top-k routed
+tokens, all-gathered across ETP), each expert's FC1/activation outputs and the expert output used by
+the probability-weighted unpermute; shared experts act like a TP-split dense MLP.
+
+Recompute: `selective` re-runs the core attention (Megatron's default `core_attn` module), dropping
+what only the attention kernel keeps; `full` keeps only each recomputed layer's input and rebuilds the
+rest during backward (a transient, counted separately).
+
+Every term is an integer number of bytes per layer per microbatch, so the ledger is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from primus.memory.numerics import Numerics, nbytes
+from primus.specs.model import ModelSpec
+
+FP32 = Fraction(4)
+MASK = Fraction(1)
+INDEX = Fraction(8)  # int64 token ids / indices
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """One saved tensor: its name, element count, element width and whether only the core-attention
+    kernel keeps it (so selective recompute drops it)."""
+
+    name: str
+    elements: int
+    width: Fraction
+    core_attn_only: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return nbytes(self.elements, self.width)
+
+
+@dataclass(frozen=True, slots=True)
+class ActContext:
+    """Everything activations depend on: the layout axes that matter and the job's fixed settings."""
+
+    seq_len: int
+    mbs: int
+    tp: int
+    cp: int
+    sp: bool
+    etp: int
+    numerics: Numerics
+    flash_attention: bool = True
+    cross_entropy_fusion: bool = False
+    moe_capacity_factor: float | None = None
+    moe_imbalance: float = 1.0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one microbatch on this rank before any TP split: MBS × seq / CP."""
+        return self.mbs * self.seq_len // self.cp
+
+    @property
+    def sp_div(self) -> int:
+        """Divisor for tensors outside the TP region: TP with sequence parallelism, else 1."""
+        return self.tp if self.sp else 1
+
+
+def _norm(model: ModelSpec, ctx: ActContext, prefix: str, dim: int, tokens: int, out_gemm: bool) -> list[Saved]:
+    """A norm (fused with the following linear when `out_gemm`): input, statistics, output."""
+    stats = 2 if model.normalization == "LayerNorm" else 1
+    act = ctx.numerics.activation
+    out_width = ctx.numerics.gemm_input if out_gemm else act
+    return [
+        Saved(f"{prefix}.input", tokens * dim, act),
+        Saved(f"{prefix}.stats", tokens * stats, FP32),
+        Saved(f"{prefix}.output", tokens * dim, out_width),
+    ]
+
+
+def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
+    t = ctx.tp
+    T = ctx.tokens
+    Tn = T // ctx.sp_div
+    h = model.hidden_size
+    heads = model.num_attention_heads // t
+    act = ctx.numerics.activation
+    gemm = ctx.numerics.gemm_input
+    out: list[Saved] = []
+    if model.multi_latent_attention:
+        qk = (model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
+        v = model.v_head_dim or 0
+        kv_lora = model.kv_lora_rank or 0
+        rope = model.qk_pos_emb_head_dim or 0
+        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True)
+        if model.q_lora_rank is not None:
+            out += _norm(model, ctx, "q_layernorm", model.q_lora_rank, Tn, out_gemm=True)
+        out.append(Saved("kv_down_proj.output", Tn * (kv_lora + rope), act))
+        out += _norm(model, ctx, "kv_layernorm", kv_lora, Tn, out_gemm=True)
+        q_dim, k_dim, v_dim, o_dim = heads * qk, heads * qk, heads * v, heads * v
+    else:
+        d = model.head_dim
+        groups = max(model.query_groups // t, 1)
+        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True)
+        q_dim, k_dim, v_dim, o_dim = heads * d, groups * d, groups * d, heads * d
+        if model.qk_layernorm:
+            stats = 2 if model.normalization == "LayerNorm" else 1
+            out += [Saved("q_layernorm.input", T * q_dim, act), Saved("k_layernorm.input", T * k_dim, act),
+                    Saved("qk_layernorm.stats", T * (heads + groups) * stats, FP32)]
+    out += [Saved("core_attention.q", T * q_dim, act), Saved("core_attention.k", T * k_dim, act),
+            Saved("core_attention.v", T * v_dim, act)]
+    fp8_proj = gemm != act
+    out.append(Saved("core_attention.output", T * o_dim, act, core_attn_only=fp8_proj))
+    if fp8_proj:
+        out.append(Saved("linear_proj.input", T * o_dim, gemm))
+    if ctx.flash_attention:
+        out.append(Saved("core_attention.softmax_lse", T * heads, FP32, core_attn_only=True))
+    else:
+        s_q = ctx.seq_len // ctx.cp
+        s_k = ctx.seq_len
+        scores = ctx.mbs * heads * s_q * s_k
+        out.append(Saved("core_attention.softmax", scores, act, core_attn_only=True))
+        if model.attention_dropout > 0:
+            out.append(Saved("core_attention.dropout_mask", scores, MASK, core_attn_only=True))
+            out.append(Saved("core_attention.dropout_output", scores, act, core_attn_only=True))
+    if model.hidden_dropout > 0:
+        out.append(Saved("self_attention.dropout_mask", Tn * h, MASK))
+    return out
+
+
+def _mlp(model: ModelSpec, ctx: ActContext, prefix: str, tokens: int, ffn: int, ways: int) -> list[Saved]:
+    fc1 = 2 * ffn if model.swiglu else ffn
+    return [
+        Saved(f"{prefix}.linear_fc1.output", tokens * fc1 // ways, ctx.numerics.activation),
+        Saved(f"{prefix}.activation.output", tokens * ffn // ways, ctx.numerics.gemm_input),
+    ]
+
+
+def routed_tokens(model: ModelSpec, ctx: ActContext) -> int:
+    """Token copies entering this rank's local experts in one microbatch: the rank's top-k share,
+    all-gathered across ETP; scaled by the capacity factor when set, else by the imbalance knob."""
+    local = ctx.tokens // ctx.sp_div
+    base = local * model.topk * ctx.etp
+    factor = Fraction(ctx.moe_capacity_factor).limit_denominator(1000) if ctx.moe_capacity_factor \
+        else Fraction(ctx.moe_imbalance).limit_denominator(1000)
+    scaled = base * factor
+    return -(-scaled.numerator // scaled.denominator)
+
+
+def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
+    h = model.hidden_size
+    T = ctx.tokens
+    Tn = T // ctx.sp_div
+    experts = model.num_experts or 0
+    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=False)
+    out += [Saved("router.probs", Tn * experts, FP32), Saved("router.routing_map", Tn * experts, MASK)]
+    n_tok = routed_tokens(model, ctx)
+    out.append(Saved("experts.input", n_tok * h, ctx.numerics.gemm_input))
+    out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp)
+    out.append(Saved("experts.output", n_tok // ctx.etp * h, ctx.numerics.activation))
+    if model.moe_shared_expert_intermediate_size:
+        if ctx.numerics.gemm_input != ctx.numerics.activation:
+            out.append(Saved("shared_experts.input", Tn * h, ctx.numerics.gemm_input))
+        out += _mlp(model, ctx, "shared_experts", T, model.moe_shared_expert_intermediate_size, ctx.tp)
+    if model.hidden_dropout > 0:
+        out.append(Saved("mlp.dropout_mask", Tn * h, MASK))
+    return out
+
+
+def _dense_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
+    h = model.hidden_size
+    Tn = ctx.tokens // ctx.sp_div
+    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=True)
+    out += _mlp(model, ctx, "mlp", ctx.tokens, model.ffn_hidden_size or 0, ctx.tp)
+    if model.hidden_dropout > 0:
+        out.append(Saved("mlp.dropout_mask", Tn * h, MASK))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def layer_inventory(model: ModelSpec, kind: str, ctx: ActContext) -> tuple[Saved, ...]:
+    """Saved tensors of one decoder layer ("dense" or "moe") for one microbatch, no recompute."""
+    attn = _attention(model, ctx)
+    mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
+    return tuple(attn + mlp)
+
+
+def checkpoint_bytes(model: ModelSpec, ctx: ActContext) -> int:
+    """Full recompute keeps only the layer input (split across TP with sequence parallelism)."""
+    return nbytes(ctx.tokens // ctx.sp_div * model.hidden_size, ctx.numerics.activation)
+
+
+@lru_cache(maxsize=4096)
+def layer_bytes(model: ModelSpec, kind: str, ctx: ActContext, recompute: str) -> int:
+    """Bytes one layer keeps per in-flight microbatch under a recompute mode ("none"/"selective" keep
+    the inventory, less core-attention tensors for selective; "ckpt" = a fully recomputed layer)."""
+    if recompute == "ckpt":
+        return checkpoint_bytes(model, ctx)
+    inv = layer_inventory(model, kind, ctx)
+    drop = recompute == "selective"
+    return sum(s.bytes for s in inv if not (drop and s.core_attn_only))
+
+
+@lru_cache(maxsize=4096)
+def layer_working_bytes(model: ModelSpec, kind: str, ctx: ActContext) -> int:
+    """Transient bytes while one layer runs its backward: the gradient of its largest saved tensor and
+    of the layer input, plus the sequence-parallel all-gather of a GEMM input (full sequence)."""
+    inv = layer_inventory(model, kind, ctx)
+    largest = max(nbytes(s.elements, ctx.numerics.activation) for s in inv)
+    layer_input = nbytes(ctx.tokens * model.hidden_size, ctx.numerics.activation)
+    gathered = layer_input if ctx.sp else 0
+    return largest + layer_input + gathered
+
+
+def embedding_bytes(model: ModelSpec, ctx: ActContext) -> int:
+    """The first stage keeps the token ids and, with dropout, the embedding dropout mask."""
+    Tn = ctx.tokens // ctx.sp_div
+    out = nbytes(ctx.tokens, INDEX)
+    if model.hidden_dropout > 0:
+        out += nbytes(Tn * model.hidden_size, MASK)
+    return out
+
+
+def loss_bytes(model: ModelSpec, ctx: ActContext, padded_vocab: int) -> int:
+    """The last stage keeps the final norm, the output layer's input and the loss state: Megatron's
+    vocab-parallel cross-entropy keeps fp32 softmax (T × V/TP × 4 B); a fused cross-entropy keeps the
+    bf16 logits instead."""
+    Tn = ctx.tokens // ctx.sp_div
+    h = model.hidden_size
+    stats = 2 if model.normalization == "LayerNorm" else 1
+    out = nbytes(Tn * h, ctx.numerics.activation) + nbytes(Tn * stats, FP32) + nbytes(Tn * h, ctx.numerics.activation)
+    logits = ctx.tokens * padded_vocab // ctx.tp
+    out += nbytes(logits, ctx.numerics.activation if ctx.cross_entropy_fusion else FP32)
+    out += nbytes(ctx.tokens, INDEX)  # labels
+    return out
+
+
+def loss_working_bytes(ctx: ActContext, padded_vocab: int) -> int:
+    """Transient of the loss: the bf16 logits before the fp32 cast (forward) or the bf16 logit gradient
+    handed to the output layer (backward)."""
+    return nbytes(ctx.tokens * padded_vocab // ctx.tp, ctx.numerics.activation)
+
+
+def mtp_extra_bytes(model: ModelSpec, ctx: ActContext) -> int:
+    """An MTP module beyond its decoder layer: two norms and the 2h→h projection input."""
+    Tn = ctx.tokens // ctx.sp_div
+    h = model.hidden_size
+    out = 2 * sum(s.bytes for s in _norm(model, ctx, "mtp.norm", h, Tn, out_gemm=False))
+    out += nbytes(Tn * 2 * h, ctx.numerics.gemm_input)
+    return out

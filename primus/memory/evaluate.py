@@ -1,0 +1,204 @@
+"""Evaluate the ledger for a job and a complete layout: per-stage bytes with their assumptions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.memory.activations import ActContext
+from primus.memory.ledger import Reserves, StageMemory, StateWidths, combine, communicators
+from primus.memory.numerics import numerics_for
+from primus.memory.shapes import PipelineKey, layout_for, stage_shapes
+from primus.schedule.pipeline import build_schedule
+from primus.memory.units import act_units, param_units
+from primus.parallel import Layout, normalise
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Per-stage bytes at each stage's peak, the capacity they are checked against, and why."""
+
+    layout: Layout
+    stages: tuple[StageMemory, ...]
+    reserves: Reserves
+    assumptions: tuple[str, ...]
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda s: (s.bytes, -s.stage))
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak.bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.reserves.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parallel": self.layout.as_parallel(),
+            "fits": self.fits,
+            "peak_bytes": self.peak_bytes,
+            "peak_stage": self.peak.stage,
+            "capacity_bytes": self.capacity_bytes,
+            "hbm_bytes": self.reserves.hbm_bytes,
+            "reserve_bytes": self.reserves.reserve_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "reserves": {
+                "runtime_context_bytes": self.reserves.runtime_context_bytes,
+                "fragmentation_bytes": self.reserves.fragmentation_bytes,
+                "sources": self.reserves.sources,
+            },
+            "stages": [
+                {"stage": s.stage, "params": s.params, "bytes": s.bytes, "breakdown": s.breakdown, "terms": s.terms}
+                for s in self.stages
+            ],
+            "assumptions": list(self.assumptions),
+        }
+
+
+class MemoryModel:
+    """The ledger bound to one job. Pure apart from caches of the pieces that depend on few axes."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.model = job.model
+        spec = job.spec
+        self.numerics = numerics_for(spec.precision, spec.effective_fp8_recipe)
+        self.widths = StateWidths.of(spec.optimizer)
+        self.reserves = Reserves.of(job.cluster)
+        self.comm_figure = int(job.cluster.reserves.communicator_buffer_bytes.value)
+        self.recompute_method = spec.parallel.recompute_method or "uniform"
+
+    def act_context(self, layout: Layout) -> ActContext:
+        spec = self.job.spec
+        return ActContext(
+            seq_len=spec.seq_len, mbs=layout.mbs, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp,
+            numerics=self.numerics, flash_attention=spec.kernels.flash_attention,
+            cross_entropy_fusion=spec.kernels.cross_entropy_fusion,
+            moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
+        )
+
+    def pipeline_key(self, layout: Layout) -> PipelineKey:
+        return PipelineKey(
+            pp=layout.pp, vp=layout.vp, num_microbatches=layout.num_microbatches(self.job.spec.global_batch_size),
+            recompute=layout.recompute, recompute_num_layers=layout.recompute_num_layers,
+            recompute_method=self.recompute_method,
+        )
+
+    def communicator_bytes(self, layout: Layout) -> int:
+        n = communicators(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp, layout.edp,
+                          self.model.is_moe)
+        return n * self.comm_figure
+
+    def evaluate(self, layout: Layout, strict: bool = True) -> MemoryReport:
+        """Bytes of every stage. With `strict`, a layout Megatron cannot build (world size, batch,
+        layer split, schedule) raises InputError; otherwise the ledger estimates it anyway (the rule
+        engine reports legality separately)."""
+        layout = normalise(layout, is_moe=self.model.is_moe)
+        gbs = self.job.spec.global_batch_size
+        if layout.world != self.job.num_gpus:
+            raise InputError(self.job.where, "parallel",
+                             f"TP×CP×DP×PP = {layout.world} but the job has {self.job.num_gpus} GPUs")
+        if gbs % (layout.mbs * layout.dp):
+            raise InputError(self.job.where, "global_batch_size",
+                             f"{gbs} is not divisible by MBS×DP = {layout.mbs * layout.dp}")
+        if strict:
+            layout_for(self.model, self.job.spec.pipeline, layout.pp, layout.vp, where=self.job.where)
+            m = layout.num_microbatches(gbs)
+            cap = 4 * layout.pp  # same legality, small schedule: interleaving needs M % PP == 0
+            build_schedule(layout.pp, layout.vp, m if m <= cap else cap + m % layout.pp, "auto", where=self.job.where)
+        shapes = stage_shapes(self.model, self.job.spec.pipeline, self.pipeline_key(layout))
+        pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
+        au = act_units(self.model, self.act_context(layout), layout.recompute, self.model.padded_vocab_size(layout.tp))
+        comm = self.communicator_bytes(layout)
+        stages = tuple(
+            combine(shape, pu, au, self.widths, self.numerics, layout.sharding, layout.dp_cp, layout.edp, comm)
+            for shape in shapes
+        )
+        return MemoryReport(layout, stages, self.reserves, self.assumptions(layout, shapes[0].in_flight_chunks))
+
+    def assumptions(self, layout: Layout, stage0_in_flight: int) -> tuple[str, ...]:
+        spec = self.job.spec
+        w = self.widths
+        out = [
+            f"vocabulary padded to {self.model.padded_vocab_size(layout.tp):,} (multiple of "
+            f"{self.model.make_vocab_size_divisible_by}×TP), split across TP",
+            f"{spec.precision} weights {w.weight} B/param; main gradients {w.grad} B/param "
+            f"({spec.optimizer.main_grads_dtype})",
+            f"precision: {self.numerics.description}",
+        ]
+        if layout.sharding == "none":
+            out.append(f"no optimizer sharding: master + Adam moments {w.optimizer} B/param on every rank")
+        elif layout.sharding == "dist_opt":
+            out.append(f"distributed optimizer: master + Adam moments {w.optimizer} B/param sharded over DP×CP = "
+                       f"{layout.dp_cp} (dense) and expert-DP = {layout.edp} (experts)")
+        elif layout.sharding == "zero2":
+            out.append(f"ZeRO-2: gradients and optimizer ({w.grad}+{w.optimizer} B/param) sharded over DP×CP = "
+                       f"{layout.dp_cp}")
+        else:
+            out.append(f"FSDP (ZeRO-3): fp32 parameter, gradient and moment shards over DP×CP = {layout.dp_cp}; "
+                       "unsharded bf16 copies of the current and prefetched layer")
+        out.append(f"{layout.schedule} pipeline schedule: stage 0 holds {stage0_in_flight} microbatch chunk(s) in "
+                   f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
+        out.append("flash attention: q, k, v, output and fp32 log-sum-exp kept, no s×s scores"
+                   if spec.kernels.flash_attention else "unfused attention: s×s softmax (and dropout) kept")
+        rec = {"none": "no recompute", "selective": "selective recompute of core attention",
+               "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
+                       "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}
+        out.append(rec[layout.recompute])
+        out.append("sequence parallel: norm/dropout regions split across TP" if layout.sp
+                   else "no sequence parallel: norm/dropout regions replicated across TP")
+        out.append("cross-entropy fused: bf16 logits kept" if spec.kernels.cross_entropy_fusion
+                   else "unfused vocab-parallel cross-entropy: fp32 softmax over the padded vocab kept")
+        if self.model.is_moe:
+            if spec.moe.capacity_factor:
+                out.append(f"MoE capacity factor {spec.moe.capacity_factor}: routed-token buffers padded to capacity")
+            else:
+                out.append(f"MoE routing balanced (as NVIDIA's published benchmarks force it); imbalance factor "
+                           f"{spec.moe.imbalance} on the routed-token buffers")
+        out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator "
+                   f"({communicators(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp, layout.edp, self.model.is_moe)} used)")
+        out.append(f"capacity = HBM {self.reserves.hbm_bytes:,} B − runtime context "
+                   f"{self.reserves.runtime_context_bytes:,} B − fragmentation {self.reserves.fragmentation_bytes:,} B")
+        return tuple(out)
+
+
+def pinned_layout(job: Job) -> Layout:
+    """The job's layout when every meaningful axis is pinned (dp derived); InputError listing the free ones."""
+    pins = job.spec.parallel
+    model = job.model
+    values: dict[str, Any] = pins.pinned()
+    needed = ["tp", "pp", "cp", "mbs", "sp", "recompute", "sharding"]
+    if values.get("pp", 1) > 1:
+        needed.append("vp")
+    if model.is_moe:
+        needed += ["ep", "etp"]
+    missing = [k for k in needed if k not in values and not (k == "sp" and values.get("tp") == 1)]
+    if missing:
+        raise InputError(job.where, "parallel",
+                         f"axes {', '.join(missing)} are free; pin them, or use `primus fit` to complete them")
+    tp, pp, cp = values["tp"], values["pp"], values["cp"]
+    denom = tp * pp * cp
+    if job.num_gpus % denom:
+        raise InputError(job.where, "parallel", f"TP×PP×CP = {denom} does not divide {job.num_gpus} GPUs")
+    dp = job.num_gpus // denom
+    if "dp" in values and values["dp"] != dp:
+        raise InputError(job.where, "parallel.dp", f"dp {values['dp']} disagrees with the derived {dp}")
+    layout = Layout(
+        tp=tp, pp=pp, vp=values.get("vp", 1), cp=cp, ep=values.get("ep", 1), etp=values.get("etp", 1), dp=dp,
+        mbs=values["mbs"], sp=values.get("sp", False), recompute=values["recompute"], sharding=values["sharding"],
+        recompute_num_layers=values.get("recompute_num_layers"),
+    )
+    return normalise(layout, is_moe=model.is_moe)

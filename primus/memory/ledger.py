@@ -1,0 +1,171 @@
+"""The per-rank byte ledger of a fully pinned layout.
+
+bytes(stage) = weights + gradients + optimizer + activations + other, each a sum of (count × unit)
+products (see `shapes` and `units`). `combine` is the single arithmetic definition; the CP-SAT model
+encodes the very same expression, and a property test checks the two agree to the byte.
+
+State bytes follow Megatron-Core mixed precision: bf16/fp16 weights (2 B), main gradients in
+`optimizer.main_grads_dtype` (fp32 by default, Megatron's accumulate-in-fp32 for bf16), Adam's master
+copy and two moments (fp32: 12 B). Dense parameters shard their optimizer over DP × CP (Megatron's
+data-parallel group with context parallel), expert parameters over expert-DP; shards are whole
+parameters, ceil(P / D). ZeRO-2 also shards gradients. FSDP (ZeRO-3, torchtitan FSDP2 semantics) keeps
+fp32 parameter shards that double as the master copy, fp32 gradient and moment shards, and unsharded
+bf16 working copies of the layer being computed and the one prefetched (plus one layer's unsharded
+gradients before its reduce-scatter).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from primus.memory.numerics import DTYPE_BYTES, Numerics
+from primus.memory.shapes import StageShape
+from primus.memory.units import ActUnits, ParamUnits
+from primus.specs.hardware import ClusterSpec
+from primus.specs.job import OptimizerOptions
+
+BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class StateWidths:
+    """Bytes per parameter of each model-state buffer."""
+
+    weight: int
+    grad: int
+    optimizer: int  # master copy + both Adam moments (dist-opt / ZeRO / none)
+    fsdp_param: int  # FSDP parameter shard (doubles as the master copy)
+    fsdp_optimizer: int  # FSDP: the two moments only
+
+    @staticmethod
+    def of(options: OptimizerOptions) -> StateWidths:
+        moments = DTYPE_BYTES[options.exp_avg_dtype] + DTYPE_BYTES[options.exp_avg_sq_dtype]
+        return StateWidths(
+            weight=2,
+            grad=DTYPE_BYTES[options.main_grads_dtype],
+            optimizer=DTYPE_BYTES[options.main_params_dtype] + moments,
+            fsdp_param=DTYPE_BYTES[options.main_params_dtype],
+            fsdp_optimizer=moments,
+        )
+
+
+def ceil_div(a: Any, b: Any) -> Any:
+    """Ceiling division for ints and numpy integer arrays alike."""
+    return -(-a // b)
+
+
+def ceil_frac(elements: Any, width: Fraction) -> Any:
+    """ceil(elements × width) for ints and numpy integer arrays alike."""
+    return -(-(elements * width.numerator) // width.denominator)
+
+
+def _max(*values: Any) -> Any:
+    if any(isinstance(v, np.ndarray) for v in values):
+        return functools.reduce(np.maximum, values)
+    return max(values)
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """One stage's bytes at its peak: total, the five-way breakdown and the finer named terms."""
+
+    stage: Any
+    params: Any
+    bytes: Any
+    breakdown: dict[str, Any]
+    terms: dict[str, Any]
+
+
+def communicators(tp: Any, cp: Any, dp: Any, pp: Any, ep: Any, etp: Any, edp: Any, is_moe: bool) -> Any:
+    """NCCL/RCCL communicators a rank uses in a step (groups larger than one rank): TP, CP, DP×CP, PP and,
+    for MoE models, EP, ETP and expert-DP. Works on ints and numpy arrays alike."""
+    count = (tp > 1) * 1 + (cp > 1) * 1 + (dp * cp > 1) * 1 + (pp > 1) * 1
+    if is_moe:
+        count = count + (ep > 1) * 1 + (etp > 1) * 1 + (edp > 1) * 1
+    return count
+
+
+def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths, numerics: Numerics,
+            sharding: str, d_dense: Any, d_expert: Any, comm_bytes: Any) -> StageMemory:
+    """The ledger's arithmetic for one stage (mirrored exactly by the CP-SAT model).
+
+    Every input may also be a numpy integer array (one entry per candidate layout, all with the same
+    `sharding`): the vectorised enumerator calls this very function, so there is one definition."""
+    p_dense = (shape.n_dense * pu.dense_layer + shape.n_moe * pu.moe_layer_dense + shape.n_mtp * pu.mtp_dense
+               + shape.embedding * pu.embedding + shape.embedding_copy * pu.word_embedding
+               + shape.output * pu.output)
+    p_expert = shape.n_moe * pu.moe_layer_expert + shape.n_mtp * pu.mtp_expert
+    gemm = (shape.n_dense * pu.gemm_dense_layer + shape.n_moe * (pu.gemm_moe_dense + pu.gemm_moe_expert)
+            + shape.n_mtp * (pu.gemm_mtp_dense + pu.gemm_mtp_expert))
+    s_dense = ceil_div(p_dense, d_dense)
+    s_expert = ceil_div(p_expert, d_expert)
+    held = p_dense + p_expert
+    shards = s_dense + s_expert
+    has_layers = (shape.n_dense + shape.n_moe + shape.n_mtp > 0) * 1
+    terms: dict[str, int] = {}
+    if sharding == "fsdp":
+        terms["weights.param_shards"] = widths.fsdp_param * shards
+        terms["weights.unsharded_working_copies"] = 2 * widths.weight * pu.max_layer * has_layers
+        terms["gradients.grad_shards"] = widths.grad * shards
+        terms["gradients.unsharded_layer_grads"] = widths.weight * pu.max_layer * has_layers
+        terms["optimizer.moments"] = widths.fsdp_optimizer * shards
+    else:
+        terms["weights.model"] = widths.weight * held
+        terms["weights.low_precision_cache"] = ceil_frac(gemm, numerics.weight_cache)
+        if sharding == "zero2":
+            terms["gradients.grad_shards"] = widths.grad * shards
+        else:
+            terms["gradients.main_grads"] = widths.grad * held
+        terms["optimizer.master_and_moments"] = widths.optimizer * (held if sharding == "none" else shards)
+    terms["activations.dense_layers"] = shape.if_dense * au.dense
+    terms["activations.moe_layers"] = shape.if_moe * au.moe
+    terms["activations.recompute_checkpoints"] = shape.if_ckpt * au.checkpoint
+    terms["activations.embedding"] = shape.if_embedding * au.embedding
+    terms["activations.mtp"] = shape.if_mtp * au.mtp
+    terms["activations.recompute_transient"] = shape.remat_dense * au.dense_full + shape.remat_moe * au.moe_full
+    terms["activations.backward_working_set"] = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe,
+                                                     shape.output * au.work_loss)
+    terms["other.logits_and_loss"] = shape.if_loss * au.loss
+    terms["other.communicator_buffers"] = comm_bytes
+    breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}
+    for name, value in terms.items():
+        breakdown[name.split(".", 1)[0]] += value
+    total = breakdown["weights"] + breakdown["gradients"] + breakdown["optimizer"] + breakdown["activations"] \
+        + breakdown["other"]
+    return StageMemory(stage=shape.stage, params=held, bytes=total, breakdown=breakdown, terms=terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Reserves:
+    """Device memory the ledger's model state cannot use, each figure named with its source."""
+
+    hbm_bytes: int
+    runtime_context_bytes: int
+    fragmentation_bytes: int
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def reserve_bytes(self) -> int:
+        return self.runtime_context_bytes + self.fragmentation_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.hbm_bytes - self.reserve_bytes
+
+    @staticmethod
+    def of(cluster: ClusterSpec) -> Reserves:
+        r = cluster.reserves
+        hbm = cluster.accelerator.hbm_bytes
+        context = int(r.runtime_context_bytes.value)
+        frag = int(r.allocator_fragmentation.value * (hbm - context))
+        return Reserves(hbm, context, frag, {
+            "hbm_bytes": cluster.accelerator.hbm_bytes_source,
+            "runtime_context_bytes": r.runtime_context_bytes.source,
+            "allocator_fragmentation": r.allocator_fragmentation.source,
+            "communicator_buffer_bytes": r.communicator_buffer_bytes.source,
+        })

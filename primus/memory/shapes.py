@@ -1,0 +1,180 @@
+"""What each pipeline rank holds and has in flight: the schedule-dependent half of the ledger.
+
+A stage's bytes are a sum of (count × unit) products: counts come from the pipeline layout and the
+schedule (this module: layers held, which microbatch chunks are in flight at the stage's peak), units
+from the sharded shapes (`primus.memory.units`: parameters per layer at a TP/EP/ETP, bytes per layer per
+microbatch at a TP/CP/SP/MBS). The CP-SAT model tabulates each half over the few axes it depends on,
+and the evaluator multiplies the same numbers, so the two views agree to the byte.
+
+The activation peak is taken at the first moment the stage has the most forward chunk passes waiting
+for their backward (1F1B: min(PP − r, M) microbatches; interleaved: Megatron's warm-up plus one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus.errors import InputError
+from primus.schedule.layout import PipelineLayout, balanced_layout, build_layout
+from primus.schedule.pipeline import Schedule, build_schedule, in_flight
+from primus.specs.job import PipelineOptions
+from primus.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class StageShape:
+    """Counts for one pipeline rank: what it holds and what it has in flight at its peak."""
+
+    stage: int
+    n_dense: int  # dense decoder layers held
+    n_moe: int  # MoE decoder layers held
+    n_mtp: int  # MTP modules held
+    embedding: int  # 1 if it holds the input embedding (word + position)
+    embedding_copy: int  # 1 if it holds a second word-embedding copy (tied output or MTP input)
+    output: int  # 1 if it holds the final norm and output layer (the loss stage)
+    if_dense: int  # dense layers in flight, activations kept in full
+    if_moe: int  # MoE layers in flight, activations kept in full
+    if_ckpt: int  # recompute checkpoints in flight (layer inputs of fully recomputed layers)
+    if_embedding: int  # microbatches in flight through the embedding
+    if_loss: int  # microbatches in flight through the loss
+    if_mtp: int  # MTP modules in flight
+    remat_dense: int  # dense layers rematerialised at once in backward (full recompute)
+    remat_moe: int  # MoE layers rematerialised at once
+    in_flight_chunks: int  # forward chunk passes waiting for their backward at the peak
+
+    @property
+    def has_dense(self) -> int:
+        return (self.n_dense > 0) * 1  # `* 1` keeps this valid for numpy arrays of shapes
+
+    @property
+    def has_moe(self) -> int:
+        return (self.n_moe > 0) * 1
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineKey:
+    """Everything stage shapes depend on."""
+
+    pp: int
+    vp: int
+    num_microbatches: int
+    recompute: str
+    recompute_num_layers: int | None
+    recompute_method: str
+
+
+def layout_for(model: ModelSpec, options: PipelineOptions, pp: int, vp: int, where: str = "pipeline") -> PipelineLayout:
+    """Megatron's stage-to-layer assignment. The uneven-split options only apply with PP > 1."""
+    if pp == 1:
+        return build_layout(model.num_layers, 1, 1, mtp_num_layers=model.mtp_num_layers, where=where)
+    return build_layout(
+        model.num_layers, pp, vp,
+        mtp_num_layers=model.mtp_num_layers,
+        decoder_first_pipeline_num_layers=options.decoder_first_pipeline_num_layers,
+        decoder_last_pipeline_num_layers=options.decoder_last_pipeline_num_layers,
+        account_for_embedding_in_pipeline_split=options.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=options.account_for_loss_in_pipeline_split,
+        layout=options.layout,
+        where=where,
+    )
+
+
+def _chunk_units(model: ModelSpec, layers: tuple[int, ...], key: PipelineKey) -> tuple[int, int, int, int, int]:
+    """(full dense, full MoE, checkpoints, remat dense, remat MoE) for one chunk's decoder layers."""
+    moe_flags = [model.moe_layers[i] for i in layers]
+    n = len(layers)
+    if key.recompute != "full" or n == 0:
+        return n - sum(moe_flags), sum(moe_flags), 0, 0, 0
+    group = key.recompute_num_layers or 1
+    if key.recompute_method == "block":
+        ck = min(group, n)
+        kept = moe_flags[ck:]
+        remat_moe = int(any(moe_flags[:ck]))
+        remat_dense = 1 - remat_moe if ck else 0
+        return len(kept) - sum(kept), sum(kept), ck, remat_dense, remat_moe
+    # uniform: every layer recomputed, in groups of `group` consecutive layers; one checkpoint per group
+    groups = [moe_flags[i:i + group] for i in range(0, n, group)]
+    worst = max(groups, key=lambda g: (sum(g), len(g)))
+    return 0, 0, len(groups), len(worst) - sum(worst), sum(worst)
+
+
+def effective_microbatches(pp: int, vp: int, num_microbatches: int) -> int:
+    """Microbatches that give the same in-flight state as `num_microbatches`: beyond 4×PP the warm-up
+    of 1F1B and of interleaved 1F1B no longer changes (tested), so schedules stay small."""
+    cap = 4 * pp
+    return num_microbatches if num_microbatches <= cap else cap
+
+
+def split_layout(model: ModelSpec, options: PipelineOptions, pp: int, vp: int) -> tuple[PipelineLayout, bool]:
+    """Megatron's layout and True, or — when Megatron's options cannot split the layers that way — the
+    most balanced split and False (the rule `pipeline-split` refuses it; memory stays meaningful)."""
+    try:
+        return layout_for(model, options, pp, vp), True
+    except InputError:
+        return balanced_layout(model.num_layers, pp, vp, model.mtp_num_layers), False
+
+
+def pipeline_schedule(pp: int, vp: int, num_microbatches: int) -> tuple[Schedule, bool]:
+    """The schedule and True, or the schedule for the next microbatch count Megatron accepts and False."""
+    m = effective_microbatches(pp, vp, num_microbatches)
+    try:
+        return build_schedule(pp, vp, m, "auto"), True
+    except InputError:
+        rounded = -(-m // pp) * pp
+        return build_schedule(pp, vp, rounded, "auto"), False
+
+
+@lru_cache(maxsize=4096)
+def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -> tuple[StageShape, ...]:
+    """Shapes of every pipeline rank (for a split or schedule Megatron refuses, the nearest estimate;
+    `split_ok`/`schedule_ok` say which)."""
+    layout, _ = split_layout(model, options, key.pp, key.vp)
+    schedule, _ = pipeline_schedule(key.pp, layout.vp, key.num_microbatches)
+    flights = in_flight(schedule)
+    tied = not model.untie_embeddings_and_output_weights
+    shapes = []
+    for rank in range(key.pp):
+        chunks = layout.stage_chunks(rank)
+        n_dense = n_moe = 0
+        for c in chunks:
+            for i in layout.decoder_layers(c):
+                if model.moe_layers[i]:
+                    n_moe += 1
+                else:
+                    n_dense += 1
+        n_mtp = len(layout.mtp_layers_on(rank))
+        has_emb = layout.has_embedding(rank)
+        has_loss = layout.has_loss(rank)
+        copy = int(not has_emb and ((has_loss and tied) or n_mtp > 0))
+        if_dense = if_moe = if_ckpt = if_emb = if_loss = if_mtp = 0
+        remat_dense = remat_moe = 0
+        for c, count in flights[rank].chunks_at_peak:
+            d, m, ck, _, _ = _chunk_units(model, layout.decoder_layers(c), key)
+            if_dense += count * d
+            if_moe += count * m
+            if_ckpt += count * ck
+            items = layout.chunks[c]
+            if_emb += count * int("E" in items)
+            if_loss += count * int("L" in items)
+            if_mtp += count * len(layout.mtp_layers(c))
+        for c in chunks:
+            _, _, _, rd, rm = _chunk_units(model, layout.decoder_layers(c), key)
+            if (rm, rd) > (remat_moe, remat_dense):
+                remat_dense, remat_moe = rd, rm
+        shapes.append(StageShape(
+            stage=rank, n_dense=n_dense, n_moe=n_moe, n_mtp=n_mtp, embedding=int(has_emb), embedding_copy=copy,
+            output=int(has_loss), if_dense=if_dense, if_moe=if_moe, if_ckpt=if_ckpt, if_embedding=if_emb,
+            if_loss=if_loss, if_mtp=if_mtp, remat_dense=remat_dense, remat_moe=remat_moe,
+            in_flight_chunks=flights[rank].peak,
+        ))
+    return tuple(shapes)
+
+
+def stage_classes(pp: int, options: PipelineOptions) -> tuple[int, ...]:
+    """Ranks whose maximum equals the maximum over all ranks. Without an explicit layout the middle
+    ranks 1..PP−2 hold the same layers and rank 1 has the most in flight among them, so {0, 1, PP−1}
+    suffice; an explicit layout string may make any rank the worst, so all are kept."""
+    if options.layout is not None:
+        return tuple(range(pp))
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))

@@ -1,0 +1,106 @@
+"""Shared pieces of the frozen pydantic specs: strict bounded types and error translation.
+
+Users write these files by hand (and an LLM writes rules), so validation is strict: an integer field
+does not accept `8.0`, `"8"` or `true`, unknown keys are errors with a did-you-mean, and every
+failure becomes one `InputError` line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+
+from primus.errors import InputError, did_you_mean
+
+# Sane ranges: large enough for any real cluster or model, small enough that arithmetic stays exact.
+PosInt = Annotated[StrictInt, Field(ge=1, le=10**9)]
+NonNegInt = Annotated[StrictInt, Field(ge=0, le=10**9)]
+ByteCount = Annotated[StrictInt, Field(ge=0, le=2**50)]
+Fraction = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1.0)]
+PosFloat = Annotated[StrictFloat | StrictInt, Field(gt=0.0, le=1e18)]
+NonNegFloat = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1e18)]
+Bool = StrictBool
+Text = Annotated[str, Field(max_length=2000)]
+
+
+class Spec(BaseModel):
+    """Base of every spec: frozen, no unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where: str, prefix: str = "") -> InputError:
+    """The first validation error as one line: file, dotted field, reason (with did-you-mean)."""
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tagged-union"))))
+    field = _loc(loc)
+    if prefix:
+        field = f"{prefix}.{field}" if field else prefix
+    if err["type"] == "extra_forbidden":
+        name = str(loc[-1]) if loc else "?"
+        known = _known_fields(cls, loc[:-1])
+        return InputError(where, field, f"unknown key{did_you_mean(name, known)}")
+    if err["type"] == "missing":
+        return InputError(where, field, "required field is missing")
+    msg = err["msg"]
+    if "input" in err and err["type"] not in ("model_type", "dict_type"):
+        shown = repr(err["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        msg = f"{msg} (got {shown})"
+    return InputError(where, field, msg)
+
+
+def _known_fields(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names at a nested location, for the did-you-mean of an unknown key."""
+    current: Any = cls
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _inner_model(fields[part].annotation)
+        if current is None:
+            return []
+    fields = getattr(current, "model_fields", {})
+    return list(fields)
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def parse_spec(cls: type[S], data: Mapping[str, Any], where: str, prefix: str = "") -> S:
+    """Validate a mapping into a frozen spec, turning pydantic's errors into one `InputError` line."""
+    if not isinstance(data, Mapping):
+        raise InputError(where, prefix or None, "must be a mapping")
+    try:
+        return cls.model_validate(dict(data))
+    except ValidationError as exc:
+        raise validation_to_input_error(exc, cls, where, prefix) from None
+    except InputError:
+        raise
+    except ValueError as exc:  # a model_validator raising ValueError outside pydantic's wrapping
+        raise InputError(where, prefix or None, str(exc)) from None

@@ -1,0 +1,108 @@
+"""Accelerators and the clusters built from them.
+
+A cluster is described the way Calculon splits a system: the compute device (dense peaks per dtype,
+HBM capacity as torch's allocator sees it, HBM bandwidth), the scale-up domain (NVLink / Infinity
+Fabric: its size, which may exceed a node, its topology and per-GPU bandwidth), and the scale-out
+network (NICs per node). Every figure that is not a plain datasheet number is a named `Figure` with its
+source, because unexplained efficiency constants are what make earlier tools untrustworthy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from primus.specs.base import Bool, ByteCount, NonNegFloat, PosFloat, PosInt, Spec, Text
+
+DType = Literal["bf16", "fp16", "fp8", "fp4", "fp32", "tf32"]
+
+
+class Figure(Spec):
+    """A named number with its unit and provenance (an efficiency, overhead, latency, reserve...)."""
+
+    value: NonNegFloat
+    unit: Text = ""
+    source: Text
+
+
+class AcceleratorSpec(Spec):
+    name: Text
+    vendor: Literal["nvidia", "amd", "cpu"]
+    architecture: Text = ""
+    peak_tflops: dict[DType, PosFloat] = Field(description="dense peak TFLOP/s per dtype, never the 2:4 sparse figure")
+    peak_tflops_source: Text
+    hbm_bytes: ByteCount = Field(description="device memory as torch's allocator reports it (total_memory)")
+    hbm_bytes_source: Text
+    hbm_bandwidth_gb_s: PosFloat
+    hbm_bandwidth_source: Text
+    tdp_watts: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _has_bf16(self) -> AcceleratorSpec:
+        if "bf16" not in self.peak_tflops:
+            raise ValueError("peak_tflops needs at least bf16")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a compute dtype (fp8 recipes run GEMMs in fp8, nvfp4 in fp4)."""
+        if dtype not in self.peak_tflops:
+            raise KeyError(f"{self.name} has no {dtype} peak")
+        return float(self.peak_tflops[dtype]) * 1e12  # type: ignore[index]
+
+
+class ScaleUpSpec(Spec):
+    """The high-bandwidth domain (NVLink / NVSwitch, Infinity Fabric). On GB200/GB300 NVL72 it spans
+    18 trays of 4 GPUs, so it is not the node."""
+
+    domain_size: PosInt
+    topology: Literal["switched", "full_mesh"]
+    bandwidth_gb_s: PosFloat = Field(description="per GPU, per direction, all links together")
+    links_per_gpu: PosInt
+    latency_us: PosFloat
+    in_switch_reduction: Bool = False
+    source: Text
+
+
+class ScaleOutSpec(Spec):
+    """The inter-node network: NICs per node, each at nic_bandwidth_gb_s per direction."""
+
+    nics_per_node: PosInt
+    nic_bandwidth_gb_s: PosFloat
+    latency_us: PosFloat
+    source: Text
+
+
+class MemoryReserves(Spec):
+    """Runtime memory outside the byte ledger's model state, each named with its source."""
+
+    runtime_context_bytes: Figure
+    allocator_fragmentation: Figure
+    communicator_buffer_bytes: Figure
+
+
+class ClusterSpec(Spec):
+    """A hardware catalog entry: the accelerator plus the node and networks of a typical cluster of it."""
+
+    name: str = Field(min_length=1, max_length=100)
+    display_name: Text | None = None
+    notes: Text | None = None
+    accelerator: AcceleratorSpec
+    gpus_per_node: PosInt
+    scaleup: ScaleUpSpec
+    scaleout: ScaleOutSpec
+    reserves: MemoryReserves
+    measured: Bool = False
+
+    @model_validator(mode="after")
+    def _domain_fits(self) -> ClusterSpec:
+        dom = self.scaleup.domain_size
+        if dom % self.gpus_per_node and self.gpus_per_node % dom:
+            raise ValueError(
+                f"scaleup.domain_size ({dom}) must be a multiple or a divisor of gpus_per_node ({self.gpus_per_node})"
+            )
+        return self
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.accelerator.hbm_bytes

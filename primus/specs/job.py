@@ -1,0 +1,126 @@
+"""The job file: the contract scripts and other tools rely on.
+
+A job names a model, a cluster and the convergence settings (sequence length, global batch size,
+precision) that tuning must never change, and pins any subset of the parallel axes; the rest is free.
+Keys are exact (unknown keys are errors with a did-you-mean), numbers are bounded, and every default
+below is Megatron-LM's unless said otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictFloat, StrictInt, model_validator
+
+from primus.specs.base import Bool, PosInt, Spec, Text
+
+Recompute = Literal["none", "selective", "full"]
+Sharding = Literal["none", "zero1", "dist_opt", "zero2", "fsdp"]
+Precision = Literal["bf16", "fp16", "fp8", "nvfp4"]
+Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
+Schedule = Literal["auto", "1f1b", "interleaved"]
+Dtype = Literal["fp32", "bf16", "fp16"]
+
+AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
+FREE_EXTRAS = ("schedule", "recompute_num_layers")
+
+
+class ParallelPins(Spec):
+    """Pinned parallel axes; None means free. `dp` is derived from the world size and optional."""
+
+    tp: PosInt | None = None
+    pp: PosInt | None = None
+    vp: PosInt | None = None
+    cp: PosInt | None = None
+    ep: PosInt | None = None
+    etp: PosInt | None = None
+    dp: PosInt | None = None
+    mbs: PosInt | None = None
+    sp: Bool | None = None
+    recompute: Recompute | None = None
+    sharding: Sharding | None = None
+    recompute_num_layers: PosInt | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+
+    def pinned(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class PipelineOptions(Spec):
+    """How layers are assigned to pipeline stages (Megatron-Core options; at most one mechanism)."""
+
+    layout: Annotated[str, Field(max_length=10_000)] | None = None
+    decoder_first_pipeline_num_layers: PosInt | None = None
+    decoder_last_pipeline_num_layers: PosInt | None = None
+    account_for_embedding_in_pipeline_split: Bool = False
+    account_for_loss_in_pipeline_split: Bool = False
+
+
+class OptimizerOptions(Spec):
+    """Adam with Megatron's mixed-precision buffers. The precision-aware optimizer (bf16 moments, or no
+    fp32 master copy) is a knob, not a default."""
+
+    name: Literal["adam"] = "adam"
+    main_grads_dtype: Dtype = "fp32"
+    main_params_dtype: Dtype = "fp32"
+    exp_avg_dtype: Dtype = "fp32"
+    exp_avg_sq_dtype: Dtype = "fp32"
+
+
+class MoeOptions(Spec):
+    """Routed-token buffers: balanced by default (NVIDIA's published MoE benchmarks force balanced
+    routing); `capacity_factor` caps and pads tokens per expert, `imbalance` scales the busiest rank."""
+
+    capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
+    imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
+    token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+
+
+class OverlapOptions(Spec):
+    """Communication overlap switches, with Megatron-LM's flag names in mind."""
+
+    grad_reduce: Bool = True
+    param_gather: Bool = True
+    tp_comm: Bool = False
+    moe_a2a: Bool = False
+
+
+class KernelOptions(Spec):
+    flash_attention: Bool = True
+    cross_entropy_fusion: Bool = False
+
+
+class JobSpec(Spec):
+    model: str | dict[str, Any]
+    hardware: str | dict[str, Any]
+    nodes: PosInt | None = Field(default=None, le=100_000)
+    gpus: PosInt | None = Field(default=None, le=1_000_000)
+    seq_len: Annotated[StrictInt, Field(ge=1, le=16_777_216)]
+    global_batch_size: Annotated[StrictInt, Field(ge=1, le=100_000_000)]
+    precision: Precision = "bf16"
+    fp8_recipe: Fp8Recipe | None = None
+    parallel: ParallelPins = ParallelPins()
+    schedule: Schedule = "auto"
+    pipeline: PipelineOptions = PipelineOptions()
+    optimizer: OptimizerOptions = OptimizerOptions()
+    moe: MoeOptions = MoeOptions()
+    overlap: OverlapOptions = OverlapOptions()
+    kernels: KernelOptions = KernelOptions()
+    rules: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
+    free: list[Literal["schedule", "recompute_num_layers"]] = Field(default_factory=list)
+    notes: Text | None = None
+
+    @model_validator(mode="after")
+    def _one_size(self) -> JobSpec:
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("give exactly one of nodes and gpus")
+        if self.fp8_recipe is not None and self.precision != "fp8":
+            raise ValueError("fp8_recipe is only meaningful with precision: fp8")
+        return self
+
+    @property
+    def effective_fp8_recipe(self) -> Fp8Recipe | None:
+        """Megatron-LM's default --fp8-recipe is 'delayed'."""
+        if self.precision != "fp8":
+            return None
+        return self.fp8_recipe or "delayed"

@@ -1,0 +1,189 @@
+"""The model architecture, in Megatron-LM argument names.
+
+Users of Megatron recognise `num_query_groups`, `ffn_hidden_size` or `moe_layer_freq` on sight, so
+model files use exactly those names. Megatron's own defaults apply where Megatron has one (tied
+embeddings, biased linears, LayerNorm, learned absolute positions); a *dimension* is never defaulted:
+an MoE model without `moe_ffn_hidden_size`, or MLA without `kv_lora_rank`, is an error, not a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from primus.specs.base import Bool, ByteCount, Fraction, PosInt, Spec, Text
+
+_FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
+
+
+def parse_layer_freq(value: int | list[int] | str, num_layers: int) -> tuple[bool, ...]:
+    """Megatron's `moe_layer_freq`: an int N (every N-th layer is MoE, counting from layer 0), a 0/1 list
+    of length `num_layers`, or Megatron's string form `([0]*3+[1]*58)` (first-k dense)."""
+    if isinstance(value, bool):
+        raise ValueError("moe_layer_freq must be an int, a 0/1 list or a string like '([0]*3+[1]*58)'")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError("moe_layer_freq must be >= 1")
+        return tuple(i % value == 0 for i in range(num_layers))
+    if isinstance(value, str):
+        match = _FREQ_PATTERN.match(value)
+        if not match:
+            raise ValueError(f"moe_layer_freq string {value!r} is not of the form '([0]*k+[1]*n)'")
+        pattern: list[int] = []
+        for bit, count in re.findall(r"\[([01])\]\s*\*\s*(\d+)", value):
+            if int(count) > 100_000:
+                raise ValueError("moe_layer_freq repeat count too large")
+            pattern.extend([int(bit)] * int(count))
+        value = pattern
+    if len(value) != num_layers:
+        raise ValueError(f"moe_layer_freq has {len(value)} entries but num_layers is {num_layers}")
+    if any(v not in (0, 1) or isinstance(v, bool) for v in value):
+        raise ValueError("moe_layer_freq list entries must be 0 or 1")
+    return tuple(bool(v) for v in value)
+
+
+class PublishedParams(Spec):
+    """A published parameter count, with the precision it was published to (for tests and `models show`)."""
+
+    total: ByteCount | None = None
+    active: ByteCount | None = None
+    exact: Bool = False
+    source: Text
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer, dense or MoE, described with Megatron-LM's argument names."""
+
+    name: str = Field(min_length=1, max_length=100)
+    display_name: Text | None = None
+    source: Text | None = None
+    notes: Text | None = None
+    published: PublishedParams | None = None
+
+    num_layers: PosInt
+    hidden_size: PosInt
+    ffn_hidden_size: PosInt | None = None
+    num_attention_heads: PosInt
+    num_query_groups: PosInt | None = None
+    kv_channels: PosInt | None = None
+    vocab_size: PosInt
+    make_vocab_size_divisible_by: PosInt = 128
+    position_embedding_type: Literal["rope", "learned_absolute", "alibi", "none"] = "learned_absolute"
+    max_position_embeddings: PosInt | None = None
+    untie_embeddings_and_output_weights: Bool = False
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    embedding_layernorm: Bool = False
+    swiglu: Bool = False
+    squared_relu: Bool = False
+    add_bias_linear: Bool = True
+    add_qkv_bias: Bool = False
+    qk_layernorm: Bool = False
+    softmax_type: Literal["vanilla", "learnable"] = "vanilla"
+    hidden_dropout: Fraction = 0.1
+    attention_dropout: Fraction = 0.1
+    window_size: PosInt | None = None
+    window_attn_skip_freq: PosInt | None = None
+
+    num_experts: PosInt | None = None
+    moe_router_topk: PosInt | None = None
+    moe_ffn_hidden_size: PosInt | None = None
+    moe_shared_expert_intermediate_size: PosInt | None = None
+    moe_layer_freq: int | list[int] | str = 1
+    moe_router_bias: Bool = False
+
+    multi_latent_attention: Bool = False
+    q_lora_rank: PosInt | None = None
+    kv_lora_rank: PosInt | None = None
+    qk_head_dim: PosInt | None = None
+    qk_pos_emb_head_dim: PosInt | None = None
+    v_head_dim: PosInt | None = None
+
+    mtp_num_layers: int = Field(default=0, ge=0, le=16)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        heads = self.num_attention_heads
+        if self.num_query_groups is not None and heads % self.num_query_groups:
+            raise ValueError(
+                f"num_attention_heads ({heads}) must be divisible by num_query_groups ({self.num_query_groups})"
+            )
+        if self.kv_channels is None and not self.multi_latent_attention and self.hidden_size % heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads ({heads});"
+                " give kv_channels (Megatron asserts this)"
+            )
+        if self.swiglu and self.squared_relu:
+            raise ValueError("swiglu and squared_relu are mutually exclusive")
+        if self.position_embedding_type == "learned_absolute" and self.max_position_embeddings is None:
+            raise ValueError("position_embedding_type learned_absolute needs max_position_embeddings")
+        if self.num_experts is not None:
+            if self.moe_router_topk is None:
+                raise ValueError("an MoE model (num_experts set) needs moe_router_topk")
+            if self.moe_router_topk > self.num_experts:
+                raise ValueError("moe_router_topk exceeds num_experts")
+            if self.moe_ffn_hidden_size is None:
+                raise ValueError("an MoE model (num_experts set) needs moe_ffn_hidden_size")
+            parse_layer_freq(self.moe_layer_freq, self.num_layers)
+        if self.has_dense_layers and self.ffn_hidden_size is None:
+            raise ValueError("ffn_hidden_size is required for a model with dense MLP layers")
+        if self.multi_latent_attention:
+            for key in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"multi_latent_attention needs {key}")
+        if self.window_attn_skip_freq is not None and self.window_size is None:
+            raise ValueError("window_attn_skip_freq needs window_size")
+        return self
+
+    # ---- derived structure (cached: the spec is frozen) ----
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @cached_property
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per decoder layer: True when it is an MoE layer."""
+        if self.num_experts is None:
+            return tuple(False for _ in range(self.num_layers))
+        return parse_layer_freq(self.moe_layer_freq, self.num_layers)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def has_dense_layers(self) -> bool:
+        return self.num_dense_layers > 0
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads: Megatron's num_query_groups, equal to the head count without GQA."""
+        return self.num_query_groups if self.num_query_groups is not None else self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Megatron's kv_channels: hidden_size / num_attention_heads unless given."""
+        return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def topk(self) -> int:
+        return self.moe_router_topk or 0
+
+    def padded_vocab_size(self, tp: int) -> int:
+        """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by × TP."""
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple
+
+    def windowed_layers(self) -> tuple[bool, ...]:
+        """Per layer: True when it uses sliding-window attention (every window_attn_skip_freq-th is full)."""
+        if self.window_size is None:
+            return tuple(False for _ in range(self.num_layers))
+        skip = self.window_attn_skip_freq
+        return tuple(not (skip and (i + 1) % skip == 0) for i in range(self.num_layers))

@@ -1,0 +1,129 @@
+"""Safe, bounded YAML and JSON loading for user-supplied files.
+
+Job, model, hardware and rule files come from users and (for rules) from an LLM, so loading is
+capped: file size, anchors/aliases (no "billion laughs"), nesting depth and the number of nodes after
+alias expansion. Duplicate keys are errors, because YAML silently keeping the last one hides typos.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primus.errors import InputError
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_ALIASES = 64
+MAX_NODES = 200_000
+MAX_DEPTH = 64
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts aliases and refuses duplicate mapping keys."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401 - PyYAML's own signature
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict)):
+                raise yaml.YAMLError("mapping keys must be scalars")
+            if key in seen:
+                raise yaml.YAMLError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_size(obj: Any, where: str) -> None:
+    """Walk the loaded object with a node budget (aliases make DAGs that expand exponentially)."""
+    budget = MAX_NODES
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        item, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise InputError(where, None, f"document too large after alias expansion (> {MAX_NODES} nodes)")
+        if depth > MAX_DEPTH:
+            raise InputError(where, None, f"document nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def read_text(path: Path) -> str:
+    where = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(where, None, f"cannot read file ({exc.strerror or exc})") from None
+    if not path.is_file():
+        raise InputError(where, None, "not a regular file")
+    if size > MAX_FILE_BYTES:
+        raise InputError(where, None, f"file is {size} bytes, more than the {MAX_FILE_BYTES} allowed")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(where, None, "not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(where, None, f"cannot read file ({exc.strerror or exc})") from None
+
+
+def loads_yaml(text: str, where: str) -> Any:
+    if len(text.encode("utf-8", errors="replace")) > MAX_FILE_BYTES:
+        raise InputError(where, None, f"document larger than {MAX_FILE_BYTES} bytes")
+    try:
+        loader = _BoundedLoader(text)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(where, None, f"invalid YAML{loc}: {problem}") from None
+    except RecursionError:
+        raise InputError(where, None, "invalid YAML: nested too deeply") from None
+    _check_size(data, where)
+    return data
+
+
+def loads_json(text: str, where: str) -> Any:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(where, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(where, None, "invalid JSON: nested too deeply") from None
+    _check_size(data, where)
+    return data
+
+
+def load_yaml(path: Path) -> Any:
+    return loads_yaml(read_text(path), str(path))
+
+
+def load_json(path: Path) -> Any:
+    return loads_json(read_text(path), str(path))
+
+
+def load_mapping(path: Path) -> dict[str, Any]:
+    """A YAML (or JSON, which YAML reads too) file whose top level must be a mapping."""
+    data = load_json(path) if path.suffix.lower() == ".json" else load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(str(path), None, "top level must be a mapping")
+    return data
