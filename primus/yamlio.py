@@ -28,7 +28,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401 - PyYAML's own signature
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:

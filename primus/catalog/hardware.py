@@ -96,5 +96,6 @@ def resolve_hardware(ref: Any, where: str, field: str = "hardware", base_dir: Pa
         return parse_spec(ClusterSpec, load_mapping(path), str(path))
     slugs = catalog_hardware()
     if text not in slugs:
-        raise InputError(where, field, f"unknown hardware {text!r}{did_you_mean(text, slugs)}; see `primus hardware list`")
+        raise InputError(where, field,
+                         f"unknown hardware {text!r}{did_you_mean(text, slugs)}; see `primus hardware list`")
     return _load_catalog(text)

@@ -12,7 +12,7 @@ from primus.errors import InputError, did_you_mean
 from primus.paths import data_dir
 from primus.specs.base import parse_spec
 from primus.specs.model import ModelSpec
-from primus.yamlio import load_mapping, read_text, loads_json
+from primus.yamlio import load_mapping, loads_json, read_text
 
 SLUG_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789.-_x")
 

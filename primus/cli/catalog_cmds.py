@@ -63,7 +63,7 @@ def models_list(fmt: str) -> None:
 
     Example: primus models list --format csv
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for slug in catalog_models():
         model = resolve_model(slug, "catalog")
         counts = count_params(model)

@@ -7,6 +7,8 @@ import click
 from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
 from primus.cli.memory_cmd import memory_cmd
+from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
+from primus.cli.trace_cmd import trace_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -23,6 +25,10 @@ cli.add_command(hardware_group)
 cli.add_command(job_group)
 cli.add_command(schema_group)
 cli.add_command(memory_cmd)
+cli.add_command(fit_cmd)
+cli.add_command(enumerate_cmd)
+schema_group.add_command(schema_rule)
+cli.add_command(trace_cmd)
 
 
 def main() -> None:

@@ -18,7 +18,9 @@ from rich.table import Table
 
 
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, soft_wrap=True, width=max(100, Console().width))
+    """Tables for people: the terminal's width, or 160 columns when piped (so files diff well)."""
+    width = Console().width if sys.stdout.isatty() else 160
+    return Console(file=sys.stdout, soft_wrap=True, width=max(100, width))
 
 
 def stderr_console() -> Console:

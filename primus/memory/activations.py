@@ -7,10 +7,11 @@ keeps q, k, v, the output and the fp32 log-sum-exp, never the s×s score matrix;
 its input (the FC1 output) and FC2 keeps the activation output; dropout keeps 1-byte masks. With
 sequence parallelism the tensors outside the TP region (norms, masks, the linear inputs that are
 re-gathered in backward) are split across TP; without it they are replicated. Context parallelism
-divides the sequence. MoE layers keep the router's fp32 probabilities and routing map, the permuted
-tokens of the local experts (MoE parallel folding: each EP rank receives its share of top-k routed
-tokens, all-gathered across ETP), each expert's FC1/activation outputs and the expert output used by
-the probability-weighted unpermute; shared experts act like a TP-split dense MLP.
+divides the sequence. MoE layers keep the router's fp32 probabilities and routing map, the dispatcher's
+row map, the permuted tokens of the local experts (MoE parallel folding: each EP rank receives its
+share of top-k routed tokens, all-gathered across ETP), each expert's FC1/activation outputs and the
+routing probability per token copy (current Megatron-Core applies it inside the weighted SwiGLU, so
+the expert output is not kept); shared experts act like a TP-split dense MLP.
 
 Recompute: `selective` re-runs the core attention (Megatron's default `core_attn` module), dropping
 what only the attention kernel keeps; `full` keeps only each recomputed layer's input and rebuilds the
@@ -164,9 +165,13 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=False)
     out += [Saved("router.probs", Tn * experts, FP32), Saved("router.routing_map", Tn * experts, MASK)]
     n_tok = routed_tokens(model, ctx)
+    # the dispatcher keeps an index per routed token copy to unpermute (int64 row map)
+    out.append(Saved("dispatcher.row_id_map", Tn * model.topk, INDEX))
     out.append(Saved("experts.input", n_tok * h, ctx.numerics.gemm_input))
     out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp)
-    out.append(Saved("experts.output", n_tok // ctx.etp * h, ctx.numerics.activation))
+    # current Megatron-Core applies the routing probabilities inside the expert activation
+    # (weighted SwiGLU), which keeps the per-copy probability; the FC2 output is not kept
+    out.append(Saved("experts.probs", n_tok, FP32))
     if model.moe_shared_expert_intermediate_size:
         if ctx.numerics.gemm_input != ctx.numerics.activation:
             out.append(Saved("shared_experts.input", Tn * h, ctx.numerics.gemm_input))

@@ -11,9 +11,9 @@ from primus.memory.activations import ActContext
 from primus.memory.ledger import Reserves, StageMemory, StateWidths, combine, communicators
 from primus.memory.numerics import numerics_for
 from primus.memory.shapes import PipelineKey, layout_for, stage_shapes
-from primus.schedule.pipeline import build_schedule
 from primus.memory.units import act_units, param_units
 from primus.parallel import Layout, normalise
+from primus.schedule.pipeline import build_schedule
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,9 @@ class MemoryModel:
             else:
                 out.append(f"MoE routing balanced (as NVIDIA's published benchmarks force it); imbalance factor "
                            f"{spec.moe.imbalance} on the routed-token buffers")
-        out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator "
-                   f"({communicators(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp, layout.edp, self.model.is_moe)} used)")
+        used = communicators(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp, layout.edp,
+                             self.model.is_moe)
+        out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator ({used} used)")
         out.append(f"capacity = HBM {self.reserves.hbm_bytes:,} B − runtime context "
                    f"{self.reserves.runtime_context_bytes:,} B − fragmentation {self.reserves.fragmentation_bytes:,} B")
         return tuple(out)

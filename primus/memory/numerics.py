@@ -32,6 +32,10 @@ class Numerics:
     weight_cache: Fraction  # extra low-precision copies of GEMM weights kept across the step
     description: str
 
+    def __hash__(self) -> int:
+        """The name identifies the widths (one Numerics per precision/recipe); hashing Fractions is slow."""
+        return hash(self.name)
+
 
 def numerics_for(precision: str, fp8_recipe: str | None) -> Numerics:
     two = Fraction(2)
@@ -62,5 +66,4 @@ def numerics_for(precision: str, fp8_recipe: str | None) -> Numerics:
 
 def nbytes(elements: int, width: Fraction) -> int:
     """Exact bytes of `elements` values of `width` bytes each (rounded up to a whole byte)."""
-    total = elements * width
-    return -(-total.numerator // total.denominator)
+    return -(-(elements * width.numerator) // width.denominator)

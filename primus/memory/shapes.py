@@ -106,6 +106,7 @@ def effective_microbatches(pp: int, vp: int, num_microbatches: int) -> int:
     return num_microbatches if num_microbatches <= cap else cap
 
 
+@lru_cache(maxsize=4096)
 def split_layout(model: ModelSpec, options: PipelineOptions, pp: int, vp: int) -> tuple[PipelineLayout, bool]:
     """Megatron's layout and True, or — when Megatron's options cannot split the layers that way — the
     most balanced split and False (the rule `pipeline-split` refuses it; memory stays meaningful)."""
@@ -133,33 +134,32 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
     schedule, _ = pipeline_schedule(key.pp, layout.vp, key.num_microbatches)
     flights = in_flight(schedule)
     tied = not model.untie_embeddings_and_output_weights
+    units = [_chunk_units(model, layout.decoder_layers(c), key) for c in range(layout.num_chunks)]
+    kinds = [(sum(model.moe_layers[i] for i in layout.decoder_layers(c)), len(layout.decoder_layers(c)))
+             for c in range(layout.num_chunks)]
+    items = [layout.chunks[c] for c in range(layout.num_chunks)]
+    mtps = [len(layout.mtp_layers(c)) for c in range(layout.num_chunks)]
     shapes = []
     for rank in range(key.pp):
         chunks = layout.stage_chunks(rank)
-        n_dense = n_moe = 0
-        for c in chunks:
-            for i in layout.decoder_layers(c):
-                if model.moe_layers[i]:
-                    n_moe += 1
-                else:
-                    n_dense += 1
-        n_mtp = len(layout.mtp_layers_on(rank))
-        has_emb = layout.has_embedding(rank)
-        has_loss = layout.has_loss(rank)
+        n_moe = sum(kinds[c][0] for c in chunks)
+        n_dense = sum(kinds[c][1] for c in chunks) - n_moe
+        n_mtp = sum(mtps[c] for c in chunks)
+        has_emb = "E" in items[chunks[0]] or any("E" in items[c] for c in chunks)
+        has_loss = any("L" in items[c] for c in chunks)
         copy = int(not has_emb and ((has_loss and tied) or n_mtp > 0))
         if_dense = if_moe = if_ckpt = if_emb = if_loss = if_mtp = 0
-        remat_dense = remat_moe = 0
         for c, count in flights[rank].chunks_at_peak:
-            d, m, ck, _, _ = _chunk_units(model, layout.decoder_layers(c), key)
+            d, m, ck, _, _ = units[c]
             if_dense += count * d
             if_moe += count * m
             if_ckpt += count * ck
-            items = layout.chunks[c]
-            if_emb += count * int("E" in items)
-            if_loss += count * int("L" in items)
-            if_mtp += count * len(layout.mtp_layers(c))
+            if_emb += count * int("E" in items[c])
+            if_loss += count * int("L" in items[c])
+            if_mtp += count * mtps[c]
+        remat_dense = remat_moe = 0
         for c in chunks:
-            _, _, _, rd, rm = _chunk_units(model, layout.decoder_layers(c), key)
+            _, _, _, rd, rm = units[c]
             if (rm, rd) > (remat_moe, remat_dense):
                 remat_dense, remat_moe = rd, rm
         shapes.append(StageShape(

@@ -1,10 +1,10 @@
 """Rules: untrusted constraints over parallelism axes, parsed safely and compiled to CP-SAT.
 
 `expr` parses, types, bounds and evaluates rule text; `cpsat` compiles it into a fully reified
-literal; `model` loads rule files, a job's `rules:` list and `--rule` texts.
+literal (import it directly: OR-tools is loaded only when a CP-SAT model is built); `model` loads
+rule files, a job's `rules:` list and `--rule` texts.
 """
 
-from primus.rules.cpsat import compile_bool, compile_int
 from primus.rules.expr import (
     Domain,
     Expr,
@@ -34,8 +34,6 @@ __all__ = [
     "annotate",
     "check",
     "check_rule",
-    "compile_bool",
-    "compile_int",
     "evaluate",
     "inline_rules",
     "inline_where",

@@ -11,7 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from primus.rules.expr import Arith, BoolLit, Compare, Expr, Extremum, Implies, IntLit, Logic, Member, Name, RuleError, Unary
+from primus.rules.expr import (
+    Arith,
+    BoolLit,
+    Compare,
+    Expr,
+    Extremum,
+    Implies,
+    IntLit,
+    Logic,
+    Member,
+    Name,
+    RuleError,
+    Unary,
+)
 
 _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod}
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal,
@@ -58,10 +71,10 @@ def _eval(e: Expr, cols: Mapping[str, Any]) -> Any:
     if isinstance(e, Implies):
         return np.logical_or(np.logical_not(_eval(e.antecedent, cols)), _eval(e.consequent, cols))
     if isinstance(e, Extremum):
-        fn = np.minimum if e.fn == "min" else np.maximum
+        pick: Any = np.minimum if e.fn == "min" else np.maximum
         out = _eval(e.args[0], cols)
         for arg in e.args[1:]:
-            out = fn(out, _eval(arg, cols))
+            out = pick(out, _eval(arg, cols))
         return out
     if isinstance(e, Member):
         inside = np.isin(np.asarray(_eval(e.operand, cols)), np.array(e.values, dtype=np.int64))

@@ -20,7 +20,7 @@ from primus.parallel import RECOMPUTES, SHARDINGS, Layout
 from primus.rules.cpsat import compile_bool
 from primus.rules.expr import Domain
 from primus.solver.ruleset import RuleSet
-from primus.solver.space import MEMORY_DOCS, Space
+from primus.solver.space import Space
 from primus.solver.tables import ACT_FIELDS, PARAM_FIELDS, SHAPE_FIELDS, LedgerTables
 
 EXPERT_PARAM_FIELDS = ("moe_layer_expert", "mtp_expert", "gemm_moe_expert", "gemm_mtp_expert")
@@ -105,7 +105,8 @@ class ModelBuilder:
 
     def _table(self, key_vars: list[Any], rows: list[tuple[int, ...]], columns: list[str], prefix: str
                ) -> dict[str, Any]:
-        """Allowed (key..., value...) rows; returns one IntVar per value column."""
+        """Allowed (key..., value...) rows; returns one IntVar per value column. (A row-index variable
+        with one element constraint per column was measured slower.)"""
         n_keys = len(key_vars)
         out: dict[str, Any] = {}
         for j, col in enumerate(columns):
@@ -218,14 +219,14 @@ class ModelBuilder:
         # parameter units: dense part by TP, expert part by (EP, ETP)
         d_rows = []
         for tp in s.tp_values:
-            pu = t.params(tp, 1, 1)
-            d_rows.append((tp, *[getattr(pu, f) for f in DENSE_PARAM_FIELDS]))
+            units = t.params(tp, 1, 1)
+            d_rows.append((tp, *[getattr(units, f) for f in DENSE_PARAM_FIELDS]))
         pdense = self._table([ax["tp"]], d_rows, list(DENSE_PARAM_FIELDS), "pu")
         e_rows = []
         for ep in s.ep_values:
             for etp in s.etp_values:
-                pu = t.params(1, ep, etp)
-                e_rows.append((ep, etp, *[getattr(pu, f) for f in EXPERT_PARAM_FIELDS]))
+                units = t.params(1, ep, etp)
+                e_rows.append((ep, etp, *[getattr(units, f) for f in EXPERT_PARAM_FIELDS]))
         pexp = self._table([ax["ep"], ax["etp"]], e_rows, list(EXPERT_PARAM_FIELDS), "pu")
         pu = {**pdense, **pexp}
         moe_layer = self._sum([pu["moe_layer_dense"], pu["moe_layer_expert"]], "pu.moe_layer")
@@ -292,11 +293,14 @@ class ModelBuilder:
         mem = self.tables.memory
         w = mem.widths
         prod = self._prod
-        p_dense = (prod(sh["n_dense"], pu["dense_layer"], f"{p}.pd1") + prod(sh["n_moe"], pu["moe_layer_dense"], f"{p}.pd2")
-                   + prod(sh["n_mtp"], pu["mtp_dense"], f"{p}.pd3") + prod(sh["embedding"], pu["embedding"], f"{p}.pd4")
+        p_dense = (prod(sh["n_dense"], pu["dense_layer"], f"{p}.pd1")
+                   + prod(sh["n_moe"], pu["moe_layer_dense"], f"{p}.pd2")
+                   + prod(sh["n_mtp"], pu["mtp_dense"], f"{p}.pd3")
+                   + prod(sh["embedding"], pu["embedding"], f"{p}.pd4")
                    + prod(sh["embedding_copy"], pu["word_embedding"], f"{p}.pd5")
                    + prod(sh["output"], pu["output"], f"{p}.pd6"))
-        p_expert = prod(sh["n_moe"], pu["moe_layer_expert"], f"{p}.pe1") + prod(sh["n_mtp"], pu["mtp_expert"], f"{p}.pe2")
+        p_expert = (prod(sh["n_moe"], pu["moe_layer_expert"], f"{p}.pe1")
+                    + prod(sh["n_mtp"], pu["mtp_expert"], f"{p}.pe2"))
         gemm = (prod(sh["n_dense"], pu["gemm_dense_layer"], f"{p}.g1")
                 + prod(sh["n_moe"], self._sum([pu["gemm_moe_dense"], pu["gemm_moe_expert"]], f"{p}.gm"), f"{p}.g2")
                 + prod(sh["n_mtp"], self._sum([pu["gemm_mtp_dense"], pu["gemm_mtp_expert"]], f"{p}.gt"), f"{p}.g3"))

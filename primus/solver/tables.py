@@ -6,6 +6,7 @@ ledger's own arithmetic (`primus.memory.ledger.combine`), so the solver's bytes 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cached_property
 
@@ -34,6 +35,9 @@ class LedgerTables:
         self.model = job.model
         self.options = job.spec.pipeline
         self.method = self.memory.recompute_method
+        self._shapes: dict[tuple[int, ...], tuple[StageShape, ...]] = {}
+        self._params: dict[tuple[int, int, int], ParamUnits] = {}
+        self._acts: dict[tuple[int, int, bool, int, int, str], ActUnits] = {}
 
     @cached_property
     def num_slots(self) -> int:
@@ -54,31 +58,53 @@ class LedgerTables:
 
     def shapes(self, pp: int, vp: int, microbatches: int, recompute: str, recompute_num_layers: int | None
                ) -> tuple[StageShape, ...]:
-        key = PipelineKey(pp=pp, vp=vp, num_microbatches=microbatches, recompute=recompute,
-                          recompute_num_layers=recompute_num_layers, recompute_method=self.method)
-        all_stages = stage_shapes(self.model, self.options, key)
-        return tuple(all_stages[i] for i in self.slot_stages(pp))
+        memo_key = (pp, vp, microbatches, recompute == "full", recompute_num_layers or 0)
+        hit = self._shapes.get(memo_key)
+        if hit is None:
+            key = PipelineKey(pp=pp, vp=vp, num_microbatches=microbatches, recompute=recompute,
+                              recompute_num_layers=recompute_num_layers, recompute_method=self.method)
+            all_stages = stage_shapes(self.model, self.options, key)
+            hit = tuple(all_stages[i] for i in self.slot_stages(pp))
+            self._shapes[memo_key] = hit
+        return hit
 
     def params(self, tp: int, ep: int, etp: int) -> ParamUnits:
-        return param_units(self.model, tp, ep, etp)
+        key = (tp, ep, etp)
+        hit = self._params.get(key)
+        if hit is None:
+            hit = self._params[key] = param_units(self.model, tp, ep, etp)
+        return hit
 
     def acts(self, tp: int, cp: int, sp: bool, mbs: int, etp: int, recompute: str) -> ActUnits:
-        layout = Layout(tp=tp, pp=1, vp=1, cp=cp, ep=1, etp=etp, dp=1, mbs=mbs, sp=sp, recompute=recompute,
-                        sharding="none")
-        ctx: ActContext = self.memory.act_context(layout)
-        return act_units(self.model, ctx, recompute, self.model.padded_vocab_size(tp))
+        key = (tp, cp, sp, mbs, etp, recompute)
+        hit = self._acts.get(key)
+        if hit is None:
+            layout = Layout(tp=tp, pp=1, vp=1, cp=cp, ep=1, etp=etp, dp=1, mbs=mbs, sp=sp, recompute=recompute,
+                            sharding="none")
+            ctx: ActContext = self.memory.act_context(layout)
+            hit = self._acts[key] = act_units(self.model, ctx, recompute, self.model.padded_vocab_size(tp))
+        return hit
 
     def comm_figure(self) -> int:
         return self.memory.comm_figure
 
 
-def gather(keys: np.ndarray, compute: dict[tuple[int, ...], tuple[int, ...]] | None, fn, width: int
-           ) -> np.ndarray:
-    """Evaluate `fn` once per distinct row of `keys` and broadcast: an (n, width) int64 array."""
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+def gather(keys: np.ndarray, compute: dict[tuple[int, ...], tuple[int, ...]] | None,
+           fn: Callable[..., list[int]], width: int) -> np.ndarray:
+    """Evaluate `fn` once per distinct row of `keys` and broadcast: an (n, width) int64 array.
+
+    Rows are packed into one int64 per row (mixed radix) so the distinct-row search is a 1-D unique."""
+    if len(keys) == 0:
+        return np.zeros((0, width), dtype=np.int64)
+    lo = keys.min(axis=0)
+    span = keys.max(axis=0) - lo + 1
+    packed = np.zeros(len(keys), dtype=np.int64)
+    for j in range(keys.shape[1]):
+        packed = packed * span[j] + (keys[:, j] - lo[j])
+    uniq, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
     table = np.empty((len(uniq), width), dtype=np.int64)
-    for i, row in enumerate(uniq):
-        table[i] = fn(*[int(v) for v in row])
+    for i, row_index in enumerate(first):
+        table[i] = fn(*[int(v) for v in keys[row_index]])
     return table[inverse.reshape(-1)]
 
 

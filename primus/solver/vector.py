@@ -20,6 +20,7 @@ from primus.memory.units import ActUnits, ParamUnits
 from primus.parallel import RECOMPUTES, SHARDINGS, Layout
 from primus.rules.expr import names
 from primus.rules.vector import evaluate_vector
+from primus.solver.pins import PIN_AXES, pin_columns, pin_mask
 from primus.solver.ruleset import RuleSet
 from primus.solver.space import MEMORY_DOCS
 from primus.solver.tables import ACT_FIELDS, PARAM_FIELDS, SHAPE_FIELDS, LedgerTables, gather
@@ -51,6 +52,22 @@ class Candidates:
             schedule="interleaved" if int(c["vp"][i]) > 1 else "1f1b",
         )
 
+    def parallel_dicts(self) -> list[dict[str, Any]]:
+        """Complete `parallel` mappings for every row (fast: columns converted to lists once)."""
+        c = self.cols
+        cols = {k: c[k].tolist() for k in ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute",
+                                           "sharding", "recompute_num_layers")}
+        out = []
+        for i in range(self.n):
+            row = {k: cols[k][i] for k in ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")}
+            row["sp"] = bool(cols["sp"][i])
+            row["recompute"] = RECOMPUTES[cols["recompute"][i]]
+            row["sharding"] = SHARDINGS[cols["sharding"][i]]
+            if cols["recompute_num_layers"][i]:
+                row["recompute_num_layers"] = cols["recompute_num_layers"][i]
+            out.append(row)
+        return out
+
     def canonical_order(self) -> np.ndarray:
         keys = [self.cols[k] for k in reversed(AXIS_ORDER)]
         return np.lexsort(keys)
@@ -78,6 +95,7 @@ class Enumerator:
         self.facts = {k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in self.space.facts.items()}
         self.pending = [(r, e, names(e)) for r, e in ruleset.hard()]
         self.rejected: dict[str, int] = {}
+        self.pending_pins = [a for a in PIN_AXES if a in pins]
 
     # ---- rule application ----
 
@@ -98,11 +116,14 @@ class Enumerator:
         self.pending = keep
         return cands.take(mask) if not mask.all() else cands
 
-    def _pin(self, cands: Candidates, axis: str, column: str | None = None) -> Candidates:
-        if axis not in self.pins:
-            return cands
-        value = self.pins[axis]
-        return cands.take(cands.cols[column or axis] == value)
+    def _pins(self, cands: Candidates) -> Candidates:
+        """Apply every pin whose columns now exist (once each)."""
+        mask = np.ones(cands.n, dtype=bool)
+        for axis in list(self.pending_pins):
+            if all(col in cands.cols for col in pin_columns(axis)):
+                mask &= pin_mask(cands.cols, axis, self.pins[axis], self.job.model.is_moe, cands.n)
+                self.pending_pins.remove(axis)
+        return cands.take(mask) if not mask.all() else cands
 
     # ---- stages ----
 
@@ -113,8 +134,7 @@ class Enumerator:
         ok = world % (tp * cp * pp) == 0
         cands = Candidates({"tp": tp[ok], "cp": cp[ok], "pp": pp[ok]})
         cands.cols["dp"] = world // (cands.cols["tp"] * cands.cols["cp"] * cands.cols["pp"])
-        for axis in ("tp", "cp", "pp", "dp"):
-            cands = self._pin(cands, axis)
+        cands = self._pins(cands)
         cands = self._apply_rules(cands)
         cands = self._stage_vp(cands)
         cands = self._stage_experts(cands)
@@ -136,8 +156,7 @@ class Enumerator:
                 continue
             parts.append(_product(sub, {"vp": vps, "pipeline_split_ok": oks}))
         cands = _concat(parts, cands, {"vp": np.int64, "pipeline_split_ok": bool})
-        cands = self._pin(cands, "vp")
-        return self._apply_rules(cands)
+        return self._apply_rules(self._pins(cands))
 
     def _stage_experts(self, cands: Candidates) -> Candidates:
         ep, etp = (a.reshape(-1) for a in np.meshgrid(self.space.ep_values, self.space.etp_values, indexing="ij"))
@@ -146,9 +165,7 @@ class Enumerator:
         denom = cands.cols["pp"] * cands.cols["ep"] * cands.cols["etp"]
         cands = cands.take(world % denom == 0)
         cands.cols["edp"] = world // (cands.cols["pp"] * cands.cols["ep"] * cands.cols["etp"])
-        for axis in ("ep", "etp"):
-            cands = self._pin(cands, axis)
-        return self._apply_rules(cands)
+        return self._apply_rules(self._pins(cands))
 
     def _stage_mbs(self, cands: Candidates) -> Candidates:
         gbs = self.job.spec.global_batch_size
@@ -156,16 +173,12 @@ class Enumerator:
         per_step = cands.cols["mbs"] * cands.cols["dp"]
         cands = cands.take(gbs % per_step == 0)
         cands.cols["num_microbatches"] = gbs // (cands.cols["mbs"] * cands.cols["dp"])
-        cands = self._pin(cands, "mbs")
-        return self._apply_rules(cands)
+        return self._apply_rules(self._pins(cands))
 
     def _stage_flags(self, cands: Candidates) -> Candidates:
         cands = _product(cands, {"sp": np.array([False, True])})
         cands = cands.take(~(cands.cols["sp"] & (cands.cols["tp"] == 1)))
-        if "sp" in self.pins:
-            want = bool(self.pins["sp"])
-            cands = cands.take((cands.cols["sp"] == want) | (cands.cols["tp"] == 1) & ~cands.cols["sp"])
-        cands = self._apply_rules(cands)
+        cands = self._apply_rules(self._pins(cands))
         n_values = self.space.recompute_layer_values
         rows: dict[str, list[int]] = {"recompute": [], "recompute_num_layers": []}
         for i, r in enumerate(RECOMPUTES):
@@ -173,18 +186,13 @@ class Enumerator:
                 rows["recompute"].append(i)
                 rows["recompute_num_layers"].append(n)
         cands = _product(cands, {k: np.array(v, dtype=np.int64) for k, v in rows.items()})
-        if "recompute" in self.pins:
-            cands = cands.take(cands.cols["recompute"] == RECOMPUTES.index(self.pins["recompute"]))
         for i, r in enumerate(RECOMPUTES):
             cands.cols[f"recompute_{r}"] = cands.cols["recompute"] == i
-        cands = self._apply_rules(cands)
+        cands = self._apply_rules(self._pins(cands))
         cands = _product(cands, {"sharding": np.arange(len(SHARDINGS), dtype=np.int64)})
-        if "sharding" in self.pins:
-            want_s = "dist_opt" if self.pins["sharding"] == "zero1" else self.pins["sharding"]
-            cands = cands.take(cands.cols["sharding"] == SHARDINGS.index(want_s))
         for i, sh in enumerate(SHARDINGS):
             cands.cols[f"sharding_{sh}"] = cands.cols["sharding"] == i
-        return self._apply_rules(cands)
+        return self._apply_rules(self._pins(cands))
 
     def _stage_memory(self, cands: Candidates) -> Candidates:
         add_memory_columns(self.tables, cands)
@@ -224,11 +232,17 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
 
     shape_table = gather(pipe_keys, None, shape_row, num_slots * len(SHAPE_FIELDS))
     param_keys = np.stack([c["tp"], c["ep"], c["etp"]], axis=1)
-    pu_table = gather(param_keys, None, lambda tp, ep, etp: [getattr(tables.params(tp, ep, etp), f)
-                                                             for f in PARAM_FIELDS], len(PARAM_FIELDS))
+    def param_row(tp: int, ep: int, etp: int) -> list[int]:
+        pu_ = tables.params(tp, ep, etp)
+        return [getattr(pu_, f) for f in PARAM_FIELDS]
+
+    def act_row(tp: int, cp: int, sp: int, mbs: int, etp: int, r: int) -> list[int]:
+        au_ = tables.acts(tp, cp, bool(sp), mbs, etp, RECOMPUTES[r])
+        return [getattr(au_, f) for f in ACT_FIELDS]
+
+    pu_table = gather(param_keys, None, param_row, len(PARAM_FIELDS))
     act_keys = np.stack([c["tp"], c["cp"], c["sp"].astype(np.int64), c["mbs"], c["etp"], c["recompute"]], axis=1)
-    au_table = gather(act_keys, None, lambda tp, cp, sp, mbs, etp, r: [
-        getattr(tables.acts(tp, cp, bool(sp), mbs, etp, RECOMPUTES[r]), f) for f in ACT_FIELDS], len(ACT_FIELDS))
+    au_table = gather(act_keys, None, act_row, len(ACT_FIELDS))
     pu = _view(ParamUnits, PARAM_FIELDS, pu_table)
     au = _view(ActUnits, ACT_FIELDS, au_table)
     comm = communicators(c["tp"], c["cp"], c["dp"], c["pp"], c["ep"], c["etp"], c["edp"], model.is_moe) \
@@ -260,8 +274,12 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
         c["last_stage_bytes"] = slot_bytes[num_slots - 1]
     for key in BREAKDOWN_KEYS:
         c[f"{key}_bytes"] = slot_parts[key].max(axis=0)
-    stages = np.array([tables.slot_stages(int(p)) for p in c["pp"]], dtype=np.int64) if n else np.zeros((0, 3))
-    c["peak_stage"] = stages[np.arange(n), slot_bytes.argmax(axis=0)]
+    slot = slot_bytes.argmax(axis=0)
+    if tables.options.layout is not None:
+        c["peak_stage"] = slot.astype(np.int64)
+    else:  # slots are stages (0, min(1, PP-1), PP-1)
+        pp = c["pp"]
+        c["peak_stage"] = np.where(slot == 0, 0, np.where(slot == 1, np.minimum(1, pp - 1), pp - 1))
 
 
 def field_names(cls: type) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ class AcceleratorSpec(Spec):
         """Dense peak FLOP/s for a compute dtype (fp8 recipes run GEMMs in fp8, nvfp4 in fp4)."""
         if dtype not in self.peak_tflops:
             raise KeyError(f"{self.name} has no {dtype} peak")
-        return float(self.peak_tflops[dtype]) * 1e12  # type: ignore[index]
+        return float(self.peak_tflops[dtype]) * 1e12
 
 
 class ScaleUpSpec(Spec):

@@ -12,14 +12,14 @@ import re
 from functools import cached_property
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from primus.specs.base import Bool, ByteCount, Fraction, PosInt, Spec, Text
 
 _FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
 
 
-def parse_layer_freq(value: int | list[int] | str, num_layers: int) -> tuple[bool, ...]:
+def parse_layer_freq(value: int | tuple[int, ...] | list[int] | str, num_layers: int) -> tuple[bool, ...]:
     """Megatron's `moe_layer_freq`: an int N (every N-th layer is MoE, counting from layer 0), a 0/1 list
     of length `num_layers`, or Megatron's string form `([0]*3+[1]*58)` (first-k dense)."""
     if isinstance(value, bool):
@@ -37,7 +37,7 @@ def parse_layer_freq(value: int | list[int] | str, num_layers: int) -> tuple[boo
             if int(count) > 100_000:
                 raise ValueError("moe_layer_freq repeat count too large")
             pattern.extend([int(bit)] * int(count))
-        value = pattern
+        value = tuple(pattern)
     if len(value) != num_layers:
         raise ValueError(f"moe_layer_freq has {len(value)} entries but num_layers is {num_layers}")
     if any(v not in (0, 1) or isinstance(v, bool) for v in value):
@@ -91,7 +91,7 @@ class ModelSpec(Spec):
     moe_router_topk: PosInt | None = None
     moe_ffn_hidden_size: PosInt | None = None
     moe_shared_expert_intermediate_size: PosInt | None = None
-    moe_layer_freq: int | list[int] | str = 1
+    moe_layer_freq: int | tuple[int, ...] | str = 1
     moe_router_bias: Bool = False
 
     multi_latent_attention: Bool = False
@@ -102,6 +102,17 @@ class ModelSpec(Spec):
     v_head_dim: PosInt | None = None
 
     mtp_num_layers: int = Field(default=0, ge=0, le=16)
+
+    _hash: int | None = PrivateAttr(default=None)
+
+    def __hash__(self) -> int:
+        """Cached: specs key many caches, and pydantic's field-by-field hash is slow."""
+        private = self.__pydantic_private__
+        assert private is not None
+        cached = private.get("_hash")
+        if cached is None:
+            cached = private["_hash"] = hash(self.model_dump_json())
+        return cached
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

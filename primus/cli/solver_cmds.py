@@ -1,0 +1,206 @@
+"""`primus fit`, `primus enumerate`, `primus schema rule`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from primus.cli.common import Negative, format_option, guarded
+from primus.cli.memory_cmd import print_memory_table
+from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
+from primus.job import load_job
+from primus.rules.expr import MAX_TEXT
+from primus.solver.api import Question
+from primus.solver.fit import FitResult, fit
+from primus.solver.space import rule_names_doc
+from primus.solver.vector import Candidates
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rule_options(fn: F) -> F:
+    fn = click.option("--without", "without", multiple=True, metavar="RULE_ID",
+                      help="Drop a rule by id (repeatable).")(fn)
+    fn = click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+                      help="Add the rules of a YAML file (repeatable).")(fn)
+    fn = click.option("--rule", "rule_texts", multiple=True, metavar="EXPR",
+                      help="Add an inline hard rule, e.g. 'tp >= 2' (repeatable; ids inline-1, inline-2, ...).")(fn)
+    return fn
+
+
+def question_from(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
+                  without: tuple[str, ...]) -> Question:
+    job = load_job(job_file)
+    return Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
+
+
+def _print_fit(q: Question, result: FitResult) -> None:
+    con = stdout_console()
+    capacity = q.space.reserves.capacity_bytes
+    title = f"{q.job.model.name} on {q.job.num_gpus} x {q.job.cluster.name}"
+    if result.fits:
+        assert result.report is not None and result.layout is not None
+        con.print(f"[bold green]FITS[/]: {_layout_text(result.layout.as_parallel())}")
+        if result.completed_axes:
+            con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
+        print_memory_table(result.report, title)
+        con.print(f"rules satisfied ({len(result.satisfied_rules)}): {', '.join(result.satisfied_rules)}")
+        return
+    con.print("[bold red]DOES NOT FIT[/]")
+    con.print(f"minimal conflicting rules and pins: {', '.join(result.violated_rules) or '(none found)'}")
+    for rid in result.violated_rules:
+        if not rid.startswith("pin:"):
+            rule = q.ruleset.by_id(rid)
+            con.print(f"  - {rid}: {rule.require}   ({rule.why or rule.origin})")
+        else:
+            con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
+    if result.report is not None and result.layout is not None:
+        con.print(f"closest evaluation of the request: {_layout_text(result.layout.as_parallel())}")
+        for s in result.report.stages:
+            over = s.bytes - capacity
+            if over > 0:
+                top = sorted(s.terms.items(), key=lambda kv: -kv[1])[:3]
+                con.print(f"  stage {s.stage}: {gib(s.bytes)} is {gib(over)} over capacity {gib(capacity)}; "
+                          f"largest: " + ", ".join(f"{k} {gib(v)}" for k, v in top))
+    if result.alternatives:
+        rows = [(i + 1, _layout_text(a.layout.as_parallel()), ", ".join(a.changed) or "-", gib(a.peak_bytes),
+                 gib(a.headroom_bytes)) for i, a in enumerate(result.alternatives)]
+        con.print(table("nearest legal layouts", ["#", "parallel", "changed", "peak", "headroom"], rows))
+    elif result.min_nodes is not None:
+        con.print(f"no layout fits on {q.job.num_nodes} node(s); the smallest node count at which one does: "
+                  f"{result.min_nodes}")
+    elif result.min_nodes_note:
+        con.print(result.min_nodes_note)
+
+
+def _layout_text(p: dict[str, Any]) -> str:
+    keys = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
+    text = " ".join(f"{k.upper()}{p[k]}" for k in keys if k in p)
+    return f"{text} sp={'on' if p['sp'] else 'off'} recompute={p['recompute']} sharding={p['sharding']}" + (
+        f" recompute_num_layers={p['recompute_num_layers']}" if p.get("recompute_num_layers") else "")
+
+
+@click.command("fit")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@rule_options
+@format_option("table", "json")
+@guarded
+def fit_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...], without: tuple[str, ...],
+            fmt: str) -> None:
+    """Prove that a job fits (or complete its free axes with the most headroom), or explain why not.
+
+    On failure: a minimal set of conflicting rules and pins, the bytes over capacity per stage, the
+    nearest legal layouts and, when nothing fits at all, the smallest node count that would.
+    Exit 0 fits, 1 does not fit.
+
+    Example: primus fit examples/llama3.1-70b-mi300x.yaml --rule 'tp <= 4'
+    """
+    q = question_from(job_file, rule_texts, rule_files, without)
+    result = fit(q)
+    if fmt == "json":
+        emit_json(result.to_json(q.space.reserves.capacity_bytes))
+    else:
+        _print_fit(q, result)
+    if not result.fits:
+        raise Negative()
+
+
+def _rows(c: Candidates, capacity: int) -> list[dict[str, Any]]:
+    peaks = c.cols["peak_bytes"].tolist()
+    stages = c.cols["peak_stage"].tolist()
+    return [{"parallel": p, "peak_bytes": peak, "headroom_bytes": capacity - peak, "peak_stage": st}
+            for p, peak, st in zip(c.parallel_dicts(), peaks, stages, strict=True)]
+
+
+@click.command("enumerate")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@rule_options
+@click.option("--count", "count_only", is_flag=True, help="Print only the number of legal layouts (exit 1 if zero).")
+@click.option("--top", type=click.IntRange(1, 10_000_000), default=None, help="Only the N with the most headroom.")
+@format_option("table", "csv", "jsonl", "json")
+@guarded
+def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...], without: tuple[str, ...],
+                  count_only: bool, top: int | None, fmt: str) -> None:
+    """Every legal layout over the job's free axes, in canonical order (or --top N by headroom).
+
+    A layout is a distinct (tp, pp, vp, cp, ep, etp, mbs, sp, recompute, sharding); settings that mean
+    nothing (vp at PP 1, ep/etp of dense models, sp at TP 1) are counted once.
+
+    Example: primus enumerate examples/llama3.1-70b-mi300x.yaml --count
+    """
+    q = question_from(job_file, rule_texts, rule_files, without)
+    c = q.candidates
+    n = c.n
+    if count_only:
+        if fmt == "json":
+            emit_json({"count": n})
+        else:
+            click.echo(n)
+        if n == 0:
+            raise Negative()
+        return
+    capacity = q.space.reserves.capacity_bytes
+    if top is not None:
+        import numpy as np
+
+        order = np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top]
+        c = c.take(order)
+    rows = _rows(c, capacity)
+    if fmt == "jsonl":
+        emit_jsonl(rows)
+    elif fmt == "json":
+        emit_json({"count": n, "layouts": rows})
+    elif fmt == "csv":
+        flat = [{**r["parallel"], "dp": r["parallel"]["dp"], "peak_bytes": r["peak_bytes"],
+                 "headroom_bytes": r["headroom_bytes"]} for r in rows]
+        cols = ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak_bytes",
+                "headroom_bytes"]
+        if any("recompute_num_layers" in r for r in flat):
+            cols.insert(11, "recompute_num_layers")
+        emit_csv(flat, cols)
+    else:
+        con = stdout_console()
+        shown = rows[:200]
+        con.print(table(f"{n:,} legal layouts" + (f" (top {len(rows)} by headroom)" if top else ""),
+                        ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak",
+                         "headroom"],
+                        [(p["tp"], p["pp"], p["vp"], p["cp"], p["ep"], p["etp"], p["dp"], p["mbs"], p["sp"],
+                          p["recompute"], p["sharding"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]))
+                         for r in shown for p in [r["parallel"]]]))
+        if len(rows) > len(shown):
+            stderr_console().print(f"(showing {len(shown)} of {len(rows)}; use --format csv or jsonl for all)")
+    if n == 0:
+        raise Negative()
+
+
+@click.command("rule")
+@format_option("table", "json")
+@guarded
+def schema_rule(fmt: str) -> None:
+    """The names a rule may use (axes, derived, facts, memory) and the grammar.
+
+    Example: primus schema rule --format json
+    """
+    doc: dict[str, Any] = {
+        "grammar": {
+            "max_chars": MAX_TEXT,
+            "max_depth": 32,
+            "integers": "literals within +-2^62; + - * // % (// and % need non-negative operands and a divisor "
+                        "that cannot be 0)",
+            "comparisons": "< <= > >= == != (chains allowed)",
+            "logic": "and or not implies(a, b)",
+            "membership": "x in (1, 2, 4), x not in (...) with integer literals",
+            "functions": "min(a, b, ...), max(a, b, ...), abs(x)",
+            "rule file keys": "id, why, source, severity (hard|soft), weight (soft only), require",
+        },
+        "names": rule_names_doc(),
+    }
+    if fmt == "json":
+        emit_json(doc)
+        return
+    con = stdout_console()
+    con.print(table("rule grammar", ["item", "allowed"], list(doc["grammar"].items())))
+    con.print(table("names", ["name", "kind", "meaning"],
+                    [(k, v["kind"], v["meaning"]) for k, v in doc["names"].items()]))

@@ -1,0 +1,98 @@
+"""Complete a job's free axes with the fastest legal layout that fits, and rank legal layouts.
+
+The candidates are exactly `Question(job).legal()` (every rule holds and the ledger says it fits), so
+"fastest" is only ever chosen among layouts that can run. All candidates are ranked with the fast path
+(closed form, or the bottleneck bound for uneven stages); the best few are re-timed by discrete-event
+simulation and the fastest of those is the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.memory.evaluate import pinned_layout
+from primus.parallel import Layout
+from primus.projection.profile import Profile
+from primus.projection.project import Projection, Projector, projector_for
+from primus.projection.timer import KernelTimer
+from primus.solver.api import LegalLayout, Question
+
+RESIMULATE = 8  # candidates re-timed by simulation after the fast ranking
+#: Step times within this fraction of the fastest are ties for this model (it is calibrated against data
+#: whose own run-to-run drift is about ±5%, ground_truth/README); a tie goes to the layout that hides the
+#: least communication behind compute, because overlap is the least certain part of the projection.
+TIE = 0.01
+
+
+class NothingFits(Exception):
+    """No legal layout of the job fits; `reason` says why in one line."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _free_axes(job: Job) -> list[str]:
+    pins = job.spec.parallel.pinned()
+    axes = ["tp", "pp", "vp", "cp", "mbs", "sp", "recompute", "sharding"]
+    if job.model.is_moe:
+        axes += ["ep", "etp"]
+    return [a for a in axes if a not in pins]
+
+
+def _why_nothing(job: Job) -> str:
+    try:
+        layout = pinned_layout(job)
+    except InputError:
+        return (f"no completion of the free axes ({', '.join(_free_axes(job)) or 'none'}) is legal and fits "
+                f"{job.model.name} on {job.num_gpus} x {job.cluster.name}; see `primus fit` for the binding rule")
+    proj = Projector(job)
+    report = proj.memory.evaluate(layout, strict=False)
+    if not report.fits:
+        return (f"the pinned layout needs {report.peak_bytes / 2**30:,.2f} GiB on stage {report.peak.stage}, "
+                f"more than the {report.capacity_bytes / 2**30:,.2f} GiB capacity")
+    return "the pinned layout breaks a rule (see `primus fit` for which)"
+
+
+def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,
+                 timer: KernelTimer | None = None, method: str = "fast") -> list[Projection]:
+    """Projections of `candidates`, fastest (most tokens/s/GPU) first; ties keep the given order."""
+    proj = projector_for(job, profile, timer)
+    out = []
+    for cand in candidates:
+        if isinstance(cand, LegalLayout):
+            out.append(proj.project(cand.layout, method, peak=(cand.peak_bytes, True)))
+        else:
+            out.append(proj.project(cand, method))
+    order = sorted(range(len(out)), key=lambda i: (-out[i].tokens_per_s_per_gpu, i))
+    return [out[i] for i in order]
+
+
+def _describe(job: Job, layout: Layout, n: int) -> str:
+    free = _free_axes(job)
+    if not free:
+        return "every axis pinned; projected as given"
+    values = layout.as_parallel()
+    chosen = ", ".join(f"{a}={values[a]}" for a in free if a in values)
+    return f"free axes completed as {chosen}: the fastest of {n} legal layout(s) that fit, by projected step time"
+
+
+def complete_and_project(job: Job, profile: Profile | None = None, *, timer: KernelTimer | None = None,
+                         question: Question | None = None) -> Projection:
+    """The fastest fitting completion of the job's pins, projected (simulation where it matters).
+    Raises NothingFits when no legal layout fits."""
+    legal = (question or Question(job)).legal()
+    if not legal:
+        raise NothingFits(_why_nothing(job))
+    proj = projector_for(job, profile, timer)
+    if len(legal) == 1:
+        best = proj.project(legal[0].layout, "auto", peak=(legal[0].peak_bytes, True))
+        return best.with_completion(_describe(job, best.layout, 1))
+    ranked = rank_layouts(job, legal, profile, timer=timer, method="fast")
+    finals = [proj.project(p.layout, "auto", peak=(p.peak_bytes, p.fits)) for p in ranked[:RESIMULATE]]
+    fastest = min(p.step_time_s for p in finals)
+    ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]
+    best = min(ties, key=lambda p: (sum(p.hidden.values()), p.step_time_s))
+    return best.with_completion(_describe(job, best.layout, len(legal)))

@@ -1,0 +1,198 @@
+"""Time of one block for one microbatch, forward and backward, split into breakdown categories.
+
+Backward work follows from the forward inventory: every GEMM runs a data-gradient GEMM ([m × n] ·
+[n × k]) and a weight-gradient GEMM ([k × m] · [m × n]) whose output is accumulated into the main
+gradient (Megatron's gradient-accumulation fusion: read and written in `main_grads_dtype`); low-precision
+GEMMs quantise their output gradient (and, unless a norm fused it, their forward input) with one
+memory-bound pass each (read bf16, write a row-wise and a column-wise quantised copy). Collectives
+inside the block are exposed except where a named overlap hides them:
+
+- TP comm overlap (`overlap.tp_comm`, Transformer Engine userbuffers): hides up to
+  `profile.overlap.tp_comm` × the block's GEMM time of the same pass;
+- the backward re-gather of a sequence-parallel GEMM input is issued asynchronously before the
+  data-gradient GEMMs (Megatron / TE), so it hides behind them;
+- MoE all-to-all overlap (`overlap.moe_a2a`): hides up to `profile.overlap.moe_a2a` × the block's compute;
+- context parallelism pipelines each of its CP − 1 ring steps with one block of attention (Megatron's
+  ring attention), so a step is exposed only by what exceeds 1/CP of the attention time;
+- FSDP prefetch (`profile.overlap.fsdp_prefetch`): the block's parameter gathers and gradient
+  reduce-scatters hide behind that fraction of its compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus.projection.ops import ACT, Block
+from primus.projection.placement import GroupShape
+from primus.projection.timer import AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
+
+CATEGORIES: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recompute", "tp_comm", "cp_comm",
+                               "ep_a2a", "fsdp_comm", "dp_grad_reduce")
+GEMM, ATTN, MEM, RECOMP, TP, CP, EP, FSDP, DPMB = range(len(CATEGORIES))
+N_CAT = len(CATEGORIES)
+_COMM_CAT = {"tp_comm": TP, "cp_comm": CP, "ep_a2a": EP}
+
+Vec = tuple[float, ...]
+ZERO: Vec = (0.0,) * N_CAT
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def vscale(a: Vec, s: float) -> Vec:
+    return tuple(x * s for x in a)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCost:
+    """Exposed seconds per category for one microbatch (forward, backward), what overlap hid, the
+    forward work selective recompute re-runs, and how many calls per category were measured."""
+
+    fwd: Vec
+    bwd: Vec
+    hidden_fwd: Vec
+    hidden_bwd: Vec
+    selective: float
+    calls: tuple[int, ...]
+    measured: tuple[int, ...]
+
+    @property
+    def fwd_total(self) -> float:
+        return sum(self.fwd)
+
+    @property
+    def bwd_total(self) -> float:
+        return sum(self.bwd)
+
+    @property
+    def compute_fwd(self) -> float:
+        return self.fwd[GEMM] + self.fwd[ATTN] + self.fwd[MEM]
+
+    @property
+    def compute_bwd(self) -> float:
+        return self.bwd[GEMM] + self.bwd[ATTN] + self.bwd[MEM]
+
+
+@dataclass(frozen=True, slots=True)
+class CostSettings:
+    """What block costs depend on beyond the block: formats, widths and the overlap switches."""
+
+    fmt: str  # the job's GEMM format for low-precision linears
+    high_fmt: str  # bf16 or fp16, for the GEMMs kept in high precision
+    low_width: float | None  # bytes per quantised GEMM input element; None without low precision
+    grad_width: int  # main-gradient bytes (weight-gradient accumulation)
+    tp_overlap: float | None  # profile fraction when TP comm overlap is on, else None
+    ep_overlap: float | None
+    fsdp_overlap: float
+
+
+class _Tally:
+    __slots__ = ("calls", "measured", "v")
+
+    def __init__(self) -> None:
+        self.v = [0.0] * N_CAT
+        self.calls = [0] * N_CAT
+        self.measured = [0] * N_CAT
+
+    def add(self, cat: int, seconds: float, measured: bool, times: float = 1.0) -> float:
+        t = seconds * times
+        self.v[cat] += t
+        self.calls[cat] += 1
+        self.measured[cat] += int(measured)
+        return t
+
+
+def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], s: CostSettings,
+               fsdp: tuple[float, float] = (0.0, 0.0)) -> BlockCost:
+    """Cost one block. `fsdp`: (forward, backward) seconds of its FSDP parameter gathers and gradient
+    reduce-scatters, or zeros without FSDP."""
+    f, b = _Tally(), _Tally()
+    dgrad = 0.0
+    for g in block.gemms:
+        low = g.low and s.low_width is not None
+        fmt = s.fmt if low else s.high_fmt
+        w_in = s.low_width if low and s.low_width is not None else ACT
+        cat = GEMM if g.cat == "gemm" else ATTN
+        t, m = timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT))
+        f.add(cat, t, m)
+        t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
+        dgrad += b.add(cat, t, m)
+        out = 2 * s.grad_width if g.weight else ACT
+        t, m = timer.gemm(GemmCall(fmt, g.k, g.n, g.m, g.count, w_in, out))
+        b.add(cat, t, m)
+        if low and s.low_width is not None:
+            quant = ACT + 2 * s.low_width
+            if g.cast_input:
+                t, m = timer.memory(MemoryCall(g.m * g.k * g.count * quant))
+                f.add(MEM, t, m)
+            if g.weight:
+                t, m = timer.memory(MemoryCall(g.m * g.n * g.count * quant))
+                b.add(MEM, t, m)
+    for a in block.attention:
+        t, m = timer.attention(AttentionCall(a, False))
+        f.add(ATTN, t, m)
+        t, m = timer.attention(AttentionCall(a, True))
+        b.add(ATTN, t, m)
+    for op in block.memops:
+        cat = ATTN if op.name in ("attention.softmax", "attention.dropout") else MEM
+        t, m = timer.memory(MemoryCall(op.fwd_bytes))
+        f.add(cat, t, m)
+        t, m = timer.memory(MemoryCall(op.bwd_bytes))
+        b.add(cat, t, m)
+
+    hf, hb = [0.0] * N_CAT, [0.0] * N_CAT
+    pooled_f = {TP: 0.0, EP: 0.0}
+    pooled_b = {TP: 0.0, EP: 0.0}
+    attn_f, attn_b = f.v[ATTN], b.v[ATTN]
+    cp_exposed_f = 0.0
+    for c in block.comms:
+        cat = _COMM_CAT[c.name]
+        t1, m = timer.collective(CollectiveCall(c.kind, c.nbytes, groups[c.group]))
+        if c.overlap == "cp" and c.fwd:
+            steps = c.fwd  # CP - 1 ring steps; backward sends K, V and their gradients per step
+            per_bwd = c.bwd / steps
+            cp = steps + 1
+            ex_f = steps * max(0.0, t1 - attn_f / cp)
+            ex_b = steps * max(0.0, per_bwd * t1 - attn_b / cp)
+            f.add(cat, ex_f, m)
+            b.add(cat, ex_b, m)
+            hf[cat] += steps * t1 - ex_f
+            hb[cat] += steps * per_bwd * t1 - ex_b
+            cp_exposed_f += ex_f
+            continue
+        if c.fwd:
+            t = f.add(cat, t1, m, c.fwd)
+            if (c.overlap == "tp" and s.tp_overlap is not None) or (c.overlap == "ep" and s.ep_overlap is not None):
+                pooled_f[cat] += t
+        if c.bwd:
+            t = b.add(cat, t1, m, c.bwd)
+            if c.overlap == "wgrad":
+                if s.tp_overlap is not None:
+                    pooled_b[cat] += t
+                else:
+                    hide = min(t, dgrad)
+                    dgrad -= hide
+                    b.v[cat] -= hide
+                    hb[cat] += hide
+            elif (c.overlap == "tp" and s.tp_overlap is not None) or (c.overlap == "ep" and s.ep_overlap is not None):
+                pooled_b[cat] += t
+    for tally, hidden, pooled, gemm_t in ((f, hf, pooled_f, f.v[GEMM]), (b, hb, pooled_b, b.v[GEMM])):
+        compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
+        if pooled[TP] and s.tp_overlap is not None:
+            hide = min(pooled[TP], s.tp_overlap * gemm_t)
+            tally.v[TP] -= hide
+            hidden[TP] += hide
+        if pooled[EP] and s.ep_overlap is not None:
+            hide = min(pooled[EP], s.ep_overlap * compute)
+            tally.v[EP] -= hide
+            hidden[EP] += hide
+    for tally, hidden, t in ((f, hf, fsdp[0]), (b, hb, fsdp[1])):
+        if t > 0:
+            compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
+            hide = min(t, s.fsdp_overlap * compute)
+            tally.add(FSDP, t - hide, False)
+            hidden[FSDP] += hide
+    calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
+    measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
+    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), attn_f + cp_exposed_f, calls, measured)

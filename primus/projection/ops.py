@@ -1,0 +1,408 @@
+"""What one microbatch runs on one rank, block by block: GEMMs at their sharded shapes, attention,
+memory-bound kernels, and the collectives inside the block.
+
+A block is a decoder layer (dense, MoE; standard attention or MLA), the embedding, the output layer
+with its loss, or an MTP module. Shapes follow Megatron-Core with Transformer Engine:
+
+- tokens on a rank: T = MBS × seq / CP; outside the TP region (norms, residuals, the router) they are
+  also split by TP under sequence parallelism (Tn = T / TP), inside it they are gathered (T);
+- column-parallel linears (QKV, FC1, MLA's up-projections, the output layer) split N by TP,
+  row-parallel ones (the attention projection, FC2) split K; MLA's down-projections are replicated and
+  run on the local tokens; routed experts split by ETP and hold num_experts / EP local experts, each
+  seeing (local tokens × top-k × ETP) / local experts tokens (the ledger's `routed_tokens`, so routing
+  balance and capacity factor agree with the memory model);
+- attention is flash attention over the causal half (with CP, Megatron's load-balanced chunking gives
+  each rank 1/CP of the causal work: its s/CP queries over the whole sequence), or, without flash
+  attention, two batched GEMMs over the full s×s scores plus the softmax (and dropout) kernels;
+- memory-bound kernels are counted as bytes read and written per pass (listed at each builder).
+
+Backward work is derived from these in `primus.projection.cost` (dgrad + wgrad per GEMM, the
+flash-attention backward's five matmuls), so the inventory is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus.memory.activations import ActContext, routed_tokens
+from primus.specs.model import ModelSpec
+
+ACT = 2  # bytes of a bf16/fp16 activation element
+FP32 = 4
+MASK = 1  # a dropout mask element
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One GEMM (or `count` identical problems of a grouped GEMM): [m × k] · [k × n]."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1
+    low: bool = True  # runs in the job's GEMM format; False: kept in bf16/fp16 (router, output layer)
+    cast_input: bool = False  # low precision and its input is quantised by its own kernel (not fused into a norm)
+    weight: bool = True  # has a weight gradient (accumulated into the fp32 main grad); False: activation BMM
+    cat: str = "gemm"  # breakdown category: "gemm", or "attention" for unfused score/context BMMs
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Flash attention of `batch_heads` (MBS × heads on this rank) over `sq` queries, each attending
+    `keys` keys on average (causal half, sliding window)."""
+
+    name: str
+    batch_heads: int
+    sq: int
+    keys: float
+    d_qk: int
+    d_v: int
+
+    @property
+    def fwd_flops(self) -> float:
+        """S = QKᵀ and O = PV: 2 FLOPs per multiply-add."""
+        return 2.0 * self.batch_heads * self.sq * self.keys * (self.d_qk + self.d_v)
+
+    @property
+    def bwd_flops(self) -> float:
+        """The backward recomputes S = QKᵀ and computes dV = PᵀdO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q:
+        five matmuls against the forward's two (Dao 2023, FlashAttention-2, §3.1.2)."""
+        return 2.0 * self.batch_heads * self.sq * self.keys * (3 * self.d_qk + 2 * self.d_v)
+
+
+@dataclass(frozen=True, slots=True)
+class MemOp:
+    """A memory-bound kernel (or fused group): bytes read plus written in forward and in backward."""
+
+    name: str
+    fwd_bytes: float
+    bwd_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A collective inside a block: `fwd`/`bwd` calls per microbatch on the group `group`.
+
+    `nbytes`: the full tensor (all-gather output, reduce-scatter input, all-reduce buffer), the bytes
+    each rank sends in an all-to-all, or one point-to-point message. `overlap` names what can hide it:
+    "tp" (TP comm overlap, when enabled), "ep" (MoE all-to-all overlap, when enabled), "cp" (the ring
+    attention pipelines each KV exchange with a block of attention), "wgrad" (the backward re-gather of
+    a sequence-parallel GEMM input, issued asynchronously before the data-gradient GEMM), "none".
+    """
+
+    name: str
+    kind: str
+    group: str
+    nbytes: float
+    fwd: int
+    bwd: int
+    overlap: str
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str
+    gemms: tuple[Gemm, ...] = ()
+    attention: tuple[Attention, ...] = ()
+    memops: tuple[MemOp, ...] = ()
+    comms: tuple[Comm, ...] = ()
+
+    def __add__(self, other: Block) -> Block:
+        return Block(self.kind, self.gemms + other.gemms, self.attention + other.attention,
+                     self.memops + other.memops, self.comms + other.comms)
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    """Everything a block's shapes depend on (hashable, so blocks are cached per context)."""
+
+    act: ActContext
+    ep: int
+    padded_vocab: int
+    low_precision: bool  # linear layers run in a low-precision format (FP8 / NVFP4)
+
+    @property
+    def T(self) -> int:
+        return self.act.tokens
+
+    @property
+    def Tn(self) -> int:
+        return self.act.tokens // self.act.sp_div
+
+    @property
+    def low_width(self) -> float:
+        """Bytes per element of a quantised GEMM input (with its scales), or of bf16 without FP8."""
+        return float(self.act.numerics.gemm_input)
+
+
+def avg_keys(seq: int, window: int | None) -> float:
+    """Keys a query attends on average under a causal mask (with a sliding window of `window`):
+    Σ_i min(i + 1, w) / s = w − w(w − 1) / (2s), which is (s + 1)/2 without a window."""
+    w = seq if window is None else min(window, seq)
+    return w - w * (w - 1) / (2 * seq)
+
+
+def _norm(name: str, tokens: int, dim: int, ctx: OpContext, fused_cast: bool) -> MemOp:
+    """Norm: forward reads x, writes y (quantised in place when TE fuses the cast into the following
+    linear: a row-wise and a column-wise copy); backward reads dy and x, writes dx."""
+    out = 2 * ctx.low_width if fused_cast and ctx.low_precision else ACT
+    return MemOp(name, tokens * dim * (ACT + out), tokens * dim * 3 * ACT)
+
+
+def _residual(name: str, tokens: int, dim: int, dropout: bool) -> MemOp:
+    """Bias-dropout-add: forward reads x and the residual, writes the sum (and a mask); backward only
+    runs a kernel for the dropout (read dy and the mask, write dx); an add's gradient is a view."""
+    fwd = tokens * dim * (3 * ACT + (MASK if dropout else 0))
+    bwd = tokens * dim * (2 * ACT + MASK) if dropout else 0
+    return MemOp(name, fwd, bwd)
+
+
+def _activation(name: str, tokens: int, width: int, swiglu: bool) -> MemOp:
+    """SwiGLU reads the 2f-wide FC1 output, writes f; backward reads dy (f) and the input (2f), writes
+    dx (2f). GeLU / squared ReLU read f, write f; backward reads dy and x, writes dx."""
+    if swiglu:
+        return MemOp(name, tokens * width * 3 * ACT, tokens * width * 5 * ACT)
+    return MemOp(name, tokens * width * 2 * ACT, tokens * width * 3 * ACT)
+
+
+def _tp_out(ctx: OpContext, width: int) -> tuple[Comm, ...]:
+    """The row-parallel output: reduce-scatter (SP) or all-reduce in forward; the gradient's
+    all-gather (SP) or nothing extra in backward (without SP the all-reduce sits on the input side)."""
+    if ctx.act.tp == 1:
+        return ()
+    if ctx.act.sp:
+        return (Comm("tp_comm", "reduce_scatter", "tp", ctx.T * width * ACT, 1, 0, "tp"),
+                Comm("tp_comm", "all_gather", "tp", ctx.T * width * ACT, 0, 1, "tp"))
+    return (Comm("tp_comm", "all_reduce", "tp", ctx.T * width * ACT, 1, 0, "tp"),)
+
+
+def _tp_in(ctx: OpContext, width: float, fp8_gather: bool) -> tuple[Comm, ...]:
+    """The column-parallel input of `width` features per token: all-gather (SP; in FP8 when the input
+    was quantised by a fused norm) with its backward reduce-scatter and the async wgrad re-gather, or the
+    backward all-reduce of the input gradient without SP."""
+    if ctx.act.tp == 1:
+        return ()
+    if ctx.act.sp:
+        w_in = ctx.low_width if fp8_gather and ctx.low_precision else ACT
+        return (Comm("tp_comm", "all_gather", "tp", ctx.T * width * w_in, 1, 0, "tp"),
+                Comm("tp_comm", "reduce_scatter", "tp", ctx.T * width * ACT, 0, 1, "tp"),
+                Comm("tp_comm", "all_gather", "tp", ctx.T * width * w_in, 0, 1, "wgrad"))
+    return (Comm("tp_comm", "all_reduce", "tp", ctx.T * width * ACT, 0, 1, "tp"),)
+
+
+def _core_attention(model: ModelSpec, ctx: OpContext, heads: int, d_qk: int, d_v: int, kv_heads: int,
+                    window: int | None) -> Block:
+    """Core attention on this rank (flash or unfused) plus the CP ring exchange of K and V."""
+    a = ctx.act
+    sq = a.seq_len // a.cp
+    bh = a.mbs * heads
+    comms: tuple[Comm, ...] = ()
+    if a.cp > 1:  # ring attention: each of cp-1 steps passes this rank's K and V on (and dK, dV back)
+        kv = a.mbs * sq * kv_heads * (d_qk + d_v) * ACT
+        comms = (Comm("cp_comm", "p2p", "cp", kv, a.cp - 1, 2 * (a.cp - 1), "cp"),)
+    if a.flash_attention:
+        keys = avg_keys(a.seq_len, window)
+        return Block("attn", attention=(Attention("core_attention", bh, sq, keys, d_qk, d_v),), comms=comms)
+    skv = a.seq_len  # unfused attention materialises every score, masked or not
+    scores = bh * sq * skv
+    gemms = (Gemm("attention.scores", sq, skv, d_qk, bh, low=False, weight=False, cat="attention"),
+             Gemm("attention.context", sq, d_v, skv, bh, low=False, weight=False, cat="attention"))
+    # fused scale-mask-softmax: read scores, write probabilities; backward reads y and dy, writes dx
+    mem = [MemOp("attention.softmax", scores * 2 * ACT, scores * 3 * ACT)]
+    if model.attention_dropout > 0:  # dropout on the probabilities: write mask + output; backward reads dy, mask
+        mem.append(MemOp("attention.dropout", scores * (2 * ACT + MASK), scores * (2 * ACT + MASK)))
+    return Block("attn", gemms=gemms, memops=tuple(mem), comms=comms)
+
+
+def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
+    tp, T, Tn, h = ctx.act.tp, ctx.T, ctx.Tn, model.hidden_size
+    heads = model.num_attention_heads // tp
+    groups = max(model.query_groups // tp, 1)
+    d = model.head_dim
+    gemms = (Gemm("attention.linear_qkv", T, (heads + 2 * groups) * d, h),
+             Gemm("attention.linear_proj", T, h, heads * d, cast_input=True))
+    mem = [_norm("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    if model.position_embedding_type == "rope":  # rotary on q and k: read and write each, both passes
+        qk = T * (heads + groups) * d * 2 * ACT
+        mem.append(MemOp("rotary", qk, qk))
+    if model.qk_layernorm:
+        mem.append(_norm("qk_layernorm", T, (heads + groups) * d, ctx, fused_cast=False))
+    mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
+    comms = _tp_in(ctx, h, fp8_gather=True) + _tp_out(ctx, h)
+    core = _core_attention(model, ctx, heads, d, d, groups, window)
+    return Block("attention", gemms, (), tuple(mem), comms) + core
+
+
+def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
+    """Multi-latent attention (DeepSeek-V2/V3 in Megatron-Core): replicated down-projections on the
+    local tokens, the compressed latents gathered across TP, TP-split up-projections."""
+    tp, T, Tn, h = ctx.act.tp, ctx.T, ctx.Tn, model.hidden_size
+    heads = model.num_attention_heads // tp
+    qk, rope, v = model.qk_head_dim or 0, model.qk_pos_emb_head_dim or 0, model.v_head_dim or 0
+    kv_lora = model.kv_lora_rank or 0
+    gemms: list[Gemm] = []
+    mem = [_norm("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    comms: tuple[Comm, ...] = ()
+    if model.q_lora_rank is not None:
+        gemms.append(Gemm("attention.linear_q_down_proj", Tn, model.q_lora_rank, h))
+        mem.append(_norm("q_layernorm", Tn, model.q_lora_rank, ctx, fused_cast=True))
+        gemms.append(Gemm("attention.linear_q_up_proj", T, heads * (qk + rope), model.q_lora_rank))
+        comms += _tp_in(ctx, model.q_lora_rank, fp8_gather=True)
+    else:
+        gemms.append(Gemm("attention.linear_q_proj", T, heads * (qk + rope), h))
+        comms += _tp_in(ctx, h, fp8_gather=True)
+    gemms.append(Gemm("attention.linear_kv_down_proj", Tn, kv_lora + rope, h))
+    mem.append(_norm("kv_layernorm", Tn, kv_lora, ctx, fused_cast=True))
+    gemms.append(Gemm("attention.linear_kv_up_proj", T, heads * (qk + v), kv_lora))
+    comms += _tp_in(ctx, kv_lora + rope, fp8_gather=True)
+    gemms.append(Gemm("attention.linear_proj", T, h, heads * v, cast_input=True))
+    comms += _tp_out(ctx, h)
+    pe = T * (heads + 1) * rope * 2 * ACT  # rotary on q_pe (per head) and the shared k_pe
+    mem.append(MemOp("rotary", pe, pe))
+    mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
+    core = _core_attention(model, ctx, heads, qk + rope, v, heads, window)
+    return Block("attention", tuple(gemms), (), tuple(mem), comms) + core
+
+
+def _attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
+    return _mla_attention(model, ctx, window) if model.multi_latent_attention else \
+        _standard_attention(model, ctx, window)
+
+
+def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool) -> Block:
+    """A TP-split MLP (dense layer or shared experts): FC1 (column), activation, FC2 (row)."""
+    T, h, tp = ctx.T, model.hidden_size, ctx.act.tp
+    fc1 = (2 * ffn if model.swiglu else ffn) // tp
+    gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused),
+             Gemm(f"{name}.linear_fc2", T, h, ffn // tp, cast_input=True))
+    mem = (_activation(f"{name}.activation", T, ffn // tp, model.swiglu),)
+    comms = _tp_in(ctx, h, fp8_gather=norm_fused) + _tp_out(ctx, h)
+    return Block("mlp", gemms, (), mem, comms)
+
+
+def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
+    norm = Block("mlp", memops=(_norm("pre_mlp_layernorm", ctx.Tn, model.hidden_size, ctx, fused_cast=True),
+                                _residual("mlp.bias_dropout_add", ctx.Tn, model.hidden_size,
+                                          model.hidden_dropout > 0)))
+    return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True)
+
+
+def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
+    """Router, token dispatch (all-to-all over EP, all-gather over ETP), grouped expert GEMMs, combine.
+
+    Permutation kernels: before the dispatch each of the Tn × top-k token copies is gathered (read and
+    written once) and after it sorted by local expert (the R received rows read and written); the
+    combine does the reverse and the probability-weighted sum writes Tn rows.
+    """
+    a, Tn, h = ctx.act, ctx.Tn, model.hidden_size
+    experts = model.num_experts or 0
+    topk = model.topk
+    R = routed_tokens(model, a)
+    local = -(-experts // ctx.ep)
+    per_expert = -(-R // local)
+    ffn = model.moe_ffn_hidden_size or 0
+    fc1 = (2 * ffn if model.swiglu else ffn) // a.etp
+    gemms = [Gemm("mlp.router", Tn, experts, h, low=False),
+             Gemm("mlp.experts.linear_fc1", per_expert, fc1, h, count=local, cast_input=True),
+             Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, cast_input=True)]
+    copies = Tn * topk
+    mem = [
+        _norm("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False),
+        # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
+        MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
+        MemOp("mlp.permute", (2 * copies + 2 * R) * h * ACT, (2 * copies + 2 * R) * h * ACT),
+        _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu),
+        MemOp("mlp.unpermute", (2 * R + copies + Tn) * h * ACT, (2 * R + copies + Tn) * h * ACT),
+        _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
+    ]
+    comms: list[Comm] = []
+    if ctx.ep > 1:
+        factor = a.moe_capacity_factor or a.moe_imbalance  # the busiest rank sets the pace
+        comms.append(Comm("ep_a2a", "all_to_all", "ep", copies * h * ACT * factor, 2, 2, "ep"))
+    if a.etp > 1:
+        comms.append(Comm("ep_a2a", "all_gather", "etp", R * h * ACT, 1, 1, "ep"))
+        comms.append(Comm("ep_a2a", "reduce_scatter", "etp", R * h * ACT, 1, 1, "ep"))
+    block = Block("mlp", tuple(gemms), (), tuple(mem), tuple(comms))
+    if model.moe_shared_expert_intermediate_size:
+        block = block + _mlp(model, ctx, "mlp.shared_experts", model.moe_shared_expert_intermediate_size,
+                             norm_fused=False)
+    return block
+
+
+@lru_cache(maxsize=4096)
+def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None = None) -> Block:
+    """One decoder layer ("dense" or "moe") for one microbatch on one rank."""
+    mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
+    b = _attention(model, ctx, window) + mlp
+    return Block(kind, b.gemms, b.attention, b.memops, b.comms)
+
+
+@lru_cache(maxsize=1024)
+def embedding_block(model: ModelSpec, ctx: OpContext) -> Block:
+    """Vocab-parallel embedding: each TP rank looks up its vocabulary shard and the partial rows are
+    all-reduced (reduce-scattered with SP). Forward reads and writes T rows; backward reads the
+    gradient and read-modify-writes the fp32 gradient rows."""
+    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
+    mem = [MemOp("embedding.lookup", 2 * T * h * ACT, T * h * (ACT + 2 * FP32))]
+    if model.position_embedding_type == "learned_absolute":
+        mem.append(MemOp("embedding.position_add", 3 * Tn * h * ACT, 0))
+    if model.hidden_dropout > 0:
+        mem.append(MemOp("embedding.dropout", Tn * h * (2 * ACT + MASK), Tn * h * (2 * ACT + MASK)))
+    comms: tuple[Comm, ...] = ()
+    if ctx.act.tp > 1:
+        comms = (Comm("tp_comm", "reduce_scatter", "tp", T * h * ACT, 1, 0, "none"),
+                 Comm("tp_comm", "all_gather", "tp", T * h * ACT, 0, 1, "none")) if ctx.act.sp else \
+            (Comm("tp_comm", "all_reduce", "tp", T * h * ACT, 1, 0, "none"),)
+    return Block("embedding", (), (), tuple(mem), comms)
+
+
+#: Unfused vocab-parallel cross-entropy (Megatron's `_VocabParallelCrossEntropy`), bytes per logit:
+#: forward = cast bf16→fp32 (2+4) + max (4) + subtract (4+4) + exp (4+4) + sum (4) + divide (4+4) = 38;
+#: backward = scale by the loss gradient (4+4) + cast back to bf16 (4+2) = 14.
+CE_UNFUSED = (38, 14)
+#: Fused cross-entropy (`--cross-entropy-loss-fusion`): two passes over the bf16 logits (max, then
+#: sum-exp and the target logit) = 4; backward reads the logits and writes their gradient = 4.
+CE_FUSED = (4, 4)
+
+
+@lru_cache(maxsize=1024)
+def loss_block(model: ModelSpec, ctx: OpContext) -> Block:
+    """Final norm, output layer (kept in bf16, as Megatron's ColumnParallelLinear) and the loss."""
+    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
+    vocab = ctx.padded_vocab // ctx.act.tp
+    logits = T * vocab
+    fwd, bwd = CE_FUSED if ctx.act.cross_entropy_fusion else CE_UNFUSED
+    mem = (_norm("final_layernorm", Tn, h, ctx, fused_cast=False),
+           MemOp("cross_entropy", logits * fwd, logits * bwd))
+    comms: tuple[Comm, ...] = ()
+    if ctx.act.tp > 1:
+        # the output layer's gathered input, and three all-reduces of T fp32 values (max, target
+        # logit, sum of exponentials) across the vocabulary shards
+        comms = _tp_in(ctx, h, fp8_gather=False) + (Comm("tp_comm", "all_reduce", "tp", T * FP32, 3, 0, "none"),)
+    return Block("loss", (Gemm("output_layer", T, vocab, h, low=False),), (), mem, comms)
+
+
+@lru_cache(maxsize=1024)
+def mtp_block(model: ModelSpec, ctx: OpContext) -> Block:
+    """One MTP module: embedding of the shifted tokens, two norms, the 2h→h projection (its input
+    gathered, its output re-split across TP), a decoder layer, and a second output layer and loss."""
+    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
+    inner = "moe" if model.moe_layers[-1] else "dense"
+    own = Block("mtp",
+                (Gemm("mtp.eh_proj", T, h // ctx.act.tp, 2 * h, cast_input=True),),
+                (),
+                (_norm("mtp.enorm", Tn, h, ctx, fused_cast=False), _norm("mtp.hnorm", Tn, h, ctx, fused_cast=False)),
+                _tp_in(ctx, 2 * h, fp8_gather=False) + _tp_out(ctx, h))
+    b = embedding_block(model, ctx) + own + layer_block(model, inner, ctx) + loss_block(model, ctx)
+    return Block("mtp", b.gemms, b.attention, b.memops, b.comms)
+
+
+def gemm_weights(block: Block) -> int:
+    """Weight elements of a block's GEMMs on this rank (for cross-checks against the parameter counter)."""
+    return sum(g.n * g.k * g.count for g in block.gemms if g.weight)

@@ -1,0 +1,224 @@
+"""The calibration profile: the few named efficiencies that turn work into time on one accelerator.
+
+Everything the projection knows about a machine comes from two places: the hardware entry
+(`hardware/<name>.yaml`: datasheet peaks, HBM and link bandwidths, latencies, each with its source) and
+this profile (`hardware/profiles/<name>.yaml`): what fraction of those peaks real kernels reach. The
+profile is deliberately small, so that `primus calibrate` can fit it from published runs:
+
+- `gemm.<format>`: the large-GEMM plateau (fraction of the dense peak of that format) and the size
+  in FLOPs at which a GEMM reaches half of it (e(F) = plateau · F / (F + half_flops), i.e. a fixed
+  cost of half_flops / (peak · plateau) seconds per GEMM: launch, prologue/epilogue, wave tail);
+- `attention`: flash-attention forward and backward efficiency against the bf16 dense peak;
+- `hbm`: the achieved fraction of HBM bandwidth by memory-bound kernels, and their half size;
+- `collectives.<kind>.<tier>`: achieved fraction of the link bandwidth per collective kind, inside
+  the scale-up domain and across it (NCCL-tests "bus bandwidth" over the wire rate);
+- `overlap.<model>`: the fraction of an available compute window a named overlap actually uses.
+
+Every number is a `Param` with a `source`; a profile says whether it was `fitted` and from what
+(`provenance`). `parameters()` / `with_parameters()` expose the flat vector a fitter needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictFloat, StrictInt, model_validator
+
+from primus.errors import InputError
+from primus.paths import data_dir
+from primus.specs.base import Bool, Spec, Text, parse_spec
+from primus.specs.hardware import ClusterSpec
+from primus.yamlio import load_mapping
+
+#: GEMM compute formats a job can run its linear layers in (see `gemm_format`).
+GemmFormat = Literal["bf16", "fp16", "fp8", "fp8_block", "mxfp8", "nvfp4"]
+GEMM_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp8_block", "mxfp8", "nvfp4")
+#: The accelerator peak each format runs at.
+PEAK_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8",
+                              "mxfp8": "fp8", "nvfp4": "fp4"}
+
+
+def gemm_format(precision: str, fp8_recipe: str | None) -> str:
+    """The format a job's linear layers run in: its precision, and for FP8 the recipe's scaling
+    (per-tensor delayed/tensorwise, DeepSeek-style 128-blocks, or MXFP8's 32-element blocks)."""
+    if precision == "fp8":
+        return {"blockwise": "fp8_block", "mxfp8": "mxfp8"}.get(fp8_recipe or "delayed", "fp8")
+    return precision
+
+
+def high_format(precision: str) -> str:
+    """The format of GEMMs Megatron keeps in high precision (router, output layer, unfused attention)."""
+    return "fp16" if precision == "fp16" else "bf16"
+
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+TIERS: tuple[str, ...] = ("scaleup", "scaleout")
+OVERLAPS: tuple[str, ...] = ("grad_reduce", "param_gather", "fsdp_prefetch", "tp_comm", "moe_a2a")
+
+Number = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1e18)]
+
+
+class Param(Spec):
+    """One named, fit-able number with its unit and where it came from."""
+
+    value: Number
+    unit: Text = ""
+    source: Text
+
+
+class GemmParams(Spec):
+    efficiency: Param
+    half_flops: Param
+
+
+class AttentionParams(Spec):
+    fwd_efficiency: Param
+    bwd_efficiency: Param
+
+
+class HbmParams(Spec):
+    efficiency: Param
+    half_bytes: Param
+
+
+class TierParams(Spec):
+    scaleup: Param
+    scaleout: Param
+
+
+class CollectiveParams(Spec):
+    """Bandwidth efficiency per collective kind and tier (reduce-scatter and all-gather move the same
+    ring traffic but reduce in different places, so each has its own entry)."""
+
+    all_reduce: TierParams
+    all_gather: TierParams
+    reduce_scatter: TierParams
+    all_to_all: TierParams
+    p2p: TierParams
+
+
+class OverlapParams(Spec):
+    """Per named overlap model: the fraction of its compute window that actually hides communication
+    (1 = the whole window; less when communication kernels slow the compute they share SMs with)."""
+
+    grad_reduce: Param
+    param_gather: Param
+    fsdp_prefetch: Param
+    tp_comm: Param
+    moe_a2a: Param
+
+
+class Profile(Spec):
+    """A calibration profile for one hardware entry."""
+
+    hardware: str = Field(min_length=1, max_length=100)
+    fitted: Bool
+    source: Text
+    provenance: Text
+    gemm: dict[GemmFormat, GemmParams]
+    attention: AttentionParams
+    hbm: HbmParams
+    collectives: CollectiveParams
+    overlap: OverlapParams
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Profile:
+        if "bf16" not in self.gemm:
+            raise ValueError("gemm needs at least a bf16 entry (router, output layer, attention BMMs)")
+        for name, value in self.parameters().items():
+            lo, hi = bounds(name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value}")
+        return self
+
+    # ---- the flat parameter vector a fitter works on ----
+
+    def parameters(self) -> dict[str, float]:
+        """Every named parameter as `dotted.name -> value` (stable order)."""
+        out: dict[str, float] = {}
+        for fmt, g in self.gemm.items():
+            out[f"gemm.{fmt}.efficiency"] = float(g.efficiency.value)
+            out[f"gemm.{fmt}.half_flops"] = float(g.half_flops.value)
+        out["attention.fwd_efficiency"] = float(self.attention.fwd_efficiency.value)
+        out["attention.bwd_efficiency"] = float(self.attention.bwd_efficiency.value)
+        out["hbm.efficiency"] = float(self.hbm.efficiency.value)
+        out["hbm.half_bytes"] = float(self.hbm.half_bytes.value)
+        for kind in COLLECTIVES:
+            tiers: TierParams = getattr(self.collectives, kind)
+            for tier in TIERS:
+                out[f"collectives.{kind}.{tier}"] = float(getattr(tiers, tier).value)
+        for name in OVERLAPS:
+            out[f"overlap.{name}"] = float(getattr(self.overlap, name).value)
+        return out
+
+    def with_parameters(self, values: Mapping[str, float], source: str = "set programmatically") -> Profile:
+        """A new, re-validated profile with some parameters replaced (their `source` becomes `source`)."""
+        data = self.model_dump()
+        known = self.parameters()
+        for name, value in values.items():
+            if name not in known:
+                raise KeyError(f"unknown profile parameter {name!r}")
+            node = data
+            parts = name.split(".")
+            for part in parts:
+                node = node[part]
+            node["value"] = float(value)
+            node["source"] = source
+        return Profile.model_validate(data)
+
+    def value(self, name: str) -> float:
+        return self.parameters()[name]
+
+
+def bounds(name: str) -> tuple[float, float]:
+    """Valid range of a parameter (also a fitter's search box): sizes are non-negative, efficiencies
+    are fractions of a peak (at least 0.001: a zero would mean infinite time), overlap fractions may
+    be 0 (nothing hidden)."""
+    if name.endswith(("half_flops", "half_bytes")):
+        return 0.0, 1e13
+    if name.startswith("overlap."):
+        return 0.0, 1.0
+    return 1e-3, 1.0
+
+
+def _strip_custom(name: str) -> str:
+    """A hardware entry with user overrides is named '<base>+custom'; its profile is the base's."""
+    return name.split("+", 1)[0]
+
+
+def profile_path(hardware_name: str) -> Path:
+    return data_dir("hardware") / "profiles" / f"{_strip_custom(hardware_name)}.yaml"
+
+
+@lru_cache(maxsize=64)
+def _load(path: str) -> Profile:
+    return parse_spec(Profile, load_mapping(Path(path)), path)
+
+
+def load_profile(cluster: ClusterSpec, ref: str | Path | None = None) -> Profile:
+    """The profile for a cluster: the shipped `hardware/profiles/<name>.yaml`, or the file `ref`.
+
+    A profile written for other hardware is refused: its efficiencies describe another machine.
+    """
+    base = _strip_custom(cluster.name)
+    if ref is None:
+        path = profile_path(cluster.name)
+        if not path.exists():
+            raise InputError(str(path), None, f"no calibration profile for hardware {base!r}; "
+                             "write one (see hardware/profiles/) or pass --profile")
+    else:
+        path = Path(ref)
+        if not path.exists():
+            raise InputError(str(path), None, "profile file does not exist")
+    profile = _load(str(path))
+    if profile.hardware != base:
+        raise InputError(str(path), "hardware",
+                         f"profile is for {profile.hardware!r} but the job runs on {base!r}")
+    return profile
+
+
+def profile_from_mapping(data: Mapping[str, Any], where: str = "profile") -> Profile:
+    return parse_spec(Profile, data, where)

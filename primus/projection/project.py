@@ -1,0 +1,342 @@
+"""`project(job, layout, profile)`: step time, throughput, MFU and an exposed-time breakdown.
+
+A step on pipeline rank r ends at end_r (its last backward, from the schedule timing) plus its tail
+(exposed gradient reduction, optimizer, parameter all-gather when not overlapped); an overlapped
+parameter all-gather delays the next step's start by what its rank's pipeline fill does not absorb.
+The step time is the largest over ranks, and the breakdown is that critical rank's time, split into
+what it computed (per category, over M microbatches), the P2P waits on its critical path, the rest of
+its idle time (bubble) and its tail, so the entries add up to the step time by construction.
+
+Model FLOPs follow Megatron's convention (`primus.specs.flops`: every GEMM 6 FLOPs per weight per
+token, attention over the full sequence, recompute not counted); MFU divides them by the dense peak
+of the job's precision (FP8 for fp8 jobs, FP4 for nvfp4).
+
+Pure apart from caches: a `Projector` is bound to one (job, profile, timer) and caches what depends
+on few axes (block costs per shape context, chunk sums, group placements), so a fitter or a ranking
+can call it thousands of times.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.memory.evaluate import MemoryModel
+from primus.memory.ledger import StateWidths
+from primus.memory.shapes import split_layout
+from primus.memory.units import param_units
+from primus.parallel import Layout, normalise
+from primus.projection.cost import (
+    ATTN,
+    CATEGORIES,
+    DPMB,
+    GEMM,
+    MEM,
+    BlockCost,
+    CostSettings,
+    block_cost,
+)
+from primus.projection.ops import ACT, OpContext, embedding_block, layer_block, loss_block, mtp_block
+from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
+from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
+from primus.projection.report import Projection, assumptions, peak_dtype
+from primus.projection.stages import ChunkWork, RankParams, block_params, chunk_keys, chunk_work, rank_params
+from primus.projection.tail import RankTail, TailSettings, rank_tail
+from primus.projection.timer import AnalyticTimer, CollectiveCall, KernelTimer
+from primus.projection.timing import PipelineTiming, time_pipeline
+from primus.specs.flops import flops_per_token
+from primus.specs.model import ModelSpec
+
+__all__ = ["Projection", "Projector", "project"]
+
+
+@lru_cache(maxsize=256)
+def _training_flops(model: ModelSpec, seq_len: int) -> int:
+    return flops_per_token(model, seq_len).training
+
+
+@dataclass(frozen=True, slots=True)
+class _Memory:
+    peak_bytes: int
+    capacity_bytes: int
+    fits: bool
+
+
+class Projector:
+    """Projection bound to one job, profile and kernel timer."""
+
+    def __init__(self, job: Job, profile: Profile | None = None, *, timer: KernelTimer | None = None,
+                 order: tuple[str, ...] = DEFAULT_ORDER) -> None:
+        self.job = job
+        self.model = job.model
+        spec = job.spec
+        self.profile = profile if profile is not None else load_profile(job.cluster)
+        analytic = AnalyticTimer(job.cluster, self.profile)
+        self.fmt = gemm_format(spec.precision, spec.effective_fp8_recipe)
+        self.high_fmt = high_format(spec.precision)
+        analytic.require(self.fmt, job.where)
+        analytic.require(self.high_fmt, job.where)
+        self.timer: KernelTimer = timer if timer is not None else analytic
+        self.measured_timer = timer is not None
+        self.order = order
+        self.memory = MemoryModel(job)
+        self.widths = StateWidths.of(spec.optimizer)
+        self.low = spec.precision not in ("bf16", "fp16")
+        self.low_width = float(self.memory.numerics.gemm_input) if self.low else None
+        self.tied = not self.model.untie_embeddings_and_output_weights
+        self.model_flops_per_token = _training_flops(self.model, spec.seq_len)
+        self.peak_flops = job.cluster.accelerator.peak_flops(peak_dtype(spec.precision))
+        self.recompute_method = spec.parallel.recompute_method or "uniform"
+        ov = self.profile.overlap
+        self.settings_base = dict(
+            fmt=self.fmt, high_fmt=self.high_fmt, low_width=self.low_width, grad_width=self.widths.grad,
+            tp_overlap=float(ov.tp_comm.value) if spec.overlap.tp_comm else None,
+            ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
+            fsdp_overlap=float(ov.fsdp_prefetch.value),
+        )
+        self._costs: dict[tuple[Any, ...], BlockCost] = {}
+        self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
+        self._keys: dict[tuple[int, int], Any] = {}
+        self._groups: dict[Layout, dict[str, GroupShape]] = {}
+        self._params: dict[tuple[int, ...], tuple[RankParams, ...]] = {}
+        self._tails: dict[tuple[Any, ...], RankTail] = {}
+
+    # ---- cached pieces ----
+
+    def groups(self, layout: Layout) -> dict[str, GroupShape]:
+        g = self._groups.get(layout)
+        if g is None:
+            g = Placement(layout, self.job.cluster.scaleup.domain_size, self.order).groups()
+            self._groups[layout] = g
+        return g
+
+    def context(self, layout: Layout) -> OpContext:
+        return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
+                         self.low)
+
+    def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
+        gkey = tuple(groups.values())
+        ck = (key, ctx, gkey, layout.sharding)
+        cost = self._costs.get(ck)
+        if cost is not None:
+            return cost
+        kind, _, windowed = key.partition(":")
+        if kind == "embedding":
+            block = embedding_block(self.model, ctx)
+        elif kind == "loss":
+            block = loss_block(self.model, ctx)
+        elif kind == "mtp":
+            block = mtp_block(self.model, ctx)
+        else:
+            block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
+        fsdp = (0.0, 0.0)
+        if layout.sharding == "fsdp":
+            pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
+            dense, expert = block_params(pu, key, self.tied)
+            g = self.widths.grad
+            gather = sum(self.timer.collective(CollectiveCall("all_gather", p * ACT, grp)).seconds
+                         for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p)
+            scatter = sum(self.timer.collective(CollectiveCall("reduce_scatter", p * g, grp)).seconds
+                          for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p)
+            fsdp = (gather, gather + scatter)
+        cost = block_cost(block, self.timer, groups, CostSettings(**self.settings_base), fsdp)
+        self._costs[ck] = cost
+        return cost
+
+    def chunk_keys(self, pp: int, vp: int) -> Any:
+        out = self._keys.get((pp, vp))
+        if out is None:
+            playout, ok = split_layout(self.model, self.job.spec.pipeline, pp, vp)
+            out = (playout, ok, chunk_keys(self.model, playout))
+            self._keys[(pp, vp)] = out
+        return out
+
+    # ---- the projection ----
+
+    def project(self, layout: Layout, method: str = "auto", *, peak: tuple[int, bool] | None = None,
+                completion: str | None = None) -> Projection:
+        """Project one complete layout. `method`: "auto" (closed form when exact, else simulation),
+        "fast" (closed form or the bottleneck bound, for ranking), "simulate" (always simulate).
+        `peak`: (peak_bytes, fits) when the caller already has the ledger's answer."""
+        job, model = self.job, self.model
+        layout = normalise(layout, is_moe=model.is_moe)
+        gbs = job.spec.global_batch_size
+        if layout.world != job.num_gpus:
+            raise InputError(job.where, "parallel",
+                             f"TP×CP×DP×PP = {layout.world} but the job has {job.num_gpus} GPUs")
+        if gbs % (layout.mbs * layout.dp):
+            raise InputError(job.where, "global_batch_size",
+                             f"{gbs} is not divisible by MBS×DP = {layout.mbs * layout.dp}")
+        m = layout.num_microbatches(gbs)
+        playout, split_ok, keys = self.chunk_keys(layout.pp, layout.vp)
+        ctx = self.context(layout)
+        groups = self.groups(layout)
+        rec = (layout.recompute, self.recompute_method, layout.recompute_num_layers)
+
+        def cost(key: str) -> BlockCost:
+            return self.block_cost(key, layout, ctx, groups)
+
+        chunks: list[ChunkWork] = []
+        for ks in keys:
+            ck = (ks, ctx, tuple(groups.values()), layout.sharding, rec)
+            w = self._chunks.get(ck)
+            if w is None:
+                w = chunk_work(ks, cost, *rec)
+                self._chunks[ck] = w
+            chunks.append(w)
+        pp, vp = layout.pp, playout.vp
+        on_rank = [[c for c in range(pp * vp) if c % pp == r] for r in range(pp)]
+        pu = param_units(model, layout.tp, layout.ep, layout.etp)
+        pkey = (pp, vp, layout.tp, layout.ep, layout.etp)
+        params = self._params.get(pkey)
+        if params is None:
+            params = self._params[pkey] = rank_params(model, playout, pu)
+        ov = self.profile.overlap
+        tail_settings = TailSettings(
+            sharding=layout.sharding, grad_width=self.widths.grad, optimizer=job.spec.optimizer,
+            grad_overlap=float(ov.grad_reduce.value) if job.spec.overlap.grad_reduce else None,
+            param_overlap=float(ov.param_gather.value)
+            if job.spec.overlap.param_gather and layout.sharding in ("dist_opt", "zero2") else None,
+            low_width=self.low_width)
+        tails: list[RankTail] = []
+        for r in range(pp):
+            bwd_w = sum(chunks[c].bwd[GEMM] + chunks[c].bwd[ATTN] + chunks[c].bwd[MEM] for c in on_rank[r])
+            fwd_w = sum(chunks[c].fwd[GEMM] + chunks[c].fwd[ATTN] + chunks[c].fwd[MEM] for c in on_rank[r])
+            tied = pu.word_embedding if self.tied and pp > 1 and r in (0, pp - 1) else 0
+            tkey = (params[r], tuple(groups.values()), tail_settings, bwd_w, fwd_w, tied)
+            tail = self._tails.get(tkey)
+            if tail is None:
+                tail = self._tails[tkey] = rank_tail(params[r], groups, self.timer, tail_settings, bwd_w, fwd_w, tied)
+            tails.append(tail)
+        fwd = [w.fwd_total for w in chunks]
+        bwd = [w.bwd_total for w in chunks]
+        if layout.sharding == "zero2":
+            for c in range(pp * vp):
+                bwd[c] += tails[c % pp].grad_per_microbatch / vp
+        h = model.hidden_size
+        p2p_bytes = ctx.T * h * ACT / (layout.tp if layout.sp else 1)
+        p2p, p2p_measured = self.timer.collective(CollectiveCall("p2p", p2p_bytes, groups["pp"]))
+        timing = time_pipeline(pp, vp, m, fwd, bwd, p2p, method)
+
+        totals = [timing.ends[r] + t.grad_exposed + t.optimizer + t.param_after for r, t in enumerate(tails)]
+        crit = max(range(pp), key=lambda r: (totals[r], -r))
+        lead = max(max(0.0, t.param_lead - timing.starts[r]) for r, t in enumerate(tails))
+        step = totals[crit] + lead
+        parts = _explain(chunks, on_rank, tails, timing, m, step, lead, p2p, layout.sharding == "zero2")
+        sources = parts.sources
+        sources["pp_p2p"] = "measured" if p2p_measured else "modelled"
+
+        if peak is None:
+            report = self.memory.evaluate(layout, strict=False)
+            mem = _Memory(report.peak_bytes, report.capacity_bytes, report.fits)
+        else:
+            mem = _Memory(peak[0], self.memory.reserves.capacity_bytes, peak[1])
+        n = job.num_gpus
+        tokens = gbs * job.spec.seq_len
+        tflops = self.model_flops_per_token * tokens / step / n / 1e12
+        return Projection(
+            layout=layout, step_time_s=step, tokens_per_s_per_gpu=tokens / step / n,
+            model_tflops_per_gpu=tflops, mfu=tflops * 1e12 / self.peak_flops,
+            peak_bytes=mem.peak_bytes, capacity_bytes=mem.capacity_bytes, fits=mem.fits,
+            breakdown={k: parts.breakdown[k] for k in BREAKDOWN_ORDER}, hidden=parts.hidden,
+            sources={k: sources[k] for k in BREAKDOWN_ORDER},
+            assumptions=assumptions(self, layout, timing.method, split_ok, m, crit, parts.rank),
+            timing=timing.method, critical_rank=crit, breakdown_rank=parts.rank, num_microbatches=m,
+            completion=completion,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    rank: int
+    breakdown: dict[str, float]
+    hidden: dict[str, float]
+    sources: dict[str, str]
+
+
+def _explain(chunks: list[ChunkWork], on_rank: list[list[int]], tails: list[RankTail], timing: PipelineTiming,
+             m: int, step: float, lead: float, p2p: float, zero2: bool) -> _Parts:
+    """Split the step into exposed seconds, seen from the bottleneck rank: the one with the most own
+    work (compute, exposed in-layer communication, tail). Its work per category plus its tail, the P2P
+    waits on its critical path, and its remaining idle time (bubble: pipeline fill and drain, and
+    waiting for slower stages) add up to the step time; step ≥ its end + tail ≥ its work + tail."""
+    pp = len(on_rank)
+    n_cat = len(CATEGORIES)
+
+    def work(r: int) -> float:
+        own = m * sum(chunks[c].fwd_total + chunks[c].bwd_total for c in on_rank[r])
+        t = tails[r]
+        return own + (m * t.grad_per_microbatch if zero2 else 0.0) + t.grad_exposed + t.optimizer + t.param_after
+
+    b = max(range(pp), key=lambda r: (work(r), -r))
+    busy, hidden_v = [0.0] * n_cat, [0.0] * n_cat
+    calls, measured = [0] * n_cat, [0] * n_cat
+    for c in on_rank[b]:
+        w = chunks[c]
+        for i in range(n_cat):
+            busy[i] += m * (w.fwd[i] + w.bwd[i])
+            hidden_v[i] += m * w.hidden[i]
+            calls[i] += w.calls[i]
+            measured[i] += w.measured[i]
+    t_b = tails[b]
+    if zero2:
+        busy[DPMB] += m * t_b.grad_per_microbatch
+    idle = timing.ends[b] - sum(busy)
+    p2p_exposed = min(max(0.0, idle), timing.p2p_on_path(b))
+    breakdown = {name: busy[i] for i, name in enumerate(CATEGORIES)}
+    breakdown["dp_grad_reduce"] += t_b.grad_exposed
+    breakdown["pp_p2p"] = p2p_exposed
+    breakdown["dp_param_gather"] = t_b.param_after + lead
+    breakdown["optimizer"] = t_b.optimizer
+    breakdown["bubble"] = step - sum(breakdown.values())
+    transfers = m * sum((c > 0) + (c < len(chunks) - 1) for c in on_rank[b]) if pp > 1 else 0
+    cat = CATEGORIES.index
+    hidden = {
+        "tp_comm": hidden_v[cat("tp_comm")],
+        "cp_comm": hidden_v[cat("cp_comm")],
+        "ep_a2a": hidden_v[cat("ep_a2a")],
+        "fsdp_comm": hidden_v[cat("fsdp_comm")],
+        "pp_p2p": max(0.0, transfers * p2p - p2p_exposed),
+        "dp_grad_reduce": t_b.grad_hidden,
+        "dp_param_gather": t_b.param_hidden + min(t_b.param_lead, timing.starts[b]),
+    }
+    sources = {name: ("measured" if calls[i] and calls[i] == measured[i] else "modelled")
+               for i, name in enumerate(CATEGORIES)}
+    sources["bubble"] = "modelled"
+    tail_source = "measured" if t_b.measured else "modelled"
+    sources["dp_param_gather"] = sources["optimizer"] = tail_source
+    if not zero2:
+        sources["dp_grad_reduce"] = tail_source
+    return _Parts(b, breakdown, hidden, sources)
+
+
+BREAKDOWN_ORDER: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recompute", "tp_comm", "cp_comm",
+                                    "ep_a2a", "fsdp_comm", "pp_p2p", "bubble", "dp_grad_reduce",
+                                    "dp_param_gather", "optimizer")
+
+_CACHE: dict[int, tuple[weakref.ref[Job], Profile | None, KernelTimer | None, Projector]] = {}
+
+
+def projector_for(job: Job, profile: Profile | None = None, timer: KernelTimer | None = None) -> Projector:
+    """A cached Projector for (job, profile, timer) — the same objects give the same projector."""
+    hit = _CACHE.get(id(job))
+    if hit is not None and hit[0]() is job and hit[1] is profile and hit[2] is timer:
+        return hit[3]
+    proj = Projector(job, profile, timer=timer)
+    if len(_CACHE) > 32:
+        _CACHE.clear()
+    _CACHE[id(job)] = (weakref.ref(job), profile, timer, proj)
+    return proj
+
+
+def project(job: Job, layout: Layout, profile: Profile | None = None, *, timer: KernelTimer | None = None,
+            method: str = "auto") -> Projection:
+    """Project one complete layout of `job` (profile: the hardware's shipped one by default)."""
+    return projector_for(job, profile, timer).project(layout, method)
+
+
+__all__ += ["BREAKDOWN_ORDER", "PEAK_DTYPE", "projector_for"]

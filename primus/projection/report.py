@@ -1,0 +1,133 @@
+"""The projection's result object and the assumptions it states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from primus.parallel import Layout
+
+if TYPE_CHECKING:
+    from primus.projection.project import Projector
+
+FLOP_CONVENTION = ("model FLOPs in Megatron's convention: 6 per GEMM weight per token (output layer included), "
+                   "attention counted over the full sequence, recompute not counted")
+
+
+def peak_dtype(precision: str) -> str:
+    """The dense peak MFU is measured against: the job's own precision (FP4 for nvfp4)."""
+    return {"nvfp4": "fp4"}.get(precision, precision)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projected layout: the headline figures, an exposed-time breakdown that adds up to
+    `step_time_s`, what overlap hid, where each figure came from, and the assumptions behind it."""
+
+    layout: Layout
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    peak_bytes: int
+    capacity_bytes: int
+    fits: bool
+    breakdown: dict[str, float]
+    hidden: dict[str, float]
+    sources: dict[str, str]
+    assumptions: tuple[str, ...]
+    timing: str
+    critical_rank: int
+    breakdown_rank: int
+    num_microbatches: int
+    completion: str | None = field(default=None)
+
+    def with_completion(self, text: str) -> Projection:
+        return Projection(**{**self.__dict__, "completion": text})
+
+    def to_json(self) -> dict[str, Any]:
+        parallel = self.layout.as_parallel()
+        parallel["schedule"] = self.layout.schedule
+        return {
+            "parallel": parallel,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_bytes": self.peak_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+            "hidden": dict(self.hidden),
+            "sources": dict(self.sources),
+            "timing": self.timing,
+            "critical_rank": self.critical_rank,
+            "breakdown_rank": self.breakdown_rank,
+            "num_microbatches": self.num_microbatches,
+            "completion": self.completion,
+            "flop_convention": FLOP_CONVENTION,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _group(name: str, g: Any) -> str:
+    if g.size == 1:
+        return f"{name} 1"
+    where = "inside one scale-up domain" if g.domains == 1 else f"over {g.domains} domains ({g.per_domain} per domain)"
+    return f"{name} {g.size} {where}"
+
+
+def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: int, crit: int,
+                bottleneck: int) -> tuple[str, ...]:
+    """What the number rests on, in words (short: built for every projection)."""
+    prof, spec, cluster = p.profile, p.job.spec, p.job.cluster
+    acc = cluster.accelerator
+    g = prof.gemm[p.fmt]
+    out = [
+        f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
+        f"linear layers in {p.fmt}: plateau {float(g.efficiency.value):.2f} of the dense "
+        f"{acc.peak_tflops.get(_peak(p.fmt), 0):,.0f} TFLOP/s, half-efficiency at {float(g.half_flops.value):.3g} FLOPs; "
+        f"router and output layer in {p.high_fmt}",
+    ]
+    if spec.kernels.flash_attention:
+        out.append(f"flash attention over the causal half (with CP: 1/CP of it per rank), backward 5 matmuls to "
+                   f"the forward's 2, at {float(prof.attention.fwd_efficiency.value):.2f} / "
+                   f"{float(prof.attention.bwd_efficiency.value):.2f} of the bf16 peak")
+    else:
+        out.append("unfused attention: score and context BMMs over the full s×s at the GEMM rate, plus softmax passes")
+    out.append(f"memory-bound kernels (norms, activations, residuals, rotary, permutes, casts, loss) at "
+               f"{float(prof.hbm.efficiency.value):.2f} of {acc.hbm_bandwidth_gb_s:,.0f} GB/s")
+    gr = p.groups(layout)
+    out.append(f"ranks in order {'-'.join(p.order)} ({cluster.scaleup.domain_size}-GPU {cluster.scaleup.topology} "
+               f"domains): " + ", ".join(_group(n, gr[k]) for n, k in (
+                   ("TP", "tp"), ("DP×CP", "dp_cp"), ("EP", "ep"), ("expert-DP", "edp"))))
+    out.append(f"{layout.schedule} schedule, PP {layout.pp} × VP {layout.vp}, {m} microbatches, timed by {method}; "
+               f"pipeline rank {crit} ends last, rank {bottleneck} has the most work (the breakdown's view); P2P sends of each activation ({'sequence-split' if layout.sp else 'full'} "
+               "across TP) as a link delay")
+    if not split_ok:
+        out.append("Megatron cannot split the layers this way with the job's pipeline options; the most balanced "
+                   "split is timed instead")
+    ov = spec.overlap
+    on = [n for n, flag in (("gradient reduce", ov.grad_reduce), ("param gather", ov.param_gather),
+                            ("TP comm", ov.tp_comm), ("MoE all-to-all", ov.moe_a2a)) if flag]
+    out.append(f"overlap on: {', '.join(on) or 'none'}; DP buckets of max(40M, 1M×DP×CP) parameters, gradients "
+               f"reduced in {spec.optimizer.main_grads_dtype}")
+    rec = {"none": "no recompute", "selective": "selective recompute re-runs core attention in backward",
+           "full": f"full recompute ({p.recompute_method}) re-runs the layer forward in backward"}
+    out.append(rec[layout.recompute])
+    if p.model.is_moe:
+        out.append(f"MoE: {spec.moe.token_dispatcher} dispatcher costed as all-to-all over EP (+ all-gather/"
+                   f"reduce-scatter over ETP), balanced routing × imbalance {spec.moe.imbalance}"
+                   + (f", capacity factor {spec.moe.capacity_factor}" if spec.moe.capacity_factor else ""))
+    if layout.cp > 1:
+        out.append("context parallel: ring attention (P2P KV exchange per step, pipelined with attention)")
+    out.append(f"{FLOP_CONVENTION}; MFU against the dense {peak_dtype(spec.precision)} peak "
+               f"{p.peak_flops / 1e12:,.0f} TFLOP/s")
+    out.append("peak memory from the byte ledger (primus memory)")
+    return tuple(out)
+
+
+def _peak(fmt: str) -> str:
+    from primus.projection.profile import PEAK_DTYPE
+
+    return PEAK_DTYPE[fmt]

@@ -1,0 +1,151 @@
+"""Why a question has no answer: the violation matrix, minimal cores, nearest legal layouts.
+
+Every structurally possible layout (world size, batch and MoE folding hold by construction) is
+evaluated once against every hard rule and every pin, giving a boolean matrix: row = layout, column =
+constraint, True = violated. A set of constraints is feasible iff some row violates none of them, so a
+minimal core is found by deletion in microseconds per test, and the nearest legal layouts are the rows
+that violate no rule and the fewest pins. `certify` re-checks a core with CP-SAT's assumption
+literals (`SufficientAssumptionsForInfeasibility`), the engine the rules also compile to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primus.rules.vector import evaluate_vector
+from primus.solver.api import Question
+from primus.solver.pins import PIN_AXES, pin_mask
+from primus.solver.ruleset import DEFINITIONAL, RuleSet
+from primus.solver.vector import Candidates, Enumerator
+
+
+@dataclass
+class Violations:
+    names: list[str]  # rule ids, then pin:<axis>
+    matrix: np.ndarray  # (rows, constraints) True where violated
+    cands: Candidates
+
+    def feasible(self, active: list[int]) -> bool:
+        if not active:
+            return self.cands.n > 0
+        return bool((~self.matrix[:, active].any(axis=1)).any())
+
+
+def violations(question: Question) -> Violations:
+    base = RuleSet(tuple(r for r in question.ruleset.rules if r.id in DEFINITIONAL))
+    cands = Enumerator(question.tables, base, {}).run()
+    n = cands.n
+    env = {**{k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in question.space.facts.items()},
+           **cands.cols}
+    names: list[str] = []
+    columns: list[np.ndarray] = []
+    for rule, expr in question.ruleset.hard():
+        names.append(rule.id)
+        columns.append(~evaluate_vector(expr, env, n))
+    for axis in PIN_AXES:
+        if axis in question.pins:
+            names.append(f"pin:{axis}")
+            columns.append(~pin_mask(cands.cols, axis, question.pins[axis], question.job.model.is_moe, n))
+    matrix = np.stack(columns, axis=1) if columns else np.zeros((n, 0), dtype=bool)
+    return Violations(names, matrix, cands)
+
+
+def _deletion_order(name: str) -> tuple[int, str]:
+    """Try to drop non-memory rules first, then pins, the memory rule last: cores then explain a refusal
+    with the memory rule and the guilty pins whenever that is a valid explanation."""
+    if name == "memory":
+        return (2, name)
+    return (1, name) if name.startswith("pin:") else (0, name)
+
+
+def minimal_core(v: Violations) -> tuple[str, ...]:
+    """A subset of constraints with no satisfying layout, from which no member can be removed."""
+    all_idx = list(range(len(v.names)))
+    if v.feasible(all_idx):
+        return ()
+    current = sorted(all_idx, key=lambda i: _deletion_order(v.names[i]))
+    for i in list(current):
+        trial = [j for j in current if j != i]
+        if not v.feasible(trial):
+            current = trial
+    return tuple(sorted((v.names[i] for i in current), key=_deletion_order))
+
+
+# The definition a pin breaks when no structurally possible layout has that value at all.
+_DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
+               "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
+
+
+def explain_structural(v: Violations, core: tuple[str, ...]) -> tuple[str, ...]:
+    """A pin no layout can satisfy (e.g. TP 16 on 8 GPUs) is infeasible on its own; name the
+    definition it breaks (world-size, moe-folding, batch-divisible) next to it."""
+    extra = []
+    for name in core:
+        if name.startswith("pin:") and name[4:] in _DEFINED_BY:
+            col = v.names.index(name)
+            if v.matrix[:, col].all():
+                extra.append(_DEFINED_BY[name[4:]])
+    return tuple(dict.fromkeys([*extra, *core]))
+
+
+def certify(question: Question, core: tuple[str, ...]) -> bool:
+    """CP-SAT agrees that the core's rules and pins admit no layout (INFEASIBLE under those assumptions)."""
+    from ortools.sat.python import cp_model
+
+    from primus.solver.cpsat import ModelBuilder, new_solver
+
+    built = ModelBuilder(question.tables, question.ruleset, question.pins).build()
+    lits = {**built.rule_lits, **built.pin_lits}
+    built.model.clear_assumptions()
+    built.model.add_assumptions([lits[name] for name in core if name in lits])
+    solver = new_solver(120.0)
+    return solver.solve(built.model) == cp_model.INFEASIBLE
+
+
+def rule_columns(v: Violations) -> list[int]:
+    return [i for i, name in enumerate(v.names) if not name.startswith("pin:")]
+
+
+def pin_columns_idx(v: Violations) -> list[int]:
+    return [i for i, name in enumerate(v.names) if name.startswith("pin:")]
+
+
+def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
+    """Rows legal under every rule, fewest pins violated first, then least memory, then canonical;
+    one row per distinct assignment of the pinned axes."""
+    rules = rule_columns(v)
+    pins = pin_columns_idx(v)
+    legal = ~v.matrix[:, rules].any(axis=1) if rules else np.ones(v.cands.n, dtype=bool)
+    idx = np.flatnonzero(legal)
+    if len(idx) == 0:
+        return []
+    distance = v.matrix[idx][:, pins].sum(axis=1) if pins else np.zeros(len(idx), dtype=np.int64)
+    peak = v.cands.cols["peak_bytes"][idx]
+    canon = np.empty(v.cands.n, dtype=np.int64)
+    canon[v.cands.canonical_order()] = np.arange(v.cands.n)
+    order = np.lexsort((canon[idx], peak, distance))
+    out: list[tuple[int, list[str]]] = []
+    seen: set[tuple[int, ...]] = set()
+    pinned_axes = [v.names[i][4:] for i in pins]
+    for k in order:
+        row = int(idx[k])
+        key = tuple(int(v.cands.cols[a][row]) if a in v.cands.cols else 0 for a in pinned_axes)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((row, [v.names[i] for i in pins if v.matrix[row, i]]))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def closest_request_row(v: Violations) -> int | None:
+    """The row satisfying every pin (rules aside) with the least memory: what was asked for, evaluated."""
+    pins = pin_columns_idx(v)
+    ok = ~v.matrix[:, pins].any(axis=1) if pins else np.ones(v.cands.n, dtype=bool)
+    idx = np.flatnonzero(ok)
+    if len(idx) == 0:
+        return None
+    return int(idx[np.argmin(v.cands.cols["peak_bytes"][idx])])

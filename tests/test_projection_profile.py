@@ -1,0 +1,143 @@
+"""Specification of the calibration profiles: every hardware entry has one, every number has a source,
+and every named parameter moves the projection the way its meaning says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from primus.catalog.hardware import catalog_hardware, resolve_hardware
+from primus.errors import InputError
+from primus.job import Job, job_from_mapping
+from primus.parallel import Layout
+from primus.projection import Projector, load_profile, profile_from_mapping
+from primus.projection.profile import bounds, profile_path
+
+
+@pytest.mark.parametrize("slug", catalog_hardware())
+def test_every_hardware_entry_has_a_starting_profile(slug: str) -> None:
+    cluster = resolve_hardware(slug, "test")
+    prof = load_profile(cluster)
+    assert prof.hardware == slug
+    assert prof.fitted is False
+    assert prof.source and prof.provenance
+    data = yaml.safe_load(Path(profile_path(slug)).read_text())
+
+    def leaves(node: Any) -> list[dict[str, Any]]:
+        if isinstance(node, dict) and "value" in node:
+            return [node]
+        if isinstance(node, dict):
+            return [x for v in node.values() for x in leaves(v)]
+        return []
+
+    params = leaves(data)
+    assert len(params) == len(prof.parameters())
+    assert all(len(p["source"]) > 20 for p in params)
+    for fmt in prof.gemm:  # a format is only listed where the accelerator has that peak
+        from primus.projection.profile import PEAK_DTYPE
+
+        assert PEAK_DTYPE[fmt] in cluster.accelerator.peak_tflops
+
+
+def test_parameters_round_trip_and_stay_in_bounds() -> None:
+    prof = load_profile(resolve_hardware("h100-80gb", "test"))
+    names = prof.parameters()
+    assert "gemm.bf16.efficiency" in names and "collectives.all_to_all.scaleout" in names
+    changed = prof.with_parameters({"gemm.bf16.efficiency": 0.5}, source="fit 2026")
+    assert changed.value("gemm.bf16.efficiency") == 0.5
+    assert changed.gemm["bf16"].efficiency.source == "fit 2026"
+    assert prof.value("gemm.bf16.efficiency") == 0.8  # frozen: the original is untouched
+    with pytest.raises(KeyError):
+        prof.with_parameters({"gemm.bf16.eficiency": 0.5})
+    with pytest.raises(ValueError):
+        prof.with_parameters({"hbm.efficiency": 1.5})
+    assert bounds("overlap.tp_comm") == (0.0, 1.0)
+    assert bounds("gemm.fp8.half_flops")[0] == 0.0
+
+
+def test_a_profile_for_other_hardware_is_refused(tmp_path: Path) -> None:
+    src = Path(profile_path("mi300x"))
+    other = tmp_path / "p.yaml"
+    other.write_text(src.read_text())
+    with pytest.raises(InputError, match="profile is for 'mi300x'"):
+        load_profile(resolve_hardware("h100-80gb", "test"), other)
+    with pytest.raises(InputError, match="does not exist"):
+        load_profile(resolve_hardware("h100-80gb", "test"), tmp_path / "missing.yaml")
+    bad = yaml.safe_load(src.read_text())
+    bad["gemm"].pop("bf16")
+    with pytest.raises(InputError, match="bf16"):
+        profile_from_mapping(bad)
+
+
+# ---- every named parameter moves the projection in the expected direction ---------------------------
+
+
+def _job(model: str = "llama3.1-8b", hw: str = "h100-80gb", gpus: int = 8, seq: int = 4096, gbs: int = 8,
+         precision: str = "bf16", **extra: Any) -> Job:
+    data: dict[str, Any] = {"model": model, "hardware": hw, "gpus": gpus, "seq_len": seq,
+                            "global_batch_size": gbs, "precision": precision, **extra}
+    return job_from_mapping(data, "test")
+
+
+def _lay(tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, dp: int = 1, mbs: int = 1, sharding: str = "dist_opt",
+         vp: int = 1, sp: bool = True) -> Layout:
+    return Layout(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=1, dp=dp, mbs=mbs, sp=sp and tp > 1, recompute="none",
+                  sharding=sharding)
+
+
+NO_OVERLAP = {"overlap": {"grad_reduce": False, "param_gather": False}}
+# A job and a complete layout in which each parameter is on the step's critical path.
+CASES: dict[str, tuple[Job, Layout]] = {
+    "gemm.bf16": (_job(), _lay(dp=8)),
+    "gemm.fp16": (_job(precision="fp16"), _lay(dp=8)),
+    "gemm.fp8": (_job(precision="fp8"), _lay(dp=8)),
+    "gemm.fp8_block": (_job(precision="fp8", fp8_recipe="blockwise"), _lay(dp=8)),
+    "gemm.mxfp8": (_job(hw="b200", precision="fp8", fp8_recipe="mxfp8"), _lay(dp=8)),
+    "gemm.nvfp4": (_job(hw="b200", precision="nvfp4"), _lay(dp=8)),
+    "attention": (_job(seq=16384), _lay(dp=8)),
+    "hbm": (_job(), _lay(dp=8)),
+    "collectives.all_reduce.scaleup": (_job(), _lay(tp=8, sp=False)),
+    "collectives.all_reduce.scaleout": (_job(gpus=16, gbs=16, seq=1024, **NO_OVERLAP), _lay(dp=16, sharding="none")),
+    "collectives.all_gather.scaleup": (_job(), _lay(tp=8)),
+    "collectives.all_gather.scaleout": (_job(gpus=16, gbs=16, seq=1024, **NO_OVERLAP), _lay(dp=16)),
+    "collectives.reduce_scatter.scaleup": (_job(), _lay(tp=8)),
+    "collectives.reduce_scatter.scaleout": (_job(gpus=16, gbs=16, seq=1024, **NO_OVERLAP), _lay(dp=16)),
+    "collectives.all_to_all.scaleup": (_job("mixtral-8x7b", gbs=8), _lay(tp=1, ep=8, dp=8)),
+    "collectives.all_to_all.scaleout": (_job("qwen3-30b-a3b", gpus=16, gbs=16), _lay(ep=16, dp=16)),
+    "collectives.p2p.scaleup": (_job(gbs=4), _lay(tp=2, pp=4)),
+    "collectives.p2p.scaleout": (_job(gpus=16, gbs=4), _lay(tp=8, pp=2)),
+    "overlap.grad_reduce": (_job(gpus=16, gbs=16, seq=1024), _lay(dp=16)),
+    "overlap.param_gather": (_job(gpus=16, gbs=16, seq=1024), _lay(dp=16)),
+    "overlap.fsdp_prefetch": (_job(gpus=16, gbs=16, seq=1024), _lay(dp=16, sharding="fsdp")),
+    "overlap.tp_comm": (_job(gpus=16, gbs=1, seq=1024, overlap={"tp_comm": True}), _lay(tp=16)),
+    "overlap.moe_a2a": (_job("qwen3-30b-a3b", gpus=16, gbs=16, overlap={"moe_a2a": True}), _lay(ep=16, dp=16)),
+}
+
+
+def _case(name: str) -> tuple[Job, Layout]:
+    for key in sorted(CASES, key=len, reverse=True):
+        if name == key or name.startswith(key + "."):
+            return CASES[key]
+    raise KeyError(name)
+
+
+def _all_parameter_names() -> list[str]:
+    names: set[str] = set()
+    for slug in catalog_hardware():
+        names |= set(load_profile(resolve_hardware(slug, "test")).parameters())
+    return sorted(names)
+
+
+@pytest.mark.parametrize("name", _all_parameter_names())
+def test_each_named_parameter_moves_the_step_time_the_expected_way(name: str) -> None:
+    """Lower efficiency or overlap → slower; larger fixed-cost sizes (half_flops, half_bytes) → slower."""
+    job, layout = _case(name)
+    prof = load_profile(job.cluster)
+    base = Projector(job, prof).project(layout)
+    value = prof.value(name)
+    worse = value * 2 + 1e9 if name.endswith(("half_flops", "half_bytes")) else value * 0.7
+    changed = Projector(job, prof.with_parameters({name: worse})).project(layout)
+    assert changed.step_time_s > base.step_time_s * (1 + 1e-9), (name, base.breakdown, changed.breakdown)
