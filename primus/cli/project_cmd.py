@@ -10,6 +10,8 @@ from primus.job import load_job
 from primus.projection import BREAKDOWN_ORDER, NothingFits, Projection, complete_and_project, load_profile
 from primus.projection.report import FLOP_CONVENTION
 
+ALWAYS = ("gemm", "attention", "memory_bound", "bubble", "optimizer")
+
 
 def print_projection(p: Projection, title: str) -> None:
     con = stdout_console()
@@ -26,7 +28,7 @@ def print_projection(p: Projection, title: str) -> None:
     for name in BREAKDOWN_ORDER:
         exposed = p.breakdown[name]
         hidden = p.hidden.get(name)
-        if exposed == 0 and not hidden:
+        if exposed == 0 and not hidden and name not in ALWAYS:
             continue
         rows.append((name, f"{exposed:,.4f}", f"{exposed / p.step_time_s * 100:5.1f}%",
                      "-" if hidden is None else f"{hidden:,.4f}", p.sources[name]))

@@ -64,6 +64,7 @@ class ActContext:
     cross_entropy_fusion: bool = False
     moe_capacity_factor: float | None = None
     moe_imbalance: float = 1.0
+    framework: str = "megatron"
 
     @property
     def tokens(self) -> int:
@@ -210,9 +211,35 @@ def layer_bytes(model: ModelSpec, kind: str, ctx: ActContext, recompute: str) ->
     the inventory, less core-attention tensors for selective; "ckpt" = a fully recomputed layer)."""
     if recompute == "ckpt":
         return checkpoint_bytes(model, ctx)
+    if recompute == "selective" and ctx.framework == "torchtitan" and kind == "dense":
+        return sum(s.bytes for s in torchtitan_op_sac(model, ctx))
     inv = layer_inventory(model, kind, ctx)
     drop = recompute == "selective"
     return sum(s.bytes for s in inv if not (drop and s.core_attn_only))
+
+
+def torchtitan_op_sac(model: ModelSpec, ctx: ActContext) -> list[Saved]:
+    """torchtitan's selective activation checkpointing (`selective_ac_option: op`): inside each
+    TransformerBlock only the block input, every other matmul output (wq, wv, w1, w2 of the order wq, wk,
+    wv, wo, w1, w3, w2) and the attention kernel's outputs are kept; norms, activations and the other
+    matmuls are recomputed. Matmul outputs are bf16 also under float8 training."""
+    t = ctx.tp
+    T = ctx.tokens
+    h = model.hidden_size
+    d = model.head_dim
+    heads = model.num_attention_heads // t
+    groups = max(model.query_groups // t, 1)
+    ffn = model.ffn_hidden_size or 0
+    act = ctx.numerics.activation
+    return [
+        Saved("block.input", T // ctx.sp_div * h, act),
+        Saved("attention.wq.output", T * heads * d, act),
+        Saved("attention.wv.output", T * groups * d, act),
+        Saved("core_attention.output", T * heads * d, act),
+        Saved("core_attention.softmax_lse", T * heads, FP32),
+        Saved("feed_forward.w1.output", T * ffn // t, act),
+        Saved("feed_forward.w2.output", T // ctx.sp_div * h, act),
+    ]
 
 
 @lru_cache(maxsize=4096)

@@ -88,6 +88,7 @@ class MemoryModel:
             numerics=self.numerics, flash_attention=spec.kernels.flash_attention,
             cross_entropy_fusion=spec.kernels.cross_entropy_fusion,
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
+            framework=spec.framework,
         )
 
     def pipeline_key(self, layout: Layout) -> PipelineKey:
@@ -154,7 +155,10 @@ class MemoryModel:
                    f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
         out.append("flash attention: q, k, v, output and fp32 log-sum-exp kept, no s×s scores"
                    if spec.kernels.flash_attention else "unfused attention: s×s softmax (and dropout) kept")
-        rec = {"none": "no recompute", "selective": "selective recompute of core attention",
+        selective = ("torchtitan op-level selective checkpointing (block input, every other matmul output and "
+                     "the attention outputs kept)" if spec.framework == "torchtitan"
+                     else "selective recompute of core attention")
+        rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}
         out.append(rec[layout.recompute])

@@ -384,7 +384,7 @@ def loss_block(model: ModelSpec, ctx: OpContext) -> Block:
     if ctx.act.tp > 1:
         # the output layer's gathered input, and three all-reduces of T fp32 values (max, target
         # logit, sum of exponentials) across the vocabulary shards
-        comms = _tp_in(ctx, h, fp8_gather=False) + (Comm("tp_comm", "all_reduce", "tp", T * FP32, 3, 0, "none"),)
+        comms = (*_tp_in(ctx, h, fp8_gather=False), Comm("tp_comm", "all_reduce", "tp", T * FP32, 3, 0, "none"))
     return Block("loss", (Gemm("output_layer", T, vocab, h, low=False),), (), mem, comms)
 
 

@@ -92,7 +92,7 @@ class Projector:
         self.peak_flops = job.cluster.accelerator.peak_flops(peak_dtype(spec.precision))
         self.recompute_method = spec.parallel.recompute_method or "uniform"
         ov = self.profile.overlap
-        self.settings_base = dict(
+        self.cost_settings = CostSettings(
             fmt=self.fmt, high_fmt=self.high_fmt, low_width=self.low_width, grad_width=self.widths.grad,
             tp_overlap=float(ov.tp_comm.value) if spec.overlap.tp_comm else None,
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
@@ -143,7 +143,7 @@ class Projector:
             scatter = sum(self.timer.collective(CollectiveCall("reduce_scatter", p * g, grp)).seconds
                           for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p)
             fsdp = (gather, gather + scatter)
-        cost = block_cost(block, self.timer, groups, CostSettings(**self.settings_base), fsdp)
+        cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp)
         self._costs[ck] = cost
         return cost
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from primus.parallel import Layout
+from primus.projection.profile import PEAK_DTYPE
 
 if TYPE_CHECKING:
     from primus.projection.project import Projector
@@ -82,12 +83,12 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     """What the number rests on, in words (short: built for every projection)."""
     prof, spec, cluster = p.profile, p.job.spec, p.job.cluster
     acc = cluster.accelerator
-    g = prof.gemm[p.fmt]
+    eff, half = prof.value(f"gemm.{p.fmt}.efficiency"), prof.value(f"gemm.{p.fmt}.half_flops")
+    peak = acc.peak_flops(PEAK_DTYPE[p.fmt]) / 1e12
     out = [
         f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
-        f"linear layers in {p.fmt}: plateau {float(g.efficiency.value):.2f} of the dense "
-        f"{acc.peak_tflops.get(_peak(p.fmt), 0):,.0f} TFLOP/s, half-efficiency at {float(g.half_flops.value):.3g} FLOPs; "
-        f"router and output layer in {p.high_fmt}",
+        f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {peak:,.0f} TFLOP/s, half-efficiency at "
+        f"{half:.3g} FLOPs; router and output layer in {p.high_fmt}",
     ]
     if spec.kernels.flash_attention:
         out.append(f"flash attention over the causal half (with CP: 1/CP of it per rank), backward 5 matmuls to "
@@ -98,12 +99,15 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append(f"memory-bound kernels (norms, activations, residuals, rotary, permutes, casts, loss) at "
                f"{float(prof.hbm.efficiency.value):.2f} of {acc.hbm_bandwidth_gb_s:,.0f} GB/s")
     gr = p.groups(layout)
+    named = [("TP", "tp"), ("CP", "cp_group"), ("DP×CP", "dp_cp"), ("PP", "pp")]
+    if p.model.is_moe:
+        named += [("EP", "ep"), ("expert-TP", "etp"), ("expert-DP", "edp")]
     out.append(f"ranks in order {'-'.join(p.order)} ({cluster.scaleup.domain_size}-GPU {cluster.scaleup.topology} "
-               f"domains): " + ", ".join(_group(n, gr[k]) for n, k in (
-                   ("TP", "tp"), ("DP×CP", "dp_cp"), ("EP", "ep"), ("expert-DP", "edp"))))
+               "domains): " + ", ".join(_group(n, gr[k]) for n, k in named))
+    split = "sequence-split" if layout.sp else "full"
     out.append(f"{layout.schedule} schedule, PP {layout.pp} × VP {layout.vp}, {m} microbatches, timed by {method}; "
-               f"pipeline rank {crit} ends last, rank {bottleneck} has the most work (the breakdown's view); P2P sends of each activation ({'sequence-split' if layout.sp else 'full'} "
-               "across TP) as a link delay")
+               f"pipeline rank {crit} ends last, rank {bottleneck} has the most work (the breakdown's view); "
+               f"P2P sends of each activation ({split} across TP) as a link delay")
     if not split_ok:
         out.append("Megatron cannot split the layers this way with the job's pipeline options; the most balanced "
                    "split is timed instead")
@@ -126,8 +130,3 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append("peak memory from the byte ledger (primus memory)")
     return tuple(out)
 
-
-def _peak(fmt: str) -> str:
-    from primus.projection.profile import PEAK_DTYPE
-
-    return PEAK_DTYPE[fmt]

@@ -99,6 +99,7 @@ class JobSpec(Spec):
     global_batch_size: Annotated[StrictInt, Field(ge=1, le=100_000_000)]
     precision: Precision = "bf16"
     fp8_recipe: Fp8Recipe | None = None
+    framework: Literal["megatron", "torchtitan"] = "megatron"
     parallel: ParallelPins = ParallelPins()
     schedule: Schedule = "auto"
     pipeline: PipelineOptions = PipelineOptions()
