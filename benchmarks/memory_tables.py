@@ -24,7 +24,8 @@ GT = ROOT.parent / "shared" / "ground_truth" / "runs_dev.csv"
 
 
 def megatron_table() -> None:
-    print("| model | GPUs | TP | PP | CP | sharding | params on stage 0 | primus W+G+O bytes | Megatron formula | diff |")
+    print("| model | GPUs | TP | PP | CP | sharding | params on stage 0 | primus W+G+O bytes | Megatron formula "
+          "| diff |")
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     cases = [("llama3.1-70b", 16, 8, 1, 1, "dist_opt"), ("llama3.1-70b", 64, 8, 1, 2, "dist_opt"),
              ("llama3.1-8b", 8, 2, 1, 1, "dist_opt"), ("llama3.1-8b", 16, 1, 1, 1, "none"),

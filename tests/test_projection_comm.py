@@ -93,3 +93,17 @@ def test_single_rank_groups_cost_nothing() -> None:
         assert h.time(kind, 1e9, GroupShape(1, 1)) == 0.0
     with pytest.raises(ValueError):
         h.time("broadcast", 1e9, GroupShape(2, 2))
+
+
+def test_deduplicating_dispatch_sends_each_token_once_per_remote_domain() -> None:
+    h = links("h100-80gb")
+    unique = 1e8  # bytes of this rank's distinct tokens
+    group = GroupShape(16, 8)  # EP 16 over two nodes
+    flex = h.time("dispatch", unique, group, fanout=8)
+    hit = 1 - (1 - 1 / 2) ** 8  # the chance a token needs the other node at all
+    nic = 50e9 * h.eff["all_to_all"][1]
+    assert flex >= hit * unique / nic
+    plain = h.time("all_to_all", unique * 8, group)  # the same tokens as top-k copies
+    assert flex < plain / 3
+    assert h.time("dispatch", unique, GroupShape(8, 8), fanout=8) == pytest.approx(
+        h.alpha_up + 8 * 7 / 8 * unique / (450e9 * h.eff["all_to_all"][0]))

@@ -143,3 +143,12 @@ def test_fp8_keeps_router_and_output_layer_in_high_precision() -> None:
     assert not next(g for g in block.gemms if g.name == "mlp.router").low
     assert not loss_block(m, c).gemms[0].low
     assert mtp_block(m, c).gemms  # MTP: projection, a layer, an output layer
+
+
+@pytest.mark.parametrize(("dispatcher", "kinds"), [("alltoall", {"all_to_all"}), ("flex", {"dispatch"}),
+                                                   ("allgather", {"all_gather", "reduce_scatter"})])
+def test_token_dispatchers(dispatcher: str, kinds: set[str]) -> None:
+    m = model("qwen3-30b-a3b")
+    base = ctx(m, ep=16)
+    c = OpContext(base.act, 16, base.padded_vocab, False, dispatcher)
+    assert {x.kind for x in layer_block(m, "moe", c).comms if x.name == "ep_a2a"} == kinds

@@ -14,10 +14,12 @@ from primus.parallel import Layout
 from primus.projection import (
     BREAKDOWN_ORDER,
     AnalyticTimer,
+    AttentionCall,
     GemmCall,
     MeasuredTimer,
     NothingFits,
     Projector,
+    RecordingTimer,
     complete_and_project,
     load_profile,
     project,
@@ -169,6 +171,19 @@ def test_measured_times_replace_modelled_ones_and_are_reported() -> None:
     assert measured.sources["attention"] == "modelled"
     assert measured.breakdown["gemm"] == pytest.approx(2 * modelled.breakdown["gemm"])
     assert MeasuredTimer(analytic, {}).gemm(GemmCall("bf16", 64, 64, 64, 1, 2, 2)).measured is False
+
+
+def test_a_measured_table_keyed_by_the_recorded_calls_replaces_the_model() -> None:
+    j = job()
+    layout = lay(tp=2, dp=4)
+    analytic = AnalyticTimer(j.cluster, load_profile(j.cluster))
+    recorder = RecordingTimer(analytic)
+    modelled = Projector(j, timer=recorder).project(layout)
+    table = {c: analytic.attention(c).seconds * 3 for c in recorder.calls if isinstance(c, AttentionCall)}
+    assert table  # the kernels a measurement campaign would time
+    measured = Projector(j, timer=MeasuredTimer(analytic, table)).project(layout)
+    assert measured.sources["attention"] == "measured" and measured.sources["gemm"] == "modelled"
+    assert measured.breakdown["attention"] == pytest.approx(3 * modelled.breakdown["attention"])
 
 
 def test_layouts_that_megatron_cannot_build_are_refused() -> None:

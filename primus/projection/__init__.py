@@ -24,6 +24,7 @@ from primus.projection.timer import (
     KernelTimer,
     MeasuredTimer,
     MemoryCall,
+    RecordingTimer,
     Timed,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "Profile",
     "Projection",
     "Projector",
+    "RecordingTimer",
     "Timed",
     "complete_and_project",
     "gemm_format",

@@ -16,6 +16,11 @@ Algorithms (bandwidth terms; the textbook ring costs NCCL's tuning model also us
 - all-reduce: twice that (reduce-scatter + all-gather), or, with in-switch reduction (NVLink SHARP)
   inside one domain, S each way (each GPU sends its buffer to the switch once and reads the sum once);
 - all-to-all of S bytes per rank: (k−1)/N·S stays in the domain, (N−k)/N·S leaves it over the NIC share;
+- "dispatch" (a deduplicating token dispatcher such as DeepEP, Megatron's `flex`): S bytes of unique
+  tokens per rank, each routed to `fanout` (top-k) experts spread uniformly over the group's D domains,
+  crosses to each distinct remote domain it needs once — on average (D−1)·(1 − (1 − 1/D)^fanout) times
+  — over the NIC share, and fans out to its experts inside a domain over the scale-up links
+  (fanout·(k−1)/k·S); it uses the all-to-all efficiencies;
 - point-to-point of S bytes: one message over one path.
 
 Latency (alpha): one `latency_us` of the tier per algorithm step: k − 1 ring steps inside a domain,
@@ -51,12 +56,13 @@ class LinkModel:
         self.eff = {kind: (float(getattr(profile.collectives, kind).scaleup.value),
                            float(getattr(profile.collectives, kind).scaleout.value))
                     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")}
+        self.eff["dispatch"] = self.eff["all_to_all"]
 
     def intra_bw(self, k: int) -> float:
         """Bandwidth one GPU can drive to the other k − 1 members of its group inside a domain."""
         return self.bw_up if self.switched else self.bw_link * (k - 1)
 
-    def time(self, kind: str, nbytes: float, group: GroupShape) -> float:
+    def time(self, kind: str, nbytes: float, group: GroupShape, fanout: int = 1) -> float:
         """Seconds for one `kind` collective of `nbytes` (see the module docstring for its meaning)."""
         if kind not in self.eff:
             raise ValueError(f"unknown collective {kind!r}")
@@ -73,6 +79,11 @@ class LinkModel:
                 return self.alpha_out + nbytes / (self.bw_nic * e_out)
             bw = self.bw_up if self.switched else self.bw_link
             return self.alpha_up + nbytes / (bw * e_up)
+        if kind == "dispatch":
+            hit = (doms - 1) * (1 - (1 - 1 / doms) ** fanout)
+            t_in = fanout * (k - 1) / k * nbytes / (self.intra_bw(k) * e_up) if k > 1 else 0.0
+            t_out = hit * nbytes / (self.bw_nic * e_out) if cross else 0.0
+            return (self.alpha_out if cross else self.alpha_up) + max(t_in, t_out)
         if kind == "all_to_all":
             t_in = (k - 1) / n * nbytes / (self.intra_bw(k) * e_up) if k > 1 else 0.0
             t_out = (n - k) / n * nbytes / (self.bw_nic * e_out) if cross else 0.0

@@ -58,14 +58,15 @@ def _why_nothing(job: Job) -> str:
 
 def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,
                  timer: KernelTimer | None = None, method: str = "fast") -> list[Projection]:
-    """Projections of `candidates`, fastest (most tokens/s/GPU) first; ties keep the given order."""
+    """Projections of `candidates`, fastest (most tokens/s/GPU) first; ties keep the given order.
+    (Without assumptions text: re-project the one you report.)"""
     proj = projector_for(job, profile, timer)
     out = []
     for cand in candidates:
         if isinstance(cand, LegalLayout):
-            out.append(proj.project(cand.layout, method, peak=(cand.peak_bytes, True)))
+            out.append(proj.project(cand.layout, method, peak=(cand.peak_bytes, True), explain=False))
         else:
-            out.append(proj.project(cand, method))
+            out.append(proj.project(cand, method, explain=False))
     order = sorted(range(len(out)), key=lambda i: (-out[i].tokens_per_s_per_gpu, i))
     return [out[i] for i in order]
 

@@ -103,10 +103,15 @@ class _Tally:
         return t
 
 
+def _switched_on(overlap: str, s: CostSettings) -> bool:
+    """Whether the named overlap model that could hide this collective is enabled for the job."""
+    return (overlap == "tp" and s.tp_overlap is not None) or (overlap == "ep" and s.ep_overlap is not None)
+
+
 def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], s: CostSettings,
-               fsdp: tuple[float, float] = (0.0, 0.0)) -> BlockCost:
+               fsdp: tuple[float, float, bool] = (0.0, 0.0, False)) -> BlockCost:
     """Cost one block. `fsdp`: (forward, backward) seconds of its FSDP parameter gathers and gradient
-    reduce-scatters, or zeros without FSDP."""
+    reduce-scatters and whether they were measured, or zeros without FSDP."""
     f, b = _Tally(), _Tally()
     dgrad = 0.0
     for g in block.gemms:
@@ -148,7 +153,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     cp_exposed_f = 0.0
     for c in block.comms:
         cat = _COMM_CAT[c.name]
-        t1, m = timer.collective(CollectiveCall(c.kind, c.nbytes, groups[c.group]))
+        t1, m = timer.collective(CollectiveCall(c.kind, c.nbytes, groups[c.group], c.fanout))
         if c.overlap == "cp" and c.fwd:
             steps = c.fwd  # CP - 1 ring steps; backward sends K, V and their gradients per step
             per_bwd = c.bwd / steps
@@ -163,7 +168,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
             continue
         if c.fwd:
             t = f.add(cat, t1, m, c.fwd)
-            if (c.overlap == "tp" and s.tp_overlap is not None) or (c.overlap == "ep" and s.ep_overlap is not None):
+            if _switched_on(c.overlap, s):
                 pooled_f[cat] += t
         if c.bwd:
             t = b.add(cat, t1, m, c.bwd)
@@ -175,7 +180,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
                     dgrad -= hide
                     b.v[cat] -= hide
                     hb[cat] += hide
-            elif (c.overlap == "tp" and s.tp_overlap is not None) or (c.overlap == "ep" and s.ep_overlap is not None):
+            elif _switched_on(c.overlap, s):
                 pooled_b[cat] += t
     for tally, hidden, pooled, gemm_t in ((f, hf, pooled_f, f.v[GEMM]), (b, hb, pooled_b, b.v[GEMM])):
         compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
@@ -191,7 +196,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         if t > 0:
             compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
             hide = min(t, s.fsdp_overlap * compute)
-            tally.add(FSDP, t - hide, False)
+            tally.add(FSDP, t - hide, fsdp[2])
             hidden[FSDP] += hide
     calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))

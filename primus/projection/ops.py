@@ -103,6 +103,7 @@ class Comm:
     fwd: int
     bwd: int
     overlap: str
+    fanout: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class OpContext:
     ep: int
     padded_vocab: int
     low_precision: bool  # linear layers run in a low-precision format (FP8 / NVFP4)
+    dispatcher: str = "alltoall"  # MoE token dispatcher: alltoall, allgather or flex (deduplicating)
 
     @property
     def T(self) -> int:
@@ -294,11 +296,13 @@ def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
 
 
 def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
-    """Router, token dispatch (all-to-all over EP, all-gather over ETP), grouped expert GEMMs, combine.
+    """Router, token dispatch over EP (all-to-all; all-gather for Megatron's `allgather` dispatcher; a
+    deduplicating dispatch for `flex`), all-gather over ETP, grouped expert GEMMs, combine.
 
-    Permutation kernels: before the dispatch each of the Tn × top-k token copies is gathered (read and
-    written once) and after it sorted by local expert (the R received rows read and written); the
-    combine does the reverse and the probability-weighted sum writes Tn rows.
+    Permutation kernels: before the dispatch the fused permute reads each of the Tn tokens once and
+    writes its top-k copies, and after it the R received rows are sorted by local expert (read and
+    written); the combine sorts back (R read and written) and the probability-weighted unpermute reads
+    the copies and writes Tn rows. Backward moves the same bytes the other way.
     """
     a, Tn, h = ctx.act, ctx.Tn, model.hidden_size
     experts = model.num_experts or 0
@@ -316,14 +320,20 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         _norm("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False),
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
-        MemOp("mlp.permute", (2 * copies + 2 * R) * h * ACT, (2 * copies + 2 * R) * h * ACT),
+        MemOp("mlp.permute", (Tn + copies + 2 * R) * h * ACT, (Tn + copies + 2 * R) * h * ACT),
         _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu),
         MemOp("mlp.unpermute", (2 * R + copies + Tn) * h * ACT, (2 * R + copies + Tn) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
     ]
     comms: list[Comm] = []
-    if ctx.ep > 1:
-        factor = a.moe_capacity_factor or a.moe_imbalance  # the busiest rank sets the pace
+    factor = a.moe_capacity_factor or a.moe_imbalance  # the busiest rank sets the pace
+    if ctx.ep > 1 and ctx.dispatcher == "allgather":  # every rank gathers all tokens, combine reduce-scatters
+        full = ctx.ep * Tn * h * ACT
+        comms.append(Comm("ep_a2a", "all_gather", "ep", full, 1, 1, "ep"))
+        comms.append(Comm("ep_a2a", "reduce_scatter", "ep", full, 1, 1, "ep"))
+    elif ctx.ep > 1 and ctx.dispatcher == "flex":  # each token crosses to a remote domain once, fans out inside
+        comms.append(Comm("ep_a2a", "dispatch", "ep", Tn * h * ACT * factor, 2, 2, "ep", fanout=topk))
+    elif ctx.ep > 1:
         comms.append(Comm("ep_a2a", "all_to_all", "ep", copies * h * ACT * factor, 2, 2, "ep"))
     if a.etp > 1:
         comms.append(Comm("ep_a2a", "all_gather", "etp", R * h * ACT, 1, 1, "ep"))

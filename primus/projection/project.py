@@ -30,16 +30,7 @@ from primus.memory.ledger import StateWidths
 from primus.memory.shapes import split_layout
 from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
-from primus.projection.cost import (
-    ATTN,
-    CATEGORIES,
-    DPMB,
-    GEMM,
-    MEM,
-    BlockCost,
-    CostSettings,
-    block_cost,
-)
+from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
 from primus.projection.ops import ACT, OpContext, embedding_block, layer_block, loss_block, mtp_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
@@ -49,9 +40,17 @@ from primus.projection.tail import RankTail, TailSettings, rank_tail
 from primus.projection.timer import AnalyticTimer, CollectiveCall, KernelTimer
 from primus.projection.timing import PipelineTiming, time_pipeline
 from primus.specs.flops import flops_per_token
+from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
 
 __all__ = ["Projection", "Projector", "project"]
+
+
+@lru_cache(maxsize=1024)
+def _split_keys(model: ModelSpec, options: PipelineOptions, pp: int, vp: int) -> tuple[Any, bool, Any]:
+    """Megatron's stage split and each chunk's block keys: depend on the model and (PP, VP) only."""
+    playout, ok = split_layout(model, options, pp, vp)
+    return playout, ok, chunk_keys(model, playout)
 
 
 @lru_cache(maxsize=256)
@@ -81,7 +80,6 @@ class Projector:
         analytic.require(self.fmt, job.where)
         analytic.require(self.high_fmt, job.where)
         self.timer: KernelTimer = timer if timer is not None else analytic
-        self.measured_timer = timer is not None
         self.order = order
         self.memory = MemoryModel(job)
         self.widths = StateWidths.of(spec.optimizer)
@@ -103,6 +101,7 @@ class Projector:
         self._keys: dict[tuple[int, int], Any] = {}
         self._groups: dict[Layout, dict[str, GroupShape]] = {}
         self._params: dict[tuple[int, ...], tuple[RankParams, ...]] = {}
+        self._ids: dict[Any, int] = {}
         self._tails: dict[tuple[Any, ...], RankTail] = {}
 
     # ---- cached pieces ----
@@ -114,13 +113,15 @@ class Projector:
             self._groups[layout] = g
         return g
 
+    def group_id(self, groups: dict[str, GroupShape]) -> int:
+        return self._intern(tuple(groups.values()))
+
     def context(self, layout: Layout) -> OpContext:
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
-                         self.low)
+                         self.low, self.job.spec.moe.token_dispatcher)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
-        gkey = tuple(groups.values())
-        ck = (key, ctx, gkey, layout.sharding)
+        ck = (key, self._intern(ctx), self.group_id(groups), layout.sharding)
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
@@ -133,35 +134,42 @@ class Projector:
             block = mtp_block(self.model, ctx)
         else:
             block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
-        fsdp = (0.0, 0.0)
-        if layout.sharding == "fsdp":
+        fsdp = (0.0, 0.0, False)
+        if layout.sharding == "fsdp":  # per block: gather bf16 weights (forward and backward), scatter grads
             pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
             dense, expert = block_params(pu, key, self.tied)
-            g = self.widths.grad
-            gather = sum(self.timer.collective(CollectiveCall("all_gather", p * ACT, grp)).seconds
-                         for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p)
-            scatter = sum(self.timer.collective(CollectiveCall("reduce_scatter", p * g, grp)).seconds
-                          for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p)
-            fsdp = (gather, gather + scatter)
+            shards = [(p, grp) for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p]
+            gathers = [self.timer.collective(CollectiveCall("all_gather", p * ACT, grp)) for p, grp in shards]
+            scatters = [self.timer.collective(CollectiveCall("reduce_scatter", p * self.widths.grad, grp))
+                        for p, grp in shards]
+            gather = sum(t.seconds for t in gathers)
+            measured = bool(shards) and all(t.measured for t in gathers + scatters)
+            fsdp = (gather, gather + sum(t.seconds for t in scatters), measured)
         cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp)
         self._costs[ck] = cost
         return cost
 
     def chunk_keys(self, pp: int, vp: int) -> Any:
+        """(pipeline layout, Megatron can split it, per chunk (interned id, item keys))."""
         out = self._keys.get((pp, vp))
         if out is None:
-            playout, ok = split_layout(self.model, self.job.spec.pipeline, pp, vp)
-            out = (playout, ok, chunk_keys(self.model, playout))
+            playout, ok, keys = _split_keys(self.model, self.job.spec.pipeline, pp, vp)
+            out = (playout, ok, tuple((self._intern(k), k) for k in keys))
             self._keys[(pp, vp)] = out
         return out
+
+    def _intern(self, obj: Any) -> int:
+        """A small integer standing for a hashable object, so cache keys stay cheap to hash."""
+        return self._ids.setdefault(obj, len(self._ids))
 
     # ---- the projection ----
 
     def project(self, layout: Layout, method: str = "auto", *, peak: tuple[int, bool] | None = None,
-                completion: str | None = None) -> Projection:
+                completion: str | None = None, explain: bool = True) -> Projection:
         """Project one complete layout. `method`: "auto" (closed form when exact, else simulation),
         "fast" (closed form or the bottleneck bound, for ranking), "simulate" (always simulate).
-        `peak`: (peak_bytes, fits) when the caller already has the ledger's answer."""
+        `peak`: (peak_bytes, fits) when the caller already has the ledger's answer; `explain=False`
+        skips the assumptions text (ranking thousands of candidates)."""
         job, model = self.job, self.model
         layout = normalise(layout, is_moe=model.is_moe)
         gbs = job.spec.global_batch_size
@@ -181,8 +189,9 @@ class Projector:
             return self.block_cost(key, layout, ctx, groups)
 
         chunks: list[ChunkWork] = []
-        for ks in keys:
-            ck = (ks, ctx, tuple(groups.values()), layout.sharding, rec)
+        ctx_id, gid = self._intern(ctx), self.group_id(groups)
+        for kid, ks in keys:
+            ck = (kid, ctx_id, gid, layout.sharding, rec)
             w = self._chunks.get(ck)
             if w is None:
                 w = chunk_work(ks, cost, *rec)
@@ -204,10 +213,10 @@ class Projector:
             low_width=self.low_width)
         tails: list[RankTail] = []
         for r in range(pp):
-            bwd_w = sum(chunks[c].bwd[GEMM] + chunks[c].bwd[ATTN] + chunks[c].bwd[MEM] for c in on_rank[r])
-            fwd_w = sum(chunks[c].fwd[GEMM] + chunks[c].fwd[ATTN] + chunks[c].fwd[MEM] for c in on_rank[r])
+            bwd_w = sum(chunks[c].bwd_compute for c in on_rank[r])
+            fwd_w = sum(chunks[c].fwd_compute for c in on_rank[r])
             tied = pu.word_embedding if self.tied and pp > 1 and r in (0, pp - 1) else 0
-            tkey = (params[r], tuple(groups.values()), tail_settings, bwd_w, fwd_w, tied)
+            tkey = (params[r], gid, tail_settings, bwd_w, fwd_w, tied)
             tail = self._tails.get(tkey)
             if tail is None:
                 tail = self._tails[tkey] = rank_tail(params[r], groups, self.timer, tail_settings, bwd_w, fwd_w, tied)
@@ -244,7 +253,7 @@ class Projector:
             peak_bytes=mem.peak_bytes, capacity_bytes=mem.capacity_bytes, fits=mem.fits,
             breakdown={k: parts.breakdown[k] for k in BREAKDOWN_ORDER}, hidden=parts.hidden,
             sources={k: sources[k] for k in BREAKDOWN_ORDER},
-            assumptions=assumptions(self, layout, timing.method, split_ok, m, crit, parts.rank),
+            assumptions=assumptions(self, layout, timing.method, split_ok, m, crit, parts.rank) if explain else (),
             timing=timing.method, critical_rank=crit, breakdown_rank=parts.rank, num_microbatches=m,
             completion=completion,
         )
@@ -268,7 +277,7 @@ def _explain(chunks: list[ChunkWork], on_rank: list[list[int]], tails: list[Rank
     n_cat = len(CATEGORIES)
 
     def work(r: int) -> float:
-        own = m * sum(chunks[c].fwd_total + chunks[c].bwd_total for c in on_rank[r])
+        own = m * sum(chunks[c].total for c in on_rank[r])
         t = tails[r]
         return own + (m * t.grad_per_microbatch if zero2 else 0.0) + t.grad_exposed + t.optimizer + t.param_after
 

@@ -83,7 +83,8 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     """What the number rests on, in words (short: built for every projection)."""
     prof, spec, cluster = p.profile, p.job.spec, p.job.cluster
     acc = cluster.accelerator
-    eff, half = prof.value(f"gemm.{p.fmt}.efficiency"), prof.value(f"gemm.{p.fmt}.half_flops")
+    g = prof.gemm[p.fmt]  # type: ignore[index]
+    eff, half = float(g.efficiency.value), float(g.half_flops.value)
     peak = acc.peak_flops(PEAK_DTYPE[p.fmt]) / 1e12
     out = [
         f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
@@ -120,8 +121,10 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
            "full": f"full recompute ({p.recompute_method}) re-runs the layer forward in backward"}
     out.append(rec[layout.recompute])
     if p.model.is_moe:
-        out.append(f"MoE: {spec.moe.token_dispatcher} dispatcher costed as all-to-all over EP (+ all-gather/"
-                   f"reduce-scatter over ETP), balanced routing × imbalance {spec.moe.imbalance}"
+        how = {"alltoall": "all-to-all over EP", "allgather": "all-gather / reduce-scatter over EP",
+               "flex": "deduplicated dispatch (each token crosses to a remote domain once)"}[spec.moe.token_dispatcher]
+        out.append(f"MoE: {spec.moe.token_dispatcher} dispatcher as {how} (+ all-gather/reduce-scatter over "
+                   f"ETP), balanced routing × imbalance {spec.moe.imbalance}"
                    + (f", capacity factor {spec.moe.capacity_factor}" if spec.moe.capacity_factor else ""))
     if layout.cp > 1:
         out.append("context parallel: ring attention (P2P KV exchange per step, pipelined with attention)")

@@ -21,28 +21,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from primus.memory.units import ParamUnits
-from primus.projection.cost import RECOMP, ZERO, BlockCost, Vec
+from primus.projection.cost import ATTN, GEMM, MEM, RECOMP, ZERO, BlockCost, Vec
 from primus.schedule.layout import Item, PipelineLayout
 from primus.specs.model import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkWork:
-    """One model chunk: exposed seconds per category per microbatch, and what overlap hid."""
+    """One model chunk: exposed seconds per category per microbatch, and what overlap hid; the totals
+    (and the compute-only windows overlap models use) are precomputed, as they are read per rank."""
 
     fwd: Vec
     bwd: Vec
     hidden: Vec
     calls: tuple[int, ...]
     measured: tuple[int, ...]
+    fwd_total: float = 0.0
+    bwd_total: float = 0.0
+    fwd_compute: float = 0.0
+    bwd_compute: float = 0.0
 
     @property
-    def fwd_total(self) -> float:
-        return sum(self.fwd)
+    def total(self) -> float:
+        return self.fwd_total + self.bwd_total
 
-    @property
-    def bwd_total(self) -> float:
-        return sum(self.bwd)
+    @staticmethod
+    def of(fwd: Vec, bwd: Vec, hidden: Vec, calls: tuple[int, ...], measured: tuple[int, ...]) -> ChunkWork:
+        return ChunkWork(fwd, bwd, hidden, calls, measured, sum(fwd), sum(bwd),
+                         fwd[GEMM] + fwd[ATTN] + fwd[MEM], bwd[GEMM] + bwd[ATTN] + bwd[MEM])
 
 
 def item_key(model: ModelSpec, item: Item) -> str:
@@ -86,7 +92,7 @@ def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recomput
         if recompute_method == "block":
             decoder = decoder[:recompute_num_layers or 1]
         bwd[RECOMP] += sum(costs[key].fwd_total for key in decoder)
-    return ChunkWork(tuple(fwd), tuple(bwd), tuple(hidden), tuple(calls), tuple(measured))
+    return ChunkWork.of(tuple(fwd), tuple(bwd), tuple(hidden), tuple(calls), tuple(measured))
 
 
 def chunk_keys(model: ModelSpec, layout: PipelineLayout) -> tuple[tuple[str, ...], ...]:

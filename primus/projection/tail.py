@@ -63,17 +63,24 @@ class RankTail:
 
 
 def _bucketed(timer: KernelTimer, kind: str, params: int, width: float, group: GroupShape,
-              bucket: int) -> tuple[float, float, float, bool]:
-    """(total, first bucket, last bucket, measured) seconds of a bucketed collective over `params`."""
+              bucket: int) -> tuple[float, float, float, list[bool]]:
+    """(total, first bucket, last bucket) seconds of a bucketed collective over `params`, and whether
+    each timed call was measured."""
     if params <= 0 or group.size <= 1:
-        return 0.0, 0.0, 0.0, False
+        return 0.0, 0.0, 0.0, []
     full, rest = divmod(params, bucket)
-    t_full, m1 = timer.collective(CollectiveCall(kind, bucket * width, group)) if full else (0.0, False)
-    t_rest, m2 = timer.collective(CollectiveCall(kind, rest * width, group)) if rest else (0.0, False)
+    flags = []
+    t_full = t_rest = 0.0
+    if full:
+        t_full, m = timer.collective(CollectiveCall(kind, bucket * width, group))
+        flags.append(m)
+    if rest:
+        t_rest, m = timer.collective(CollectiveCall(kind, rest * width, group))
+        flags.append(m)
     total = full * t_full + t_rest
     last = t_rest if rest else t_full
     first = t_full if full else t_rest
-    return total, first, last, m1 or m2
+    return total, first, last, flags
 
 
 def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, s: TailSettings,
@@ -83,20 +90,20 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
     dp_cp, edp = groups["dp_cp"], groups["edp"]
     bucket = max(BUCKET_MIN_PARAMS, BUCKET_PER_DP_RANK * dp_cp.size)
     g = s.grad_width
-    measured = False
+    flags: list[bool] = []  # measured or not, per timed call: the tail is "measured" when all were
     grad_total = grad_last = ag_total = ag_first = 0.0
     if s.sharding != "fsdp":
         kind = "all_reduce" if s.sharding == "none" else "reduce_scatter"
         for params, group in ((p.dense, dp_cp), (p.expert, edp)):
-            tot, _, last, m = _bucketed(timer, kind, params, g, group, bucket)
+            tot, _, last, ms = _bucketed(timer, kind, params, g, group, bucket)
             grad_total += tot
             grad_last = max(grad_last, last)
-            measured |= m
+            flags += ms
             if s.sharding in ("dist_opt", "zero2"):
-                tot, first, _, m = _bucketed(timer, "all_gather", params, PARAM_BYTES, group, bucket)
+                tot, first, _, ms = _bucketed(timer, "all_gather", params, PARAM_BYTES, group, bucket)
                 ag_total += tot
                 ag_first = max(ag_first, first)
-                measured |= m
+                flags += ms
     grad_exposed = grad_total
     if s.grad_overlap is not None and grad_total > 0:
         grad_exposed = min(grad_total, grad_last + max(0.0, grad_total - grad_last - s.grad_overlap * bwd_window))
@@ -107,7 +114,7 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
     tied = 0.0
     if tied_params and groups["pp"].size > 1:
         tied, m = timer.collective(CollectiveCall("all_reduce", tied_params * g, groups["pp"]))
-        measured |= m
+        flags.append(m)
     param_after = param_lead = param_hidden = 0.0
     if s.param_overlap is not None and ag_total > 0:
         exposed = min(ag_total, ag_first + max(0.0, ag_total - ag_first - s.param_overlap * fwd_window))
@@ -126,7 +133,8 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
     for nbytes in (step_bytes, buffer, cast):
         t, m = timer.memory(MemoryCall(nbytes))
         opt += t
-        measured |= m
+        flags.append(m)
     t, m = timer.collective(CollectiveCall("all_reduce", 4.0, groups["world"]))
+    flags.append(m)
     return RankTail(grad_exposed + tied, grad_hidden, per_mb, param_after, param_lead, param_hidden, opt + t,
-                    measured or m)
+                    all(flags))

@@ -69,9 +69,12 @@ class MemoryCall:
 
 @dataclass(frozen=True, slots=True)
 class CollectiveCall:
+    """One collective on a group; `fanout` is the top-k of a deduplicating token dispatch."""
+
     kind: str
     nbytes: float
     group: GroupShape
+    fanout: int = 1
 
 
 @runtime_checkable
@@ -135,7 +138,7 @@ class AnalyticTimer:
         return Timed((call.nbytes + self.half_bytes) / self.hbm, False)
 
     def collective(self, call: CollectiveCall) -> Timed:
-        return Timed(self.links.time(call.kind, call.nbytes, call.group), False)
+        return Timed(self.links.time(call.kind, call.nbytes, call.group, call.fanout), False)
 
 
 class MeasuredTimer:
@@ -168,3 +171,28 @@ class MeasuredTimer:
     def collective(self, call: CollectiveCall) -> Timed:
         t = self._lookup(call)
         return Timed(t, True) if t is not None else self.fallback.collective(call)
+
+
+class RecordingTimer:
+    """Answers from `fallback` and remembers every distinct call: the list of kernels and collectives a
+    projection depends on, i.e. what a measurement campaign has to time to replace the model."""
+
+    def __init__(self, fallback: KernelTimer) -> None:
+        self.fallback = fallback
+        self.calls: set[object] = set()
+
+    def gemm(self, call: GemmCall) -> Timed:
+        self.calls.add(call)
+        return self.fallback.gemm(call)
+
+    def attention(self, call: AttentionCall) -> Timed:
+        self.calls.add(call)
+        return self.fallback.attention(call)
+
+    def memory(self, call: MemoryCall) -> Timed:
+        self.calls.add(call)
+        return self.fallback.memory(call)
+
+    def collective(self, call: CollectiveCall) -> Timed:
+        self.calls.add(call)
+        return self.fallback.collective(call)

@@ -89,13 +89,25 @@ class LedgerTables:
         return self.memory.comm_figure
 
 
+class Gathered:
+    """A per-distinct-key table and the row → key index: columns are expanded one at a time, so a
+    million candidates never materialise a million-row copy of a wide table."""
+
+    def __init__(self, table: np.ndarray, inverse: np.ndarray) -> None:
+        self.table = table
+        self.inverse = inverse
+
+    def column(self, j: int) -> np.ndarray:
+        return np.ascontiguousarray(self.table[:, j])[self.inverse]
+
+
 def gather(keys: np.ndarray, compute: dict[tuple[int, ...], tuple[int, ...]] | None,
-           fn: Callable[..., list[int]], width: int) -> np.ndarray:
-    """Evaluate `fn` once per distinct row of `keys` and broadcast: an (n, width) int64 array.
+           fn: Callable[..., list[int]], width: int) -> Gathered:
+    """Evaluate `fn` once per distinct row of `keys`.
 
     Rows are packed into one int64 per row (mixed radix) so the distinct-row search is a 1-D unique."""
     if len(keys) == 0:
-        return np.zeros((0, width), dtype=np.int64)
+        return Gathered(np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64))
     lo = keys.min(axis=0)
     span = keys.max(axis=0) - lo + 1
     packed = np.zeros(len(keys), dtype=np.int64)
@@ -105,7 +117,7 @@ def gather(keys: np.ndarray, compute: dict[tuple[int, ...], tuple[int, ...]] | N
     table = np.empty((len(uniq), width), dtype=np.int64)
     for i, row_index in enumerate(first):
         table[i] = fn(*[int(v) for v in keys[row_index]])
-    return table[inverse.reshape(-1)]
+    return Gathered(table, inverse.reshape(-1))
 
 
 RECOMPUTE_INDEX = {r: i for i, r in enumerate(RECOMPUTES)}

@@ -23,7 +23,7 @@ from primus.rules.vector import evaluate_vector
 from primus.solver.pins import PIN_AXES, pin_columns, pin_mask
 from primus.solver.ruleset import RuleSet
 from primus.solver.space import MEMORY_DOCS
-from primus.solver.tables import ACT_FIELDS, PARAM_FIELDS, SHAPE_FIELDS, LedgerTables, gather
+from primus.solver.tables import ACT_FIELDS, PARAM_FIELDS, SHAPE_FIELDS, Gathered, LedgerTables, gather
 
 AXIS_ORDER = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "sp", "recompute", "sharding", "recompute_num_layers")
 
@@ -208,8 +208,9 @@ def _concat(parts: list[Candidates], like: Candidates, new: dict[str, Any]) -> C
     return Candidates({k: np.concatenate([p.cols[k] for p in parts]) for k in parts[0].cols})
 
 
-def _view(cls: type, names_: tuple[str, ...], table: np.ndarray) -> Any:
-    return cls(**{name: table[:, i] for i, name in enumerate(names_)})
+def _view(cls: type, names_: tuple[str, ...], table: Gathered, offset: int = 0) -> Any:
+    """A dataclass whose fields are contiguous per-candidate columns."""
+    return cls(**{name: table.column(offset + i) for i, name in enumerate(names_)})
 
 
 def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
@@ -251,20 +252,22 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
     slot_bytes = np.zeros((num_slots, n), dtype=np.int64)
     slot_parts = {k: np.zeros((num_slots, n), dtype=np.int64) for k in BREAKDOWN_KEYS}
     width = len(SHAPE_FIELDS)
+    present = [k for k in range(len(SHARDINGS)) if (c["sharding"] == k).any()]
     for s in range(num_slots):
-        shape = _view(StageShape, SHAPE_FIELDS, shape_table[:, s * width:(s + 1) * width])
-        for k, sharding in enumerate(SHARDINGS):
+        shape = _view(StageShape, SHAPE_FIELDS, shape_table, s * width)
+        for k in present:
+            # evaluate every row under this sharding, keep the rows that have it (cheaper than slicing
+            # dozens of columns per sharding value)
+            result = combine(shape, pu, au, mem.widths, mem.numerics, SHARDINGS[k], c["dp"] * c["cp"], c["edp"], comm)
             rows = c["sharding"] == k
-            if not rows.any():
+            if len(present) == 1:
+                slot_bytes[s] = result.bytes
+                for key in BREAKDOWN_KEYS:
+                    slot_parts[key][s] = result.breakdown[key]
                 continue
-            sub_shape = StageShape(**{f: getattr(shape, f)[rows] for f in SHAPE_FIELDS})
-            sub_pu = ParamUnits(**{f: getattr(pu, f)[rows] for f in PARAM_FIELDS})
-            sub_au = ActUnits(**{f: getattr(au, f)[rows] for f in ACT_FIELDS})
-            result = combine(sub_shape, sub_pu, sub_au, mem.widths, mem.numerics, sharding,
-                             c["dp"][rows] * c["cp"][rows], c["edp"][rows], comm[rows])
-            slot_bytes[s, rows] = result.bytes
+            np.copyto(slot_bytes[s], result.bytes, where=rows)
             for key in BREAKDOWN_KEYS:
-                slot_parts[key][s, rows] = result.breakdown[key]
+                np.copyto(slot_parts[key][s], np.broadcast_to(result.breakdown[key], (n,)), where=rows)
     c["peak_bytes"] = slot_bytes.max(axis=0)
     c["first_stage_bytes"] = slot_bytes[0]
     if tables.options.layout is not None:
