@@ -69,3 +69,14 @@ def test_an_explicit_profile_is_used(tmp_path: Path) -> None:
     fast = json.loads(CliRunner().invoke(project_cmd, [job, "--format", "json"]).output)
     slow = json.loads(CliRunner().invoke(project_cmd, [job, "--format", "json", "--profile", str(path)]).output)
     assert slow["step_time_s"] > fast["step_time_s"]
+
+
+def test_a_pinned_layout_that_does_not_fit_is_still_projected_with_exit_1(tmp_path: Path) -> None:
+    """The DGX Cloud Llama 3 70B FP8 recipe as published (the ledger finds it above capacity)."""
+    from tests.test_projection_project import DGX_JOB, DGX_STEP_S
+
+    result = CliRunner().invoke(project_cmd, [write(tmp_path, DGX_JOB), "--format", "json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.output)
+    assert doc["fits"] is False and "capacity" in doc["reason"]
+    assert abs(doc["step_time_s"] / DGX_STEP_S - 1) < 0.25

@@ -9,15 +9,8 @@ from primus.catalog.models import resolve_model
 from primus.memory.activations import ActContext
 from primus.memory.numerics import numerics_for
 from primus.memory.units import param_units
-from primus.projection.ops import (
-    OpContext,
-    avg_keys,
-    embedding_block,
-    gemm_weights,
-    layer_block,
-    loss_block,
-    mtp_block,
-)
+from primus.projection.ends import embedding_block, loss_block, mtp_block
+from primus.projection.ops import OpContext, avg_keys, gemm_weights, layer_block
 from primus.specs.flops import flops_per_token
 from primus.specs.model import ModelSpec
 

@@ -8,6 +8,7 @@ from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
 from primus.cli.memory_cmd import memory_cmd
 from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
+from primus.cli.project_cmd import project_cmd
 from primus.cli.trace_cmd import trace_cmd
 
 
@@ -29,6 +30,7 @@ cli.add_command(fit_cmd)
 cli.add_command(enumerate_cmd)
 schema_group.add_command(schema_rule)
 cli.add_command(trace_cmd)
+cli.add_command(project_cmd)
 
 
 def main() -> None:

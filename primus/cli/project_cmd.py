@@ -52,22 +52,27 @@ def project_cmd(job_file: str, fmt: str, profile_file: str | None) -> None:
     """Projected step time, tokens/s/GPU, model TFLOP/s/GPU, MFU and an exposed-time breakdown.
 
     Free parallel axes are completed with the fastest legal layout that fits (the output says which).
-    Exit 1, with the reason, when no legal layout fits.
+    Exit 1, with the reason, when no legal layout fits (a fully pinned layout is still projected).
 
     Example: primus project examples/llama3.1-70b-mi300x.yaml --format json
     """
     job = load_job(job_file)
     profile = load_profile(job.cluster, profile_file)
+    title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
+             f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
     try:
         p = complete_and_project(job, profile)
     except NothingFits as exc:
+        pinned = exc.projection
         if fmt == "json":
-            emit_json({"fits": False, "reason": exc.reason})
+            doc = pinned.to_json() if pinned is not None else {}
+            emit_json({**doc, "fits": False, "reason": exc.reason})
         else:
+            if pinned is not None:
+                print_projection(pinned, title)
             stdout_console().print(f"nothing fits: {exc.reason}")
         raise Negative() from None
     if fmt == "json":
         emit_json(p.to_json())
     else:
-        print_projection(p, f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
-                            f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
+        print_projection(p, title)

@@ -118,12 +118,15 @@ def _rows(c: Candidates, capacity: int) -> list[dict[str, Any]]:
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @rule_options
 @click.option("--count", "count_only", is_flag=True, help="Print only the number of legal layouts (exit 1 if zero).")
-@click.option("--top", type=click.IntRange(1, 10_000_000), default=None, help="Only the N with the most headroom.")
+@click.option("--top", type=click.IntRange(1, 10_000_000), default=None,
+              help="Only the first N (by headroom, or by projected throughput with --rank).")
+@click.option("--rank", is_flag=True, help="Sort by projected tokens/s/GPU (fastest first) and show it.")
 @format_option("table", "csv", "jsonl", "json")
 @guarded
 def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...], without: tuple[str, ...],
-                  count_only: bool, top: int | None, fmt: str) -> None:
-    """Every legal layout over the job's free axes, in canonical order (or --top N by headroom).
+                  count_only: bool, top: int | None, rank: bool, fmt: str) -> None:
+    """Every legal layout over the job's free axes, in canonical order (or --top N by headroom, or
+    --rank by projected throughput).
 
     A layout is a distinct (tp, pp, vp, cp, ep, etp, mbs, sp, recompute, sharding); settings that mean
     nothing (vp at PP 1, ep/etp of dense models, sp at TP 1) are counted once.
@@ -142,32 +145,48 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
             raise Negative()
         return
     capacity = q.space.reserves.capacity_bytes
-    if top is not None:
-        import numpy as np
+    import numpy as np
 
-        order = np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top]
-        c = c.take(order)
+    speeds: dict[int, Any] = {}
+    if rank:
+        from primus.projection import rank_layouts
+
+        projections = rank_layouts(q.job, q.legal())
+        key_to_index = {tuple(sorted(p.items())): i for i, p in enumerate(c.parallel_dicts())}
+        order = [key_to_index[tuple(sorted(p.layout.as_parallel().items()))] for p in projections]
+        speeds = {key_to_index[tuple(sorted(p.layout.as_parallel().items()))]: p for p in projections}
+        c = c.take(np.array(order[:top] if top else order, dtype=np.int64))
+        ranked = [speeds[i] for i in (order[:top] if top else order)]
+    elif top is not None:
+        c = c.take(np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top])
     rows = _rows(c, capacity)
+    if rank:
+        for row, p in zip(rows, ranked, strict=True):
+            row["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu
+            row["step_time_s"] = p.step_time_s
+            row["mfu"] = p.mfu
     if fmt == "jsonl":
         emit_jsonl(rows)
     elif fmt == "json":
         emit_json({"count": n, "layouts": rows})
     elif fmt == "csv":
-        flat = [{**r["parallel"], "dp": r["parallel"]["dp"], "peak_bytes": r["peak_bytes"],
-                 "headroom_bytes": r["headroom_bytes"]} for r in rows]
+        flat = [{**r["parallel"], **{k: v for k, v in r.items() if k != "parallel"}} for r in rows]
         cols = ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak_bytes",
-                "headroom_bytes"]
+                "headroom_bytes"] + (["tokens_per_s_per_gpu", "step_time_s"] if rank else [])
         if any("recompute_num_layers" in r for r in flat):
             cols.insert(11, "recompute_num_layers")
         emit_csv(flat, cols)
     else:
         con = stdout_console()
         shown = rows[:200]
-        con.print(table(f"{n:,} legal layouts" + (f" (top {len(rows)} by headroom)" if top else ""),
+        extra = ["tokens/s/GPU", "step s"] if rank else []
+        how = " by projected throughput" if rank else " by headroom" if top else ""
+        con.print(table(f"{n:,} legal layouts" + (f" (first {len(rows)}{how})" if top or rank else ""),
                         ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak",
-                         "headroom"],
+                         "headroom", *extra],
                         [(p["tp"], p["pp"], p["vp"], p["cp"], p["ep"], p["etp"], p["dp"], p["mbs"], p["sp"],
-                          p["recompute"], p["sharding"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]))
+                          p["recompute"], p["sharding"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]),
+                          *([f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['step_time_s']:.3f}"] if rank else []))
                          for r in shown for p in [r["parallel"]]]))
         if len(rows) > len(shown):
             stderr_console().print(f"(showing {len(shown)} of {len(rows)}; use --format csv or jsonl for all)")

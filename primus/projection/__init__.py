@@ -4,11 +4,12 @@
     p = project(job, layout)            # Projection: step_time_s, tokens/s/GPU, MFU, breakdown, ...
     best = complete_and_project(job)    # the fastest legal completion of the job's free axes
 
-Modules, one job each: `profile` (calibration parameters), `ops` (per-rank kernel inventory of each
-block), `timer` (KernelTimer: analytic or measured), `placement` + `collectives` (where groups sit,
-alpha-beta costs), `cost` (block times and overlap inside a block), `stages` (chunks and per-rank
-parameters), `timing` (pipeline simulation and closed forms), `tail` (DP reduction, optimizer),
-`project` (the Projector), `complete` (completion and ranking), `report` (the result).
+Modules, one job each: `profile` (calibration parameters), `ops` and `ends` (per-rank kernel
+inventory of each block: decoder layers; embedding, loss, MTP), `timer` (KernelTimer: analytic,
+measured, recording), `placement` + `collectives` (where groups sit, alpha-beta costs), `cost` (block
+times and the overlap inside a block), `stages` (chunks and per-rank parameters), `timing` (pipeline
+simulation and closed forms), `tail` (DP reduction, optimizer), `project` (the Projector), `complete`
+(completion and ranking), `report` (the result).
 """
 
 from primus.projection.complete import NothingFits, complete_and_project, rank_layouts

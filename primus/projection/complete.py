@@ -27,10 +27,12 @@ TIE = 0.01
 
 
 class NothingFits(Exception):
-    """No legal layout of the job fits; `reason` says why in one line."""
+    """No legal layout of the job fits; `reason` says why in one line. When the job pins every axis,
+    `projection` is that layout projected anyway (how fast it would be if it ran)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, projection: Projection | None = None) -> None:
         self.reason = reason
+        self.projection = projection
         super().__init__(reason)
 
 
@@ -42,18 +44,20 @@ def _free_axes(job: Job) -> list[str]:
     return [a for a in axes if a not in pins]
 
 
-def _why_nothing(job: Job) -> str:
+def _nothing_fits(job: Job, proj: Projector) -> NothingFits:
     try:
         layout = pinned_layout(job)
     except InputError:
-        return (f"no completion of the free axes ({', '.join(_free_axes(job)) or 'none'}) is legal and fits "
-                f"{job.model.name} on {job.num_gpus} x {job.cluster.name}; see `primus fit` for the binding rule")
-    proj = Projector(job)
+        return NothingFits(f"no completion of the free axes ({', '.join(_free_axes(job)) or 'none'}) is legal "
+                           f"and fits {job.model.name} on {job.num_gpus} x {job.cluster.name}; see `primus fit` "
+                           "for the binding rule")
     report = proj.memory.evaluate(layout, strict=False)
+    projection = proj.project(layout, "auto", peak=(report.peak_bytes, report.fits))
     if not report.fits:
-        return (f"the pinned layout needs {report.peak_bytes / 2**30:,.2f} GiB on stage {report.peak.stage}, "
-                f"more than the {report.capacity_bytes / 2**30:,.2f} GiB capacity")
-    return "the pinned layout breaks a rule (see `primus fit` for which)"
+        return NothingFits(f"the pinned layout needs {report.peak_bytes / 2**30:,.2f} GiB on stage "
+                           f"{report.peak.stage}, more than the {report.capacity_bytes / 2**30:,.2f} GiB "
+                           "capacity", projection)
+    return NothingFits("the pinned layout breaks a rule (see `primus fit` for which)", projection)
 
 
 def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,
@@ -83,11 +87,12 @@ def _describe(job: Job, layout: Layout, n: int) -> str:
 def complete_and_project(job: Job, profile: Profile | None = None, *, timer: KernelTimer | None = None,
                          question: Question | None = None) -> Projection:
     """The fastest fitting completion of the job's pins, projected (simulation where it matters).
-    Raises NothingFits when no legal layout fits."""
+    Raises NothingFits when no legal layout fits (carrying the pinned layout's projection, if every
+    axis is pinned)."""
     legal = (question or Question(job)).legal()
-    if not legal:
-        raise NothingFits(_why_nothing(job))
     proj = projector_for(job, profile, timer)
+    if not legal:
+        raise _nothing_fits(job, proj)
     if len(legal) == 1:
         best = proj.project(legal[0].layout, "auto", peak=(legal[0].peak_bytes, True))
         return best.with_completion(_describe(job, best.layout, 1))

@@ -1,8 +1,9 @@
 """What one microbatch runs on one rank, block by block: GEMMs at their sharded shapes, attention,
 memory-bound kernels, and the collectives inside the block.
 
-A block is a decoder layer (dense, MoE; standard attention or MLA), the embedding, the output layer
-with its loss, or an MTP module. Shapes follow Megatron-Core with Transformer Engine:
+A block is a decoder layer (dense, MoE; standard attention or MLA) here, or the embedding, the output
+layer with its loss, or an MTP module (`primus.projection.ends`). Shapes follow Megatron-Core with
+Transformer Engine:
 
 - tokens on a rank: T = MBS × seq / CP; outside the TP region (norms, residuals, the router) they are
   also split by TP under sequence parallelism (Tn = T / TP), inside it they are gathered (T);
@@ -150,7 +151,7 @@ def avg_keys(seq: int, window: int | None) -> float:
     return w - w * (w - 1) / (2 * seq)
 
 
-def _norm(name: str, tokens: int, dim: int, ctx: OpContext, fused_cast: bool) -> MemOp:
+def norm_op(name: str, tokens: int, dim: int, ctx: OpContext, fused_cast: bool) -> MemOp:
     """Norm: forward reads x, writes y (quantised in place when TE fuses the cast into the following
     linear: a row-wise and a column-wise copy); backward reads dy and x, writes dx."""
     out = 2 * ctx.low_width if fused_cast and ctx.low_precision else ACT
@@ -173,7 +174,7 @@ def _activation(name: str, tokens: int, width: int, swiglu: bool) -> MemOp:
     return MemOp(name, tokens * width * 2 * ACT, tokens * width * 3 * ACT)
 
 
-def _tp_out(ctx: OpContext, width: int) -> tuple[Comm, ...]:
+def tp_out(ctx: OpContext, width: int) -> tuple[Comm, ...]:
     """The row-parallel output: reduce-scatter (SP) or all-reduce in forward; the gradient's
     all-gather (SP) or nothing extra in backward (without SP the all-reduce sits on the input side)."""
     if ctx.act.tp == 1:
@@ -184,7 +185,7 @@ def _tp_out(ctx: OpContext, width: int) -> tuple[Comm, ...]:
     return (Comm("tp_comm", "all_reduce", "tp", ctx.T * width * ACT, 1, 0, "tp"),)
 
 
-def _tp_in(ctx: OpContext, width: float, fp8_gather: bool) -> tuple[Comm, ...]:
+def tp_in(ctx: OpContext, width: float, fp8_gather: bool) -> tuple[Comm, ...]:
     """The column-parallel input of `width` features per token: all-gather (SP; in FP8 when the input
     was quantised by a fused norm) with its backward reduce-scatter and the async wgrad re-gather, or the
     backward all-reduce of the input gradient without SP."""
@@ -229,14 +230,14 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     d = model.head_dim
     gemms = (Gemm("attention.linear_qkv", T, (heads + 2 * groups) * d, h),
              Gemm("attention.linear_proj", T, h, heads * d, cast_input=True))
-    mem = [_norm("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
     if model.position_embedding_type == "rope":  # rotary on q and k: read and write each, both passes
         qk = T * (heads + groups) * d * 2 * ACT
         mem.append(MemOp("rotary", qk, qk))
     if model.qk_layernorm:
-        mem.append(_norm("qk_layernorm", T, (heads + groups) * d, ctx, fused_cast=False))
+        mem.append(norm_op("qk_layernorm", T, (heads + groups) * d, ctx, fused_cast=False))
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
-    comms = _tp_in(ctx, h, fp8_gather=True) + _tp_out(ctx, h)
+    comms = tp_in(ctx, h, fp8_gather=True) + tp_out(ctx, h)
     core = _core_attention(model, ctx, heads, d, d, groups, window)
     return Block("attention", gemms, (), tuple(mem), comms) + core
 
@@ -249,22 +250,22 @@ def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Bloc
     qk, rope, v = model.qk_head_dim or 0, model.qk_pos_emb_head_dim or 0, model.v_head_dim or 0
     kv_lora = model.kv_lora_rank or 0
     gemms: list[Gemm] = []
-    mem = [_norm("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
     comms: tuple[Comm, ...] = ()
     if model.q_lora_rank is not None:
         gemms.append(Gemm("attention.linear_q_down_proj", Tn, model.q_lora_rank, h))
-        mem.append(_norm("q_layernorm", Tn, model.q_lora_rank, ctx, fused_cast=True))
+        mem.append(norm_op("q_layernorm", Tn, model.q_lora_rank, ctx, fused_cast=True))
         gemms.append(Gemm("attention.linear_q_up_proj", T, heads * (qk + rope), model.q_lora_rank))
-        comms += _tp_in(ctx, model.q_lora_rank, fp8_gather=True)
+        comms += tp_in(ctx, model.q_lora_rank, fp8_gather=True)
     else:
         gemms.append(Gemm("attention.linear_q_proj", T, heads * (qk + rope), h))
-        comms += _tp_in(ctx, h, fp8_gather=True)
+        comms += tp_in(ctx, h, fp8_gather=True)
     gemms.append(Gemm("attention.linear_kv_down_proj", Tn, kv_lora + rope, h))
-    mem.append(_norm("kv_layernorm", Tn, kv_lora, ctx, fused_cast=True))
+    mem.append(norm_op("kv_layernorm", Tn, kv_lora, ctx, fused_cast=True))
     gemms.append(Gemm("attention.linear_kv_up_proj", T, heads * (qk + v), kv_lora))
-    comms += _tp_in(ctx, kv_lora + rope, fp8_gather=True)
+    comms += tp_in(ctx, kv_lora + rope, fp8_gather=True)
     gemms.append(Gemm("attention.linear_proj", T, h, heads * v, cast_input=True))
-    comms += _tp_out(ctx, h)
+    comms += tp_out(ctx, h)
     pe = T * (heads + 1) * rope * 2 * ACT  # rotary on q_pe (per head) and the shared k_pe
     mem.append(MemOp("rotary", pe, pe))
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
@@ -284,12 +285,12 @@ def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool
     gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused),
              Gemm(f"{name}.linear_fc2", T, h, ffn // tp, cast_input=True))
     mem = (_activation(f"{name}.activation", T, ffn // tp, model.swiglu),)
-    comms = _tp_in(ctx, h, fp8_gather=norm_fused) + _tp_out(ctx, h)
+    comms = tp_in(ctx, h, fp8_gather=norm_fused) + tp_out(ctx, h)
     return Block("mlp", gemms, (), mem, comms)
 
 
 def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
-    norm = Block("mlp", memops=(_norm("pre_mlp_layernorm", ctx.Tn, model.hidden_size, ctx, fused_cast=True),
+    norm = Block("mlp", memops=(norm_op("pre_mlp_layernorm", ctx.Tn, model.hidden_size, ctx, fused_cast=True),
                                 _residual("mlp.bias_dropout_add", ctx.Tn, model.hidden_size,
                                           model.hidden_dropout > 0)))
     return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True)
@@ -317,7 +318,7 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
              Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, cast_input=True)]
     copies = Tn * topk
     mem = [
-        _norm("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False),
+        norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False),
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
         MemOp("mlp.permute", (Tn + copies + 2 * R) * h * ACT, (Tn + copies + 2 * R) * h * ACT),
@@ -351,66 +352,6 @@ def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None 
     mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
     b = _attention(model, ctx, window) + mlp
     return Block(kind, b.gemms, b.attention, b.memops, b.comms)
-
-
-@lru_cache(maxsize=1024)
-def embedding_block(model: ModelSpec, ctx: OpContext) -> Block:
-    """Vocab-parallel embedding: each TP rank looks up its vocabulary shard and the partial rows are
-    all-reduced (reduce-scattered with SP). Forward reads and writes T rows; backward reads the
-    gradient and read-modify-writes the fp32 gradient rows."""
-    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
-    mem = [MemOp("embedding.lookup", 2 * T * h * ACT, T * h * (ACT + 2 * FP32))]
-    if model.position_embedding_type == "learned_absolute":
-        mem.append(MemOp("embedding.position_add", 3 * Tn * h * ACT, 0))
-    if model.hidden_dropout > 0:
-        mem.append(MemOp("embedding.dropout", Tn * h * (2 * ACT + MASK), Tn * h * (2 * ACT + MASK)))
-    comms: tuple[Comm, ...] = ()
-    if ctx.act.tp > 1:
-        comms = (Comm("tp_comm", "reduce_scatter", "tp", T * h * ACT, 1, 0, "none"),
-                 Comm("tp_comm", "all_gather", "tp", T * h * ACT, 0, 1, "none")) if ctx.act.sp else \
-            (Comm("tp_comm", "all_reduce", "tp", T * h * ACT, 1, 0, "none"),)
-    return Block("embedding", (), (), tuple(mem), comms)
-
-
-#: Unfused vocab-parallel cross-entropy (Megatron's `_VocabParallelCrossEntropy`), bytes per logit:
-#: forward = cast bf16→fp32 (2+4) + max (4) + subtract (4+4) + exp (4+4) + sum (4) + divide (4+4) = 38;
-#: backward = scale by the loss gradient (4+4) + cast back to bf16 (4+2) = 14.
-CE_UNFUSED = (38, 14)
-#: Fused cross-entropy (`--cross-entropy-loss-fusion`): two passes over the bf16 logits (max, then
-#: sum-exp and the target logit) = 4; backward reads the logits and writes their gradient = 4.
-CE_FUSED = (4, 4)
-
-
-@lru_cache(maxsize=1024)
-def loss_block(model: ModelSpec, ctx: OpContext) -> Block:
-    """Final norm, output layer (kept in bf16, as Megatron's ColumnParallelLinear) and the loss."""
-    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
-    vocab = ctx.padded_vocab // ctx.act.tp
-    logits = T * vocab
-    fwd, bwd = CE_FUSED if ctx.act.cross_entropy_fusion else CE_UNFUSED
-    mem = (_norm("final_layernorm", Tn, h, ctx, fused_cast=False),
-           MemOp("cross_entropy", logits * fwd, logits * bwd))
-    comms: tuple[Comm, ...] = ()
-    if ctx.act.tp > 1:
-        # the output layer's gathered input, and three all-reduces of T fp32 values (max, target
-        # logit, sum of exponentials) across the vocabulary shards
-        comms = (*_tp_in(ctx, h, fp8_gather=False), Comm("tp_comm", "all_reduce", "tp", T * FP32, 3, 0, "none"))
-    return Block("loss", (Gemm("output_layer", T, vocab, h, low=False),), (), mem, comms)
-
-
-@lru_cache(maxsize=1024)
-def mtp_block(model: ModelSpec, ctx: OpContext) -> Block:
-    """One MTP module: embedding of the shifted tokens, two norms, the 2h→h projection (its input
-    gathered, its output re-split across TP), a decoder layer, and a second output layer and loss."""
-    T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
-    inner = "moe" if model.moe_layers[-1] else "dense"
-    own = Block("mtp",
-                (Gemm("mtp.eh_proj", T, h // ctx.act.tp, 2 * h, cast_input=True),),
-                (),
-                (_norm("mtp.enorm", Tn, h, ctx, fused_cast=False), _norm("mtp.hnorm", Tn, h, ctx, fused_cast=False)),
-                _tp_in(ctx, 2 * h, fp8_gather=False) + _tp_out(ctx, h))
-    b = embedding_block(model, ctx) + own + layer_block(model, inner, ctx) + loss_block(model, ctx)
-    return Block("mtp", b.gemms, b.attention, b.memops, b.comms)
 
 
 def gemm_weights(block: Block) -> int:

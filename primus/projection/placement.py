@@ -109,5 +109,6 @@ class Placement:
             "etp": self.expert("tp"),
             "edp": self.expert("dp"),
             "pp": self.neighbours("pp"),
+            "pp_group": self.dense("pp"),
             "world": self.dense("tp", "cp", "dp", "pp"),
         }

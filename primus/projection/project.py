@@ -31,7 +31,8 @@ from primus.memory.shapes import split_layout
 from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
-from primus.projection.ops import ACT, OpContext, embedding_block, layer_block, loss_block, mtp_block
+from primus.projection.ends import embedding_block, loss_block, mtp_block
+from primus.projection.ops import ACT, OpContext, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype

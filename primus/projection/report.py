@@ -100,7 +100,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append(f"memory-bound kernels (norms, activations, residuals, rotary, permutes, casts, loss) at "
                f"{float(prof.hbm.efficiency.value):.2f} of {acc.hbm_bandwidth_gb_s:,.0f} GB/s")
     gr = p.groups(layout)
-    named = [("TP", "tp"), ("CP", "cp_group"), ("DP×CP", "dp_cp"), ("PP", "pp")]
+    named = [("TP", "tp"), ("CP", "cp_group"), ("DP×CP", "dp_cp"), ("PP", "pp_group")]
     if p.model.is_moe:
         named += [("EP", "ep"), ("expert-TP", "etp"), ("expert-DP", "edp")]
     out.append(f"ranks in order {'-'.join(p.order)} ({cluster.scaleup.domain_size}-GPU {cluster.scaleup.topology} "

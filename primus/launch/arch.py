@@ -1,0 +1,120 @@
+"""The model of an imported launch config: architecture options in, a job's `model` value out.
+
+Launch configs spell the architecture out (Megatron's --num-layers, --hidden-size, ...) while a job
+names a catalog model. The importer builds the `ModelSpec` the options describe, then compares it
+with every catalog entry on the *resolved* architecture (head dim, query groups, the MoE layer
+pattern: what changes parameters and memory), so `kv_channels` left to Megatron's default still
+equals a catalog entry that writes 128. Equal to an entry: the job names it. Otherwise the job holds
+``{base: <nearest entry>, <field>: <value>, ...}`` with exactly the fields that differ, which says
+both what the model is and how it departs from the nearest known one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from primus.catalog.models import catalog_models, resolve_model
+from primus.errors import InputError
+from primus.specs.base import parse_spec
+from primus.specs.model import ModelSpec
+
+DESCRIPTIVE = frozenset({"name", "display_name", "source", "notes", "published"})
+ARCH_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.model_fields if f not in DESCRIPTIVE)
+MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_bias")
+MLA_ONLY = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+VOCAB_FIELDS = ("vocab_size", "make_vocab_size_divisible_by")
+
+
+def signature(spec: ModelSpec) -> dict[str, Any]:
+    """The architecture with defaults resolved and meaningless fields blanked (MoE fields of a dense
+    model, MLA dimensions without MLA, the dense FFN of an all-MoE model)."""
+    sig: dict[str, Any] = {f: getattr(spec, f) for f in ARCH_FIELDS}
+    sig["kv_channels"] = None if spec.multi_latent_attention else spec.head_dim
+    sig["num_query_groups"] = None if spec.multi_latent_attention else spec.query_groups
+    sig["moe_layer_freq"] = spec.moe_layers
+    if not spec.has_dense_layers:
+        sig["ffn_hidden_size"] = None
+    if not spec.is_moe:
+        for key in MOE_ONLY:
+            sig[key] = None
+    if not spec.multi_latent_attention:
+        for key in MLA_ONLY:
+            sig[key] = None
+    if spec.window_size is None:
+        sig["window_attn_skip_freq"] = None
+    return sig
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[tuple[str, ModelSpec, tuple[tuple[str, Any], ...]], ...]:
+    out = []
+    for slug in catalog_models():
+        spec = resolve_model(slug, "catalog")
+        out.append((slug, spec, tuple(signature(spec).items())))
+    return tuple(out)
+
+
+def catalog_spec(slug: str) -> ModelSpec:
+    return resolve_model(slug, "catalog")
+
+
+def differences(a: ModelSpec, b: ModelSpec, ignore: tuple[str, ...] = ()) -> list[str]:
+    sa, sb = signature(a), signature(b)
+    return [f for f in ARCH_FIELDS if f not in ignore and sa[f] != sb[f]]
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = ()) -> tuple[str | dict[str, Any], str]:
+    """The job's `model` value for an architecture, and a note saying how it was chosen."""
+    target = signature(spec)
+    best: tuple[int, int, str, list[str]] | None = None
+    for slug, _, sig_items in _catalog():
+        sig = dict(sig_items)
+        diff = [f for f in ARCH_FIELDS if sig[f] != target[f]]
+        key = (len(diff), 0 if slug in prefer else 1, slug, diff)
+        if best is None or key[:3] < best[:3]:
+            best = key
+    assert best is not None
+    _, _, slug, diff = best
+    if not diff:
+        return slug, f"the architecture options equal catalog model {slug}"
+    ref: dict[str, Any] = {"base": slug, **{f: _jsonable(getattr(spec, f)) for f in diff}}
+    resolved = resolve_model(ref, "import", "model")
+    if differences(resolved, spec):  # pragma: no cover - a guard on the override construction
+        raise InputError("import", "model", f"could not express the architecture as {slug} with overrides")
+    return ref, f"no catalog model has this architecture; nearest is {slug}, overridden in {', '.join(diff)}"
+
+
+def catalog_matches(fields: Mapping[str, Any], ignore: tuple[str, ...]) -> list[str]:
+    """Catalog slugs whose architecture equals `fields` on everything but `ignore` (e.g. the vocabulary
+    a launch line leaves to its tokenizer)."""
+    probe = dict(fields)
+    for key in ignore:
+        probe.pop(key, None)
+    probe.setdefault("vocab_size", 1)
+    try:
+        spec = ModelSpec.model_validate({"name": "probe", **probe})
+    except ValueError:
+        return []
+    target = signature(spec)
+    found = []
+    for slug, _, sig_items in _catalog():
+        sig = dict(sig_items)
+        if all(sig[f] == target[f] for f in ARCH_FIELDS if f not in ignore):
+            found.append(slug)
+    return found
+
+
+def build_model(fields: dict[str, Any], where: str, field_name: str = "model") -> ModelSpec:
+    """Validate architecture fields (Megatron names) as a ModelSpec; one InputError line on failure."""
+    return parse_spec(ModelSpec, {"name": "launch-config", **fields}, where, field_name)
+
+
+def spec_fields(spec: ModelSpec) -> dict[str, Any]:
+    """A catalog spec's architecture fields, as a starting point that launch options override."""
+    return {f: getattr(spec, f) for f in ARCH_FIELDS}

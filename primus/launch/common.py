@@ -1,0 +1,235 @@
+"""What the three launch-config translators share: the result types, the `primus-job` header, the
+cluster size, and the last step of every import (merge, validate).
+
+A launch config (a Megatron-LM argument line, an AMD Primus experiment YAML, a torchtitan TOML) says
+how to run a training job but not on what: none of them names the accelerator, and only a
+`torchrun` line gives the world size. Exports therefore carry the job keys the target format cannot
+express in one comment line, ``# primus-job: {...JSON...}``, which the frameworks ignore and the
+importer reads back; everything the format *can* express is written in the format's own option names
+and never duplicated in the header. Command-line values (``--hardware``, ``--nodes``/``--gpus``) win
+over the file, and the file over the header.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primus.catalog.hardware import resolve_hardware
+from primus.errors import InputError
+from primus.job import Job, job_from_mapping
+from primus.specs.hardware import ClusterSpec
+from primus.specs.job import JobSpec
+from primus.yamlio import loads_json
+
+KINDS: tuple[str, ...] = ("megatron", "primus", "torchtitan")
+HEADER_TAG = "primus-job:"
+MAX_VALUE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """An imported launch config: the job mapping (what a job YAML holds), the options primus does not
+    model (each ``name value``, in the file's own spelling, never dropped silently), notes on how
+    ambiguous or defaulted values were resolved, and the framework release whose names were read."""
+
+    kind: str
+    release: str
+    job: dict[str, Any]
+    unmodelled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An exported launch config: the file text plus notes on what the target cannot express."""
+
+    kind: str
+    release: str
+    text: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Collector:
+    """Accumulates unmodelled options and notes while a file is translated."""
+
+    unmodelled: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, text: str) -> None:
+        self.unmodelled.append(shorten(text))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def shorten(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+    """One line, bounded: an unmodelled value may be a long data path list."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+# ---- the primus-job header -------------------------------------------------------------------------
+
+
+def header_line(doc: Mapping[str, Any]) -> str:
+    return "# " + HEADER_TAG + " " + json.dumps(doc, separators=(", ", ": "), sort_keys=True)
+
+
+def read_header(text: str, where: str) -> dict[str, Any]:
+    """The JSON object of the first ``# primus-job:`` comment line, or {} when there is none."""
+    for line in text.splitlines():
+        body = line.strip()
+        if not body.startswith("#"):
+            continue
+        body = body.lstrip("#").strip()
+        if body.startswith(HEADER_TAG):
+            doc = loads_json(body[len(HEADER_TAG):].strip(), where)
+            if not isinstance(doc, dict):
+                raise InputError(where, "primus-job", "the header must be a JSON object")
+            for key in ("parallel", "framework"):
+                if key in doc:
+                    raise InputError(where, f"primus-job.{key}", "belongs in the launch options, not the header")
+            return doc
+    return {}
+
+
+def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and key not in ("model", "hardware"):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def residual(job: Job, written: set[str]) -> dict[str, Any]:
+    """Job keys that differ from the defaults and that the target format did not write: the header.
+    `parallel` and `framework` never travel (the launch options define them); the hardware always does."""
+    flat = flatten(job.spec.model_dump(mode="json", exclude_defaults=True))
+    keep = {k: v for k, v in flat.items()
+            if k not in written and not k.startswith("parallel.") and k not in ("framework", "model")}
+    keep["hardware"] = job.spec.hardware
+    if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
+        keep["model"] = job.spec.model
+    return nest(keep)
+
+
+def _is_path(ref: Any) -> bool:
+    return isinstance(ref, str) and ("/" in ref or ref.endswith((".yaml", ".yml", ".json")))
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and key not in ("model", "hardware"):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ---- cluster size ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The hardware reference, its spec, and the world size (with the job key that states it)."""
+
+    hardware: Any
+    spec: ClusterSpec
+    gpus: int
+    size_key: str  # "nodes" or "gpus"
+    size_value: int
+
+
+def resolve_cluster(where: str, out: Collector, *, cli_hardware: str | None, cli_nodes: int | None,
+                    cli_gpus: int | None, header: Mapping[str, Any], file_nnodes: int | None = None,
+                    file_nproc: int | None = None, base_dir: Path | None = None) -> Cluster:
+    """Hardware: --hardware, else the header, else an error. Size: --nodes/--gpus, else the file's
+    torchrun --nnodes × --nproc-per-node, else the header's nodes/gpus, else an error."""
+    if cli_nodes is not None and cli_gpus is not None:
+        raise InputError(where, None, "give at most one of --nodes and --gpus")
+    hardware = cli_hardware if cli_hardware is not None else header.get("hardware")
+    if hardware is None:
+        raise InputError(where, "hardware", "the file does not name the accelerator; give --hardware (e.g. h100-80gb)")
+    spec = resolve_hardware(hardware, where, "hardware", base_dir)
+    gpn = spec.gpus_per_node
+    if cli_nodes is not None or cli_gpus is not None:
+        if file_nnodes is not None and file_nproc is not None:
+            out.note(f"world size from the command line; the file's torchrun asks for {file_nnodes * file_nproc} GPUs")
+        if cli_nodes is not None:
+            return Cluster(hardware, spec, cli_nodes * gpn, "nodes", cli_nodes)
+        assert cli_gpus is not None
+        return _by_gpus(hardware, spec, cli_gpus)
+    if file_nnodes is not None and file_nproc is not None:
+        if file_nproc == gpn:
+            return Cluster(hardware, spec, file_nnodes * gpn, "nodes", file_nnodes)
+        return _by_gpus(hardware, spec, file_nnodes * file_nproc)
+    if header.get("nodes") is not None:
+        return Cluster(hardware, spec, _pos_int(header["nodes"], where, "primus-job.nodes") * gpn, "nodes",
+                       header["nodes"])
+    if header.get("gpus") is not None:
+        return _by_gpus(hardware, spec, _pos_int(header["gpus"], where, "primus-job.gpus"))
+    raise InputError(where, None, "the file does not give the world size; give --nodes or --gpus")
+
+
+def _by_gpus(hardware: Any, spec: ClusterSpec, gpus: int) -> Cluster:
+    return Cluster(hardware, spec, gpus, "gpus", gpus)
+
+
+def _pos_int(value: Any, where: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(where, name, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def data_parallel(world: int, tp: int, pp: int, cp: int, where: str) -> int:
+    """Megatron's data-parallel size: world / (TP × PP × CP), which must divide exactly."""
+    denom = tp * pp * cp
+    if world % denom:
+        raise InputError(where, "parallel", f"TP×PP×CP = {denom} does not divide the {world} GPUs")
+    return world // denom
+
+
+# ---- the end of every import ----------------------------------------------------------------------
+
+
+def finish(kind: str, release: str, where: str, native: dict[str, Any], header: Mapping[str, Any],
+           cluster: Cluster, out: Collector, base_dir: Path | None = None) -> LaunchConfig:
+    """Merge the header's residual keys under the natively read ones, put the cluster in, validate
+    the result as a job (so a bad file fails here, with one line), and order the keys as a job file."""
+    extra = {k: v for k, v in header.items() if k not in ("hardware", "nodes", "gpus", "model")}
+    merged = deep_merge(extra, native)
+    merged["hardware"] = cluster.hardware
+    merged.pop("nodes", None)
+    merged.pop("gpus", None)
+    merged[cluster.size_key] = cluster.size_value
+    ordered = {k: merged[k] for k in _ORDER if k in merged}
+    ordered.update({k: v for k, v in merged.items() if k not in ordered})
+    job_from_mapping(ordered, where, base_dir)
+    return LaunchConfig(kind, release, ordered, tuple(out.unmodelled), tuple(out.notes), where)
+
+
+_ORDER = ("model", "hardware", "nodes", "gpus", "seq_len", "global_batch_size", "precision", "fp8_recipe",
+          "framework", "parallel", "schedule", "pipeline", "optimizer", "moe", "overlap", "kernels")
+
+JOB_KEYS = frozenset(JobSpec.model_fields)
