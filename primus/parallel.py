@@ -7,7 +7,7 @@ search and reports all take group sizes from `Layout`, never recompute them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from primus.specs.job import Recompute
@@ -54,9 +54,11 @@ class Layout:
 
     def as_parallel(self) -> dict[str, Any]:
         """The complete, null-free `parallel` mapping a job accepts back verbatim."""
-        out = {k: v for k, v in asdict(self).items() if k != "schedule"}
-        if out["recompute_num_layers"] is None:
-            out.pop("recompute_num_layers")
+        out: dict[str, Any] = {"tp": self.tp, "pp": self.pp, "vp": self.vp, "cp": self.cp, "ep": self.ep,
+                               "etp": self.etp, "dp": self.dp, "mbs": self.mbs, "sp": self.sp,
+                               "recompute": self.recompute, "sharding": self.sharding}
+        if self.recompute_num_layers is not None:
+            out["recompute_num_layers"] = self.recompute_num_layers
         return out
 
     def key(self) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ from primus.cli.memory_cmd import memory_cmd
 from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
 from primus.cli.project_cmd import project_cmd
 from primus.cli.trace_cmd import trace_cmd
+from primus.cli.tune_cmd import tune_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -31,6 +32,7 @@ cli.add_command(enumerate_cmd)
 schema_group.add_command(schema_rule)
 cli.add_command(trace_cmd)
 cli.add_command(project_cmd)
+cli.add_command(tune_cmd)
 
 
 def main() -> None:

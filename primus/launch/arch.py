@@ -44,6 +44,8 @@ def signature(spec: ModelSpec) -> dict[str, Any]:
             sig[key] = None
     if spec.window_size is None:
         sig["window_attn_skip_freq"] = None
+    if spec.position_embedding_type != "learned_absolute":
+        sig["max_position_embeddings"] = None  # only a learned table makes it a weight
     return sig
 
 
@@ -72,22 +74,28 @@ def _jsonable(value: Any) -> Any:
 def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = ()) -> tuple[str | dict[str, Any], str]:
     """The job's `model` value for an architecture, and a note saying how it was chosen."""
     target = signature(spec)
-    best: tuple[int, int, str, list[str]] | None = None
-    for slug, _, sig_items in _catalog():
+    best: tuple[int, int, int, str, list[str]] | None = None
+    for slug, cat, sig_items in _catalog():
         sig = dict(sig_items)
         diff = [f for f in ARCH_FIELDS if sig[f] != target[f]]
-        key = (len(diff), 0 if slug in prefer else 1, slug, diff)
-        if best is None or key[:3] < best[:3]:
+        same_context = cat.max_position_embeddings == spec.max_position_embeddings
+        key = (len(diff), 0 if slug in prefer else 1, 0 if same_context else 1, slug, diff)
+        if best is None or key[:4] < best[:4]:
             best = key
     assert best is not None
-    _, _, slug, diff = best
+    slug, diff = best[3], best[4]
     if not diff:
         return slug, f"the architecture options equal catalog model {slug}"
-    ref: dict[str, Any] = {"base": slug, **{f: _jsonable(getattr(spec, f)) for f in diff}}
-    resolved = resolve_model(ref, "import", "model")
-    if differences(resolved, spec):  # pragma: no cover - a guard on the override construction
-        raise InputError("import", "model", f"could not express the architecture as {slug} with overrides")
-    return ref, f"no catalog model has this architecture; nearest is {slug}, overridden in {', '.join(diff)}"
+    base = catalog_spec(slug)
+    raw = [f for f in ARCH_FIELDS if getattr(base, f) != getattr(spec, f)]
+    # Fewest overrides first: the differing fields whose written value differs (an MLA rank left as
+    # written when MLA is switched off is no difference), else every written difference.
+    for fields in ([f for f in diff if f in raw], raw):
+        ref: dict[str, Any] = {"base": slug, **{f: _jsonable(getattr(spec, f)) for f in fields}}
+        if not differences(resolve_model(ref, "import", "model"), spec):
+            changed = ", ".join(fields)
+            return ref, f"no catalog model has this architecture; nearest is {slug}, with {changed} changed"
+    raise InputError("import", "model", f"cannot express the architecture as {slug} with overrides")  # pragma: no cover
 
 
 def catalog_matches(fields: Mapping[str, Any], ignore: tuple[str, ...]) -> list[str]:
@@ -103,11 +111,11 @@ def catalog_matches(fields: Mapping[str, Any], ignore: tuple[str, ...]) -> list[
         return []
     target = signature(spec)
     found = []
-    for slug, _, sig_items in _catalog():
+    for slug, cat, sig_items in _catalog():
         sig = dict(sig_items)
         if all(sig[f] == target[f] for f in ARCH_FIELDS if f not in ignore):
-            found.append(slug)
-    return found
+            found.append((cat.max_position_embeddings != spec.max_position_embeddings, slug))
+    return [slug for _, slug in sorted(found)]
 
 
 def build_model(fields: dict[str, Any], where: str, field_name: str = "model") -> ModelSpec:

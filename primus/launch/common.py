@@ -125,8 +125,11 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
     """Job keys that differ from the defaults and that the target format did not write: the header.
     `parallel` and `framework` never travel (the launch options define them); the hardware always does."""
     flat = flatten(job.spec.model_dump(mode="json", exclude_defaults=True))
+    def is_written(key: str) -> bool:
+        return any(key == w or key.startswith(w + ".") for w in written)
+
     keep = {k: v for k, v in flat.items()
-            if k not in written and not k.startswith("parallel.") and k not in ("framework", "model")}
+            if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
     keep["hardware"] = job.spec.hardware
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
         keep["model"] = job.spec.model
@@ -181,6 +184,8 @@ def resolve_cluster(where: str, out: Collector, *, cli_hardware: str | None, cli
         assert cli_gpus is not None
         return _by_gpus(hardware, spec, cli_gpus)
     if file_nnodes is not None and file_nproc is not None:
+        if header.get("gpus") == file_nnodes * file_nproc:  # the job said gpus: keep its spelling
+            return _by_gpus(hardware, spec, file_nnodes * file_nproc)
         if file_nproc == gpn:
             return Cluster(hardware, spec, file_nnodes * gpn, "nodes", file_nnodes)
         return _by_gpus(hardware, spec, file_nnodes * file_nproc)

@@ -1,0 +1,200 @@
+"""`primus export` and `primus import`, and the ``--from KIND FILE`` option of fit, memory and project.
+
+Export writes a launch config for a job (a job file, a tune result, or axes on the command line) in
+a framework's own option names; import reads one back as a job YAML and lists, on stderr, every
+option primus does not model. Both follow the CLI contract: bad input is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import click
+import yaml
+
+from primus.cli.common import Negative, format_option, guarded
+from primus.cli.output import emit_json
+from primus.errors import InputError
+from primus.job import Job, load_job
+from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
+
+F = TypeVar("F", bound=Callable[..., Any])
+_COUNT = click.IntRange(1, 1_000_000)
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot write ({exc.strerror or exc})") from None
+
+
+def report(config: LaunchConfig) -> None:
+    """The import record on stderr: one line per unmodelled option, then the notes."""
+    if config.unmodelled:
+        click.echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
+        for item in config.unmodelled:
+            click.echo(f"  unmodelled: {item}", err=True)
+    for note in config.notes:
+        click.echo(f"  note: {note}", err=True)
+
+
+# ---- --from on fit / memory / project -------------------------------------------------------------
+
+
+def launch_options(fn: F) -> F:
+    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out."""
+    fn = click.option("--gpus", "launch_gpus", type=_COUNT, default=None,
+                      help="With --from: the world size in GPUs, when the file does not give it.")(fn)
+    fn = click.option("--nodes", "launch_nodes", type=_COUNT, default=None,
+                      help="With --from: the number of nodes, when the file does not give it.")(fn)
+    fn = click.option("--hardware", "launch_hardware", default=None, metavar="HW",
+                      help="With --from: the accelerator (catalog name or file), when the file does not name it.")(fn)
+    fn = click.option("--from", "launch_from", nargs=2, type=(click.Choice(KINDS), click.Path(dir_okay=False)),
+                      default=None, metavar="KIND FILE",
+                      help="Read the job from a launch config: megatron (argument line), primus (experiment "
+                           "YAML) or torchtitan (TOML). Unmodelled options are listed on stderr.")(fn)
+    return fn
+
+
+def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, hardware: str | None,
+                  nodes: int | None, gpus: int | None) -> Job:
+    """The job of a JOB_FILE argument or of ``--from KIND FILE`` (exactly one)."""
+    if (job_file is None) == (launch_from is None):
+        raise InputError("command line", None, "give a job file or --from KIND FILE (exactly one)")
+    if job_file is not None:
+        if hardware is not None or nodes is not None or gpus is not None:
+            raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
+        return load_job(job_file)
+    assert launch_from is not None
+    job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus)
+    report(config)
+    return job
+
+
+# ---- primus import ---------------------------------------------------------------------------------
+
+
+def job_yaml(config: LaunchConfig) -> str:
+    lines = [f"# imported by primus from {config.kind} config {config.source}",
+             f"# option names: {config.release}",
+             *[f"# unmodelled: {item}" for item in config.unmodelled],
+             *[f"# note: {note}" for note in config.notes]]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(config.job, sort_keys=False, default_flow_style=None, width=110)
+
+
+@click.command("import")
+@click.option("--from", "kind", type=click.Choice(KINDS), required=True, help="The format of FILE.")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
+@click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
+@click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Write the job here (atomically) instead of stdout.")
+@format_option("yaml", "json", default="yaml")
+@guarded
+def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gpus: int | None,
+               out_file: str | None, fmt: str) -> None:
+    """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
+    (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
+
+    Example: primus import --from megatron train.sh --hardware h100-80gb --out job.yaml
+    """
+    config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus)
+    if fmt == "json":
+        doc = {"kind": config.kind, "release": config.release, "job": config.job,
+               "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
+        if out_file:
+            write_atomically(out_file, json.dumps(doc, indent=2) + "\n")
+        else:
+            emit_json(doc)
+        return
+    report(config)
+    text = job_yaml(config)
+    if out_file:
+        write_atomically(out_file, text)
+    else:
+        click.echo(text, nl=False)
+
+
+# ---- primus export ---------------------------------------------------------------------------------
+
+
+def _axis(name: str, help_text: str) -> Callable[[F], F]:
+    return click.option(f"--{name}", name.replace("-", "_"), type=click.IntRange(1, 10**9), default=None,
+                        help=help_text)
+
+
+@click.command("export")
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--to", "kind", type=click.Choice(KINDS), required=True, help="The launch config format to write.")
+@click.option("--from-tune", "tune_file", type=click.Path(dir_okay=False), default=None,
+              help='A tune result JSON: {"job": {...}, "best": {"parallel": {...}}}.')
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Write here (atomically) instead of stdout.")
+@click.option("--complete", is_flag=True, help="Complete free axes with the legal layout of most headroom (fit).")
+@click.option("--model", default=None, help="Model (without a job file), or a replacement.")
+@click.option("--hardware", default=None, help="Accelerator (without a job file), or a replacement.")
+@click.option("--nodes", type=_COUNT, default=None)
+@click.option("--gpus", type=_COUNT, default=None)
+@click.option("--seq-len", "seq_len", type=click.IntRange(1, 16_777_216), default=None)
+@click.option("--global-batch-size", "global_batch_size", type=click.IntRange(1, 100_000_000), default=None)
+@click.option("--precision", type=click.Choice(list(get_args(Precision))), default=None)
+@click.option("--fp8-recipe", "fp8_recipe", type=click.Choice(list(get_args(Fp8Recipe))), default=None)
+@_axis("tp", "Tensor parallel size.")
+@_axis("pp", "Pipeline parallel size.")
+@_axis("vp", "Virtual pipeline stages per rank.")
+@_axis("cp", "Context parallel size.")
+@_axis("ep", "Expert parallel size.")
+@_axis("etp", "Expert tensor parallel size.")
+@_axis("mbs", "Micro-batch size.")
+@click.option("--sp/--no-sp", "sp", default=None, help="Sequence parallel.")
+@click.option("--recompute", type=click.Choice(list(get_args(Recompute))), default=None)
+@_axis("recompute-num-layers", "Layers per full-recompute unit (Megatron --recompute-num-layers).")
+@click.option("--recompute-method", "recompute_method", type=click.Choice(["uniform", "block"]), default=None)
+@click.option("--sharding", type=click.Choice(list(get_args(Sharding))), default=None)
+@guarded
+def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file: str | None, complete: bool,
+               **fields: Any) -> None:
+    """Write a launch config: Megatron-LM arguments (--to megatron), an AMD Primus experiment YAML
+    (--to primus) or a torchtitan TOML (--to torchtitan), for a job file, a tune result, or axes given
+    here. Every parallel axis must be pinned (or use --complete). Notes on what the target cannot
+    express go to stderr; keys it cannot hold travel in a `# primus-job:` comment so import gives the
+    same job back.
+
+    Example: primus export examples/llama3.1-70b-mi300x.yaml --to megatron --out train_args.sh
+    """
+    if job_file is not None and tune_file is not None:
+        raise InputError("command line", None, "give a job file or --from-tune, not both")
+    base = load_job(job_file) if job_file else tune_job(tune_file) if tune_file else None
+    job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
+    layout = None
+    if complete:
+        from primus.solver.api import Question
+        from primus.solver.fit import fit
+
+        result = fit(Question(job))
+        if not result.fits or result.layout is None:
+            click.echo("primus: no legal layout fits this job; nothing exported (see `primus fit`)", err=True)
+            raise Negative()
+        layout = result.layout
+        click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
+                   err=True)
+    exported = export_job(job, kind, layout)
+    for note in exported.notes:
+        click.echo(f"primus: note: {note}", err=True)
+    if out_file:
+        write_atomically(out_file, exported.text)
+    else:
+        click.echo(exported.text, nl=False)

@@ -1,0 +1,214 @@
+"""One documented rule per source for the settings a published run does not state.
+
+Published runs state their layout but rarely everything the step time depends on: recompute, the
+FP8 scaling recipe, the gradient-reduction dtype, communication overlap, the MoE dispatcher, fused
+kernels. Guessing per row would fit the noise, so each *source* (a framework release) gets one rule:
+that framework's defaults in that release, with the evidence for each, applied identically to every
+row of the source and recorded in the result (`SourceRule.describe`). A row's own cells always win.
+
+Recompute left empty is the one setting whose default depends on the run: performance recipes pick
+the lightest activation recompute that lets the layout fit (NeMo and Megatron-Bridge set none unless
+a workload preset lists recompute modules or layers), so an empty cell means "none, or the lightest
+of selective / full that the ledger says fits" (`RECOMPUTE_LADDER`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Recompute tried in order when a source leaves it unstated and the rule says "lightest that fits".
+RECOMPUTE_LADDER: tuple[str, ...] = ("none", "selective", "full")
+
+_NEMO_HELPERS = ("NVIDIA/NeMo scripts/performance/helpers.py (set_perf_optimization_configs, "
+                 "set_precision_configs)")
+_MB_OVERRIDES = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/overrides.py (_set_common_perf_overrides)"
+_MB_PRESETS = ("NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/*/*_workload_base_configs.py "
+               "(moe_flex_dispatcher_backend='hybridep'/'deepep', moe_a2a_overlap off in most presets)")
+_BF16_GRADS = ("NeMo/Megatron-Bridge performance recipes reduce gradients in bf16 (grad_reduce_in_fp32=False, "
+               f"{_NEMO_HELPERS}); a DGX Cloud Llama3-8B log's memory_allocated (44.27 GB at 8 GPUs) equals bf16 "
+               "weights + bf16 gradients + 12 B/param / 8 of optimizer state")
+
+
+@dataclass(frozen=True)
+class SourceRule:
+    """The defaults of one framework release family. `job` keys are merged under the row's own."""
+
+    name: str
+    prefixes: tuple[str, ...]
+    framework: str  # primus job `framework`: megatron | torchtitan
+    evidence: str
+    sharding: str = "dist_opt"
+    recompute: str = "ladder"  # "ladder" (lightest that fits) or a fixed value
+    vp: int = 1
+    sp_with_tp: bool = True  # sequence parallel on whenever TP > 1 (NeMo/MB set sequence_parallel = tp > 1)
+    fp8_recipe: str = "delayed"
+    main_grads_dtype: str = "fp32"
+    tp_comm_overlap: bool = False
+    moe_a2a_overlap: bool = False
+    dispatcher: str = "alltoall"
+    dispatcher_scaleup: str | None = None  # dispatcher on NVL72-class hardware (scale-up domain > 8 GPUs)
+    flash_attention: bool = True
+    cross_entropy_fusion: bool = False
+    grad_reduce_overlap: bool = True
+    param_gather_overlap: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def matches(self, source: str) -> bool:
+        s = source.lower()
+        return any(s == p or s.startswith(p) for p in self.prefixes)
+
+    def describe(self) -> str:
+        """One line: what this rule assumes for unstated settings."""
+        rec = ("lightest of none/selective/full that fits" if self.recompute == "ladder" else self.recompute)
+        disp = self.dispatcher + (f" ({self.dispatcher_scaleup} on NVL72-class domains)"
+                                  if self.dispatcher_scaleup else "")
+        return (f"{self.name}: framework {self.framework}; sharding {self.sharding}; recompute {rec}; vp {self.vp}; "
+                f"sp {'= tp > 1' if self.sp_with_tp else 'off'}; fp8 recipe {self.fp8_recipe}; main grads "
+                f"{self.main_grads_dtype}; TP-comm overlap {'on' if self.tp_comm_overlap else 'off'}; MoE dispatcher "
+                f"{disp}, all-to-all overlap {'on' if self.moe_a2a_overlap else 'off'}; flash attention "
+                f"{'on' if self.flash_attention else 'off'}; fused cross-entropy "
+                f"{'on' if self.cross_entropy_fusion else 'off'}")
+
+    def job_keys(self, *, tp: int, scaleup_domain: int, is_moe: bool) -> dict[str, Any]:
+        """The job keys this rule sets (overlap, kernels, optimizer, MoE, framework)."""
+        keys: dict[str, Any] = {
+            "framework": self.framework,
+            "optimizer": {"main_grads_dtype": self.main_grads_dtype},
+            "overlap": {"grad_reduce": self.grad_reduce_overlap, "param_gather": self.param_gather_overlap,
+                        "tp_comm": self.tp_comm_overlap and tp > 1, "moe_a2a": self.moe_a2a_overlap and is_moe},
+            "kernels": {"flash_attention": self.flash_attention, "cross_entropy_fusion": self.cross_entropy_fusion},
+        }
+        if is_moe:
+            big = scaleup_domain > 8
+            keys["moe"] = {"token_dispatcher": (self.dispatcher_scaleup if big and self.dispatcher_scaleup
+                                                else self.dispatcher)}
+        return keys
+
+
+MEGATRON_BRIDGE = SourceRule(
+    name="Megatron-Bridge performance recipes (25.09-26.x)",
+    prefixes=("megatron-bridge", "mbridge"),
+    framework="megatron",
+    evidence=(f"{_MB_OVERRIDES}: cross_entropy_fusion_impl='te', rope fusion; recompute only where a preset lists "
+              f"recompute_modules/recompute_num_layers; {_MB_PRESETS}; {_BF16_GRADS}; TP-comm overlap "
+              "(userbuffers) in the Llama/Nemotron recipes with TP > 1; FP8 'CS' (current scaling = tensorwise) is "
+              "the recipe named in its performance tables"),
+    fp8_recipe="tensorwise",
+    main_grads_dtype="bf16",
+    tp_comm_overlap=True,
+    dispatcher="flex",
+    cross_entropy_fusion=True,
+)
+
+NEMO = SourceRule(
+    name="NeMo 2 / DGX Cloud performance recipes (24.07-25.05)",
+    prefixes=("nemo-24", "nemo-25", "nemo-longseq", "dgxc"),
+    framework="megatron",
+    evidence=(f"{_NEMO_HELPERS}: fp8 recipe 'ds' (delayed scaling) unless given, grad_reduce_in_fp32=False, "
+              "cross_entropy_fusion_impl='te', recompute_layers 0 unless a recommended config sets it; "
+              "sequence_parallel = tp > 1; TP-comm overlap callback on with TP > 1; "
+              "scripts/performance/llm/pretrain_deepseek_v3.py: flex (DeepEP) dispatcher on H100, alltoall on "
+              f"Blackwell; {_BF16_GRADS}"),
+    fp8_recipe="delayed",
+    main_grads_dtype="bf16",
+    tp_comm_overlap=True,
+    dispatcher="flex",
+    dispatcher_scaleup="alltoall",
+    cross_entropy_fusion=True,
+)
+
+NEMO_AUTOMODEL = SourceRule(
+    name="NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)",
+    prefixes=("nemo-automodel", "automodel"),
+    framework="torchtitan",
+    evidence=("NeMo AutoModel large-MoE benchmarks: FSDP2 with expert parallelism, TE kernels and DeepEP (the "
+              "rows' notes), FSDP2 mixed precision reducing in fp32; no activation recompute stated"),
+    sharding="fsdp",
+    main_grads_dtype="fp32",
+    dispatcher="flex",
+    sp_with_tp=False,
+)
+
+TORCHTITAN = SourceRule(
+    name="torchtitan (FSDP2 + torch.compile + Float8)",
+    prefixes=("torchtitan",),
+    framework="torchtitan",
+    evidence=("torchtitan docs/performance.md: FSDP2 (reduce_dtype float32 by default), torch.compile, Float8 "
+              "with dynamic tensorwise scaling, op-level selective activation checkpointing; async TP only where a "
+              "run says so"),
+    sharding="fsdp",
+    recompute="selective",
+    fp8_recipe="tensorwise",
+    main_grads_dtype="fp32",
+    sp_with_tp=True,
+)
+
+MOSAICML = SourceRule(
+    name="MosaicML llm-foundry benchmarks (Composer FSDP)",
+    prefixes=("mosaicml", "llm-foundry"),
+    framework="megatron",
+    evidence=("llm-foundry scripts/train/benchmarking: FSDP FULL_SHARD with mixed_precision PURE (bf16 "
+              "parameters, gradients reduced in bf16), flash attention, fused cross-entropy, activation "
+              "checkpointing as each row states; FP8 rows through Transformer Engine's default delayed scaling"),
+    sharding="fsdp",
+    recompute="ladder",
+    fp8_recipe="delayed",
+    main_grads_dtype="bf16",
+    sp_with_tp=False,
+    cross_entropy_fusion=True,
+)
+
+MEGATRON_2021_22 = SourceRule(
+    name="Megatron-LM papers and README (2021-2022)",
+    prefixes=("korthikanti", "narayanan", "megatron-lm", "mtnlg"),
+    framework="megatron",
+    evidence=("Korthikanti et al. 2022 and Narayanan et al. 2021 ran Megatron-LM before flash attention and the "
+              "distributed optimizer: unfused softmax attention, fp32 gradient all-reduce, no TP-comm overlap, "
+              "unfused vocab-parallel cross-entropy, interleaving only where the paper gives it (vp 1 otherwise), "
+              "activation checkpointing on (--checkpoint-activations) unless the paper says otherwise"),
+    sharding="none",
+    recompute="full",
+    sp_with_tp=False,
+    flash_attention=False,
+    grad_reduce_overlap=False,
+    param_gather_overlap=False,
+)
+
+MEGATRON_DEEPSPEED = SourceRule(
+    name="Megatron-DeepSpeed (BLOOM)",
+    prefixes=("bloom",),
+    framework="megatron",
+    evidence=("BLOOM tr11-176B (bigscience-workshop/bigscience train/tr11-176B-ml): Megatron-DeepSpeed, ZeRO-1, bf16, "
+              "fp32 gradient accumulation, fused softmax (no flash attention in 2022), full activation checkpointing"),
+    sharding="zero1",
+    recompute="full",
+    sp_with_tp=False,
+    flash_attention=False,
+)
+
+AMD_PRIMUS = SourceRule(
+    name="AMD Primus-Megatron",
+    prefixes=("amd-primus", "primus"),
+    framework="megatron",
+    evidence=("AMD Primus (Primus-Megatron) configs: Megatron-LM defaults with the distributed optimizer, fp32 "
+              "gradient reduction, overlapped grad-reduce/param-gather, no TP-comm overlap"),
+)
+
+MEGATRON_DEFAULT = SourceRule(
+    name="Megatron-LM defaults (any other source)",
+    prefixes=(),
+    framework="megatron",
+    evidence="Megatron-LM argument defaults (primus/specs/job.py), distributed optimizer as most published runs",
+)
+
+RULES: tuple[SourceRule, ...] = (MEGATRON_BRIDGE, NEMO_AUTOMODEL, NEMO, TORCHTITAN, MOSAICML, MEGATRON_2021_22,
+                                 MEGATRON_DEEPSPEED, AMD_PRIMUS)
+
+
+def rule_for(source: str) -> SourceRule:
+    """The rule of a source (by name prefix); Megatron-LM defaults for any source not listed."""
+    for rule in RULES:
+        if rule.matches(source):
+            return rule
+    return MEGATRON_DEFAULT

@@ -1,0 +1,129 @@
+"""Published measured runs: the `runs_dev.csv` schema, read into typed rows.
+
+The schema is `../shared/ground_truth/README.md`'s: one row per published training run with the
+configuration its source states and what it measured. Any CSV with those columns is accepted (the
+development set, a held-out set, a user's own measurements); a missing column is an input error,
+an unparsable cell makes only that row unprojectable (with the reason), never the whole file.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primus.errors import InputError
+
+#: Columns a runs file must have (the development set's schema).
+REQUIRED: tuple[str, ...] = (
+    "run_id", "source", "model", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "experts", "topk",
+    "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "dp", "sp", "sharding", "mbs", "gbs",
+    "seq_len", "recompute", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_derived", "peak_memory_gib",
+    "flags", "complete",
+)
+MAX_BYTES = 64 * 2**20  # a runs file is a table of measurements, not a data set
+MAX_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One published run, cells as written (stripped strings); typed accessors parse on demand."""
+
+    cells: dict[str, str]
+    line: int
+    flags: frozenset[str] = field(default_factory=frozenset)
+
+    def __getitem__(self, key: str) -> str:
+        return self.cells.get(key, "")
+
+    @property
+    def run_id(self) -> str:
+        return self["run_id"]
+
+    @property
+    def source(self) -> str:
+        return self["source"]
+
+    @property
+    def complete(self) -> bool:
+        return self["complete"].lower() == "true"
+
+    def integer(self, key: str) -> int | None:
+        """The cell as a positive integer, None when empty; ValueError when it is not one."""
+        text = self[key]
+        if not text:
+            return None
+        value = float(text)
+        if value != int(value) or value < 1:
+            raise ValueError(f"column {key!r} must be a positive integer, got {text!r}")
+        return int(value)
+
+    def number(self, key: str) -> float | None:
+        """The cell as a positive float, None when empty or not a positive number."""
+        text = self[key]
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+        return value if value > 0 else None
+
+    def boolean(self, key: str) -> bool | None:
+        text = self[key].lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        return None
+
+    @property
+    def measured_tokens(self) -> float | None:
+        """Measured tokens/s/GPU: the published figure, else the one derived from step time."""
+        return self.number("tokens_per_s_per_gpu") or self.number("tokens_per_s_per_gpu_derived")
+
+    @property
+    def measured_peak_gib(self) -> float | None:
+        return self.number("peak_memory_gib")
+
+    @property
+    def is_moe(self) -> bool:
+        experts = self.number("experts")
+        return experts is not None and experts > 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.cells)
+
+
+def read_runs(path: str | Path) -> list[RunRow]:
+    """Every row of a runs CSV (complete or not), in file order."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(str(p), None, "runs file does not exist")
+    if p.stat().st_size > MAX_BYTES:
+        raise InputError(str(p), None, f"runs file is larger than {MAX_BYTES // 2**20} MiB")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(p), None, f"not UTF-8 text ({exc.reason})") from None
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InputError(str(p), None, f"missing column(s) {', '.join(missing)} (expected the runs_dev.csv schema)")
+    rows: list[RunRow] = []
+    for i, raw in enumerate(reader):
+        if i >= MAX_ROWS:
+            raise InputError(str(p), None, f"more than {MAX_ROWS} rows")
+        cells = {k: (v or "").strip() for k, v in raw.items() if k is not None}
+        flags = frozenset(f for f in cells.get("flags", "").split(";") if f)
+        rows.append(RunRow(cells, i + 2, flags))
+    ids = [r.run_id for r in rows]
+    dup = sorted({x for x in ids if ids.count(x) > 1}) if len(set(ids)) != len(ids) else []
+    if dup:
+        raise InputError(str(p), "run_id", f"duplicate run_id {dup[0]!r}")
+    return rows
+
+
+def bundled_runs_path() -> Path:
+    """The development set shipped with primus (a copy of ground_truth/runs_dev.csv, published data)."""
+    return Path(__file__).resolve().parent / "data" / "runs_dev.csv"

@@ -1,0 +1,117 @@
+"""Entry points: export a job as a launch config, import a launch config as a job.
+
+`fit`, `memory` and `project` call `job_from_launch` for ``--from KIND FILE``; `primus export` and
+`primus import` call `export_job` and `import_launch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job, job_from_mapping
+from primus.launch.common import KINDS, Exported, LaunchConfig
+from primus.launch.megatron import export_megatron, import_megatron
+from primus.launch.primus_yaml import export_primus, import_primus
+from primus.launch.torchtitan import export_torchtitan, import_torchtitan
+from primus.memory.evaluate import pinned_layout
+from primus.parallel import Layout
+from primus.yamlio import load_mapping, read_text
+
+_IMPORTERS: dict[str, Callable[..., LaunchConfig]] = {
+    "megatron": import_megatron, "primus": import_primus, "torchtitan": import_torchtitan}
+_EXPORTERS: dict[str, Callable[[Job, Layout], Exported]] = {
+    "megatron": export_megatron, "primus": export_primus, "torchtitan": export_torchtitan}
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise InputError("launch", "kind", f"unknown launch format {kind!r} (one of {', '.join(KINDS)})")
+    return kind
+
+
+def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, nodes: int | None = None,
+                  gpus: int | None = None) -> LaunchConfig:
+    """Read a launch config file as a job. Bad files raise InputError (one line: file, field, reason)."""
+    p = Path(path)
+    text = read_text(p)
+    return _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent)
+
+
+def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
+                    gpus: int | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The job mapping a launch config describes, and the options primus does not model ("name value",
+    as written in the file). The mapping validates as a job (`primus.job.job_from_mapping`)."""
+    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
+    return config.job, list(config.unmodelled)
+
+
+def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
+                    gpus: int | None = None) -> tuple[Job, LaunchConfig]:
+    """The resolved Job of a launch config, with the import record (unmodelled options, notes)."""
+    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
+    p = Path(path)
+    return job_from_mapping(config.job, str(p), p.parent), config
+
+
+def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:
+    """A launch config for a job whose parallel axes are all pinned (or for `layout`, e.g. a completion
+    found by `fit`). Settings the target rejects raise InputError; ones it cannot express are noted."""
+    if layout is None:
+        try:
+            layout = pinned_layout(job)
+        except InputError as exc:
+            if "are free" not in exc.reason:
+                raise
+            free = exc.reason.split(" are free")[0]
+            raise InputError(exc.where, exc.field, f"{free} are free: a launch config needs every axis; pin "
+                             "them, export a tune result, or use --complete (fit's layout of most headroom)") from None
+    chosen = layout
+    return _EXPORTERS[_kind(kind)](job, chosen)
+
+
+def tune_job(path: str | Path) -> Job:
+    """The job of a tune result: ``{"job": {...job mapping...}, "best": {"parallel": {...}}}`` — the
+    job with its `parallel` replaced by the best layout (a `schedule` there moves to the job's)."""
+    p = Path(path)
+    doc = load_mapping(p)
+    job, best = doc.get("job"), doc.get("best")
+    if not isinstance(job, Mapping):
+        raise InputError(str(p), "job", "a tune result needs the job mapping under 'job'")
+    if not isinstance(best, Mapping) or not isinstance(best.get("parallel"), Mapping):
+        raise InputError(str(p), "best.parallel", "a tune result needs the chosen layout under 'best.parallel'")
+    parallel = dict(best["parallel"])
+    data = dict(job)
+    schedule = parallel.pop("schedule", None)
+    if schedule is not None:
+        data["schedule"] = schedule
+    data["parallel"] = parallel
+    return job_from_mapping(data, str(p), p.parent)
+
+
+def axes_job(fields: Mapping[str, Any], base: Job | None = None) -> Job:
+    """A job from command-line values: the top-level keys (model, hardware, nodes|gpus, seq_len,
+    global_batch_size, precision, fp8_recipe) and the parallel axes, over `base` when given."""
+    data: dict[str, Any] = dict(base.spec.model_dump(exclude_none=True)) if base else {}
+    if base is not None:
+        data["model"], data["hardware"] = base.spec.model, base.spec.hardware
+    parallel = dict(data.get("parallel", {}))
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key in ("nodes", "gpus"):
+            data.pop("nodes", None)
+            data.pop("gpus", None)
+        if key in _PARALLEL_KEYS:
+            parallel[key] = value
+        else:
+            data[key] = value
+    data["parallel"] = parallel
+    where = base.where if base else "command line"
+    return job_from_mapping(data, where, base.base_dir if base else Path.cwd())
+
+
+_PARALLEL_KEYS = frozenset({"tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding",
+                            "recompute_num_layers", "recompute_method"})

@@ -1,0 +1,153 @@
+"""A primus job as Megatron-LM arguments (by dest), refusing what Megatron-LM would refuse.
+
+Values that Megatron's ``validate_args`` would reject are refused here with one line (a launch config
+that cannot launch is worse than none); settings Megatron cannot express but which do not change
+what is launched (a router bias, an overlap Megatron ties to another option) are dropped with a note.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.parallel import Layout
+from primus.schedule.layout import parse_layout_string
+
+SHARDED = ("dist_opt", "zero2", "fsdp")
+GRAD_DTYPES = ("fp32", "bf16")
+PARAM_DTYPES = ("fp32", "fp16")
+MOMENT_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
+    """The architecture arguments of the job's model."""
+    m, where = job.model, job.where
+    notes: list[str] = []
+    if m.position_embedding_type == "alibi":
+        raise InputError(where, "model.position_embedding_type", "alibi has no Megatron-LM option")
+    gqa = m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads
+    ns: dict[str, Any] = {
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads, "group_query_attention": gqa,
+        "num_query_groups": m.num_query_groups if gqa else None, "kv_channels": m.kv_channels,
+        "vocab_size": m.vocab_size, "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
+        "position_embedding_type": m.position_embedding_type,
+        "max_position_embeddings": m.max_position_embeddings or job.spec.seq_len,
+        "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
+        "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
+        "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias, "qk_layernorm": m.qk_layernorm,
+        "softmax_type": m.softmax_type, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
+        "window_size": (m.window_size, 0) if m.window_size else None, "window_attn_skip_freq": m.window_attn_skip_freq,
+        "multi_latent_attention": m.multi_latent_attention, "mtp_num_layers": m.mtp_num_layers or None,
+    }
+    if m.is_moe:
+        ns.update(num_experts=m.num_experts, moe_router_topk=m.moe_router_topk,
+                  moe_ffn_hidden_size=m.moe_ffn_hidden_size,
+                  moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+                  moe_layer_freq=m.moe_layer_freq)
+    if m.multi_latent_attention:
+        ns.update(q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_head_dim=m.qk_head_dim,
+                  qk_pos_emb_head_dim=m.qk_pos_emb_head_dim, v_head_dim=m.v_head_dim)
+    if m.embedding_layernorm:
+        notes.append("model.embedding_layernorm has no Megatron-LM option: the launch config omits it")
+    if m.moe_router_bias:
+        notes.append("model.moe_router_bias has no Megatron-LM option in this release: the launch config omits it")
+    return ns, notes
+
+
+def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], list[str], set[str]]:
+    """Parallelism, batch, precision, optimizer, MoE, overlap and kernel arguments."""
+    spec, m, where = job.spec, job.model, job.where
+    notes: list[str] = []
+    ns: dict[str, Any] = {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp}
+    ns["pipeline_model_parallel_layout"] = spec.pipeline.layout
+    ns["num_virtual_stages_per_pipeline_rank"] = None
+    if spec.pipeline.layout is not None:
+        stages = len(parse_layout_string(spec.pipeline.layout, where))
+        if stages != layout.pp * layout.vp:
+            raise InputError(where, "pipeline.layout", f"has {stages} stages but PP×VP is {layout.pp * layout.vp}")
+    elif layout.vp > 1:
+        ns["num_virtual_stages_per_pipeline_rank"] = layout.vp
+    ns["context_parallel_size"] = layout.cp
+    if m.is_moe:
+        ns["expert_model_parallel_size"], ns["expert_tensor_parallel_size"] = layout.ep, layout.etp
+    ns.update(sequence_parallel=layout.sp, micro_batch_size=layout.mbs, global_batch_size=spec.global_batch_size,
+              seq_length=spec.seq_len)
+    ns["recompute_granularity"] = None if layout.recompute == "none" else layout.recompute
+    ns["recompute_method"] = ns["recompute_num_layers"] = None
+    if layout.recompute == "full":
+        ns["recompute_method"] = spec.parallel.recompute_method or "uniform"
+        ns["recompute_num_layers"] = layout.recompute_num_layers or 1
+    ns.update(_sharding(job, layout, fsdp))
+    ns.update(_precision(job))
+    pipe = spec.pipeline
+    ns.update(decoder_first_pipeline_num_layers=pipe.decoder_first_pipeline_num_layers,
+              decoder_last_pipeline_num_layers=pipe.decoder_last_pipeline_num_layers,
+              account_for_embedding_in_pipeline_split=pipe.account_for_embedding_in_pipeline_split,
+              account_for_loss_in_pipeline_split=pipe.account_for_loss_in_pipeline_split)
+    ns.update(_optimizer(job))
+    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "pipeline", "optimizer", "overlap",
+               "kernels"}
+    if m.is_moe:
+        capacity = spec.moe.capacity_factor
+        ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
+                  moe_pad_expert_input_to_capacity=capacity is not None)
+        written |= {"moe.token_dispatcher", "moe.capacity_factor"}
+    ov = spec.overlap
+    gather = ov.param_gather and layout.sharding in SHARDED
+    if gather and not ov.grad_reduce:
+        notes.append("overlap.param_gather dropped: Megatron-LM allows it only with --overlap-grad-reduce")
+        gather = False
+    tp_comm = ov.tp_comm
+    if tp_comm and not layout.sp:
+        notes.append("overlap.tp_comm dropped: Megatron-LM overlaps TP communication only with sequence parallel")
+        tp_comm = False
+    ns.update(overlap_grad_reduce=ov.grad_reduce, overlap_param_gather=gather, tp_comm_overlap=tp_comm,
+              overlap_moe_expert_parallel_comm=ov.moe_a2a and m.is_moe,
+              attention_backend="auto" if spec.kernels.flash_attention else "unfused",
+              cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion)
+    return ns, notes, written
+
+
+def _sharding(job: Job, layout: Layout, fsdp: str) -> dict[str, Any]:
+    ns: dict[str, Any] = {"use_distributed_optimizer": layout.sharding == "dist_opt", "use_torch_fsdp2": False,
+                          "use_megatron_fsdp": False, "data_parallel_sharding_strategy": None}
+    if layout.sharding == "fsdp" and fsdp == "torch":
+        if layout.pp > 1 or layout.ep > 1:
+            raise InputError(job.where, "parallel.sharding",
+                             "fsdp: Megatron-LM's torch FSDP2 supports neither pipeline nor expert parallelism")
+        if not job.model.untie_embeddings_and_output_weights:
+            raise InputError(job.where, "parallel.sharding", "fsdp: Megatron-LM's torch FSDP2 needs untied embeddings")
+        ns.update(use_torch_fsdp2=True, gradient_accumulation_fusion=False)
+    elif layout.sharding in ("fsdp", "zero2"):
+        strategy = "optim_grads_params" if layout.sharding == "fsdp" else "optim_grads"
+        ns.update(use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy, ckpt_format="fsdp_dtensor")
+    return ns
+
+
+def _precision(job: Job) -> dict[str, Any]:
+    precision = job.spec.precision
+    return {"bf16": precision != "fp16", "fp16": precision == "fp16",
+            "fp8": "hybrid" if precision == "fp8" else None,
+            "fp8_recipe": job.spec.fp8_recipe if precision == "fp8" else None,
+            "fp4": "e2m1" if precision == "nvfp4" else None}
+
+
+def _optimizer(job: Job) -> dict[str, Any]:
+    o, where = job.spec.optimizer, job.where
+    for name, value, allowed in (("main_grads_dtype", o.main_grads_dtype, GRAD_DTYPES),
+                                 ("main_params_dtype", o.main_params_dtype, PARAM_DTYPES),
+                                 ("exp_avg_dtype", o.exp_avg_dtype, MOMENT_DTYPES),
+                                 ("exp_avg_sq_dtype", o.exp_avg_sq_dtype, MOMENT_DTYPES)):
+        if value not in allowed:
+            raise InputError(where, f"optimizer.{name}", f"{value} is not a Megatron-LM choice ({', '.join(allowed)})")
+    ns: dict[str, Any] = {"use_precision_aware_optimizer": False, "grad_reduce_in_bf16": False}
+    states = (o.main_params_dtype, o.exp_avg_dtype, o.exp_avg_sq_dtype)
+    if all(s == "fp32" for s in states):
+        ns["grad_reduce_in_bf16"] = o.main_grads_dtype == "bf16"
+    else:
+        ns.update(use_precision_aware_optimizer=True, main_grads_dtype=o.main_grads_dtype,
+                  main_params_dtype=o.main_params_dtype, exp_avg_dtype=o.exp_avg_dtype,
+                  exp_avg_sq_dtype=o.exp_avg_sq_dtype)
+    return ns

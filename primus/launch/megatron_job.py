@@ -1,0 +1,369 @@
+"""Megatron-LM arguments (by argparse dest) to a primus job and back: the semantics the Megatron
+argument line and the Primus YAML share. Each rule below is Megatron's own (arguments.py
+``validate_args``): SP is switched off at TP 1, ETP defaults to TP, ``--recompute-activations`` means
+selective, ``--num-layers-per-virtual-pipeline-stage`` counts the embedding/loss when they are
+accounted in the split, ``--overlap-param-gather`` needs the distributed optimizer and
+``--overlap-grad-reduce``, ``--tp-comm-overlap`` needs SP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from primus.catalog.models import resolve_model
+from primus.errors import InputError
+from primus.job import Job
+from primus.launch.arch import (
+    VOCAB_FIELDS,
+    build_model,
+    catalog_matches,
+    catalog_spec,
+    differences,
+    model_reference,
+    spec_fields,
+)
+from primus.launch.common import Collector, data_parallel
+from primus.launch.megatron_args import MEGATRON_DEFAULTS
+from primus.launch.megatron_export import model_args, runtime_args
+from primus.parallel import Layout
+from primus.schedule.layout import parse_layout_string
+from primus.specs.model import ModelSpec
+
+SHARDED = ("dist_opt", "zero2", "fsdp")
+_FSDP_STRATEGY = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "none"}
+
+
+@dataclass(frozen=True)
+class ImportContext:
+    where: str
+    world: int
+    defaults: Mapping[str, Any]
+    label: Callable[[str], str]
+    base: ModelSpec | None = None  # the architecture a Primus model file stands for
+    header_model: Any = None
+    prefer: tuple[str, ...] = ()
+
+
+class ArgReader:
+    """Reads dests, recording which were used; an absent (or null) dest reads as the default."""
+
+    def __init__(self, ns: Mapping[str, Any], ctx: ImportContext) -> None:
+        self.ns, self.ctx = ns, ctx
+        self.consumed: set[str] = set()
+
+    def has(self, dest: str) -> bool:
+        return self.ns.get(dest) is not None
+
+    def get(self, dest: str) -> Any:
+        if dest in self.ns:
+            self.consumed.add(dest)
+            if self.ns[dest] is not None:
+                return self.ns[dest]
+        return self.ctx.defaults.get(dest, MEGATRON_DEFAULTS.get(dest))
+
+    def pos(self, dest: str, required: bool = False) -> int | None:
+        value = self.get(dest)
+        if value is None:
+            if required:
+                raise InputError(self.ctx.where, self.ctx.label(dest), "is required (Megatron-LM has no default)")
+            return None
+        if value < 1:
+            raise InputError(self.ctx.where, self.ctx.label(dest), f"must be >= 1, got {value}")
+        return int(value)
+
+
+def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> tuple[dict[str, Any], set[str]]:
+    """The job mapping (without hardware and size) the arguments describe, and the dests used."""
+    r = ArgReader(ns, ctx)
+    model_ref, model = _model(r, ctx, out)
+    job: dict[str, Any] = {"model": model_ref}
+    job["seq_len"] = r.pos("seq_length", required=True)
+    parallel = _parallel(r, ctx, model, out)
+    gbs = r.pos("global_batch_size")
+    if gbs is None:
+        gbs = parallel["mbs"] * parallel["dp"]
+        out.note(f"no global batch size: Megatron-LM's default micro-batch × DP = {gbs}")
+    job["global_batch_size"] = gbs
+    job.update(_precision(r, ctx, out))
+    job["parallel"] = parallel
+    pipeline = {k: v for k, v in (
+        ("layout", r.get("pipeline_model_parallel_layout")),
+        ("decoder_first_pipeline_num_layers", r.get("decoder_first_pipeline_num_layers")),
+        ("decoder_last_pipeline_num_layers", r.get("decoder_last_pipeline_num_layers")),
+        ("account_for_embedding_in_pipeline_split", r.get("account_for_embedding_in_pipeline_split") or None),
+        ("account_for_loss_in_pipeline_split", r.get("account_for_loss_in_pipeline_split") or None)) if v}
+    if pipeline:
+        job["pipeline"] = pipeline
+    optimizer = _optimizer(r, out)
+    if optimizer:
+        job["optimizer"] = optimizer
+    if model.is_moe:
+        job["moe"] = _moe(r, out)
+    sharded = parallel["sharding"] in SHARDED
+    overlap = {"grad_reduce": bool(r.get("overlap_grad_reduce")), "tp_comm": bool(r.get("tp_comm_overlap")),
+               "moe_a2a": bool(r.get("overlap_moe_expert_parallel_comm"))}
+    if sharded:
+        overlap["param_gather"] = bool(r.get("overlap_param_gather"))
+    elif r.ns.get("overlap_param_gather") is False:
+        r.get("overlap_param_gather")  # off, and meaningless without a sharded optimizer
+    job["overlap"] = overlap
+    backend = str(r.get("attention_backend"))
+    if r.get("use_flash_attn"):
+        backend = "flash" if backend == "auto" else backend
+    job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"),
+                      "cross_entropy_fusion": bool(r.get("cross_entropy_loss_fusion"))}
+    return job, r.consumed
+
+
+# ---- model --------------------------------------------------------------------------------------
+
+
+def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, ModelSpec]:
+    base = ctx.base
+    fields: dict[str, Any] = spec_fields(base) if base is not None else {}
+
+    def take(field: str, dest: str | None = None) -> None:
+        dest = dest or field
+        if dest in r.ns:  # an explicit null over a Primus model file resets the field to Megatron's default
+            value = r.get(dest)
+            if value is not None or base is not None:
+                fields[field] = value
+        elif base is None:
+            default = r.get(dest)
+            if default is not None:
+                fields[field] = default
+
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "max_position_embeddings",
+                 "normalization", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+                 "softmax_type", "hidden_dropout", "attention_dropout", "untie_embeddings_and_output_weights",
+                 "make_vocab_size_divisible_by", "position_embedding_type", "window_attn_skip_freq",
+                 "num_experts", "moe_shared_expert_intermediate_size", "multi_latent_attention"):
+        take(name)
+    if fields.get("num_experts") == 0:
+        fields["num_experts"] = None  # Megatron: --num-experts 0 means dense
+    if r.get("use_rotary_position_embeddings"):
+        fields["position_embedding_type"] = "rope"
+    if r.has("vocab_size"):
+        fields["vocab_size"] = r.get("vocab_size")
+    elif r.has("padded_vocab_size"):
+        fields["vocab_size"], fields["make_vocab_size_divisible_by"] = r.get("padded_vocab_size"), 1
+        out.note("--padded-vocab-size taken as the vocabulary, with no further padding")
+    if r.has("group_query_attention") or base is None:
+        if r.get("group_query_attention"):
+            fields["num_query_groups"] = r.get("num_query_groups")
+        else:
+            fields["num_query_groups"] = None
+            if r.has("num_query_groups"):
+                r.consumed.discard("num_query_groups")
+                out.note("num_query_groups is ignored by Megatron-LM without group_query_attention")
+    elif r.has("num_query_groups"):
+        fields["num_query_groups"] = r.get("num_query_groups")
+    if r.has("window_size"):
+        left, right = r.get("window_size")
+        fields["window_size"] = left
+        if right:
+            out.note(f"window_size right extent {right} not modelled (causal attention looks left only)")
+    if fields.get("num_experts"):
+        for name in ("moe_router_topk", "moe_layer_freq"):
+            take(name)
+    if fields.get("multi_latent_attention"):
+        for name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            take(name)
+    take("mtp_num_layers")
+    fields["mtp_num_layers"] = fields.get("mtp_num_layers") or 0
+    megatron_ffn = r.get("ffn_hidden_size")
+    if megatron_ffn is None and base is None and "hidden_size" in fields:
+        h = fields["hidden_size"]
+        megatron_ffn = int((4 * h * 2 / 3) / 64) * 64 if fields.get("swiglu") else 4 * h
+    if r.has("ffn_hidden_size") or base is None:
+        fields["ffn_hidden_size"] = megatron_ffn
+    if fields.get("num_experts"):
+        if r.has("moe_ffn_hidden_size"):
+            fields["moe_ffn_hidden_size"] = r.get("moe_ffn_hidden_size")
+        elif base is None:
+            fields["moe_ffn_hidden_size"] = megatron_ffn
+    if fields.get("vocab_size") is None:
+        fields.update(_vocab_from_catalog(fields, ctx, out))
+    spec = build_model(fields, ctx.where)
+    if ctx.header_model is not None:
+        named = resolve_model(ctx.header_model, ctx.where, "primus-job.model")
+        diff = differences(named, spec)
+        if not diff:
+            return ctx.header_model, spec
+        out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")
+    ref, how = model_reference(spec, ctx.prefer)
+    out.note(how)
+    return ref, spec
+
+
+def _vocab_from_catalog(fields: dict[str, Any], ctx: ImportContext, out: Collector) -> dict[str, Any]:
+    matches = catalog_matches(fields, VOCAB_FIELDS)
+    if not matches:
+        raise InputError(ctx.where, ctx.label("vocab_size"),
+                         "is not given (Megatron reads it from the tokenizer) and the architecture matches no "
+                         "catalog model; add the vocabulary size to the file")
+    pick = next((s for s in ctx.prefer if s in matches), matches[0])
+    if isinstance(ctx.header_model, str) and ctx.header_model in matches:
+        pick = ctx.header_model
+    cat = catalog_spec(pick)
+    out.note(f"vocabulary {cat.vocab_size} from catalog model {pick}: the file leaves it to the tokenizer")
+    return {k: getattr(cat, k) for k in VOCAB_FIELDS}
+
+
+# ---- parallel layout ----------------------------------------------------------------------------
+
+
+def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector) -> dict[str, Any]:
+    tp = r.pos("tensor_model_parallel_size") or 1
+    pp = r.pos("pipeline_model_parallel_size") or 1
+    cp = r.pos("context_parallel_size") or 1
+    dp = data_parallel(ctx.world, tp, pp, cp, ctx.where)
+    vp = _virtual(r, ctx, model, pp)
+    ep, etp = r.pos("expert_model_parallel_size") or 1, r.pos("expert_tensor_parallel_size") or tp
+    if not model.is_moe:
+        if ep > 1:
+            raise InputError(ctx.where, ctx.label("expert_model_parallel_size"), "expert parallelism needs experts")
+        ep = etp = 1
+    mbs = r.pos("micro_batch_size", required=True)
+    sp = bool(r.get("sequence_parallel"))
+    if sp and tp == 1:
+        out.note("sequence parallel at TP 1: Megatron-LM switches it off")
+        sp = False
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "etp": etp, "dp": dp, "mbs": mbs,
+                           "sp": sp}
+    granularity = r.get("recompute_granularity") or ("selective" if r.get("recompute_activations") else None)
+    par["recompute"] = granularity or "none"
+    if granularity not in (None, "selective", "full"):
+        raise InputError(ctx.where, ctx.label("recompute_granularity"), f"unknown value {granularity!r}")
+    modules = r.ns.get("recompute_modules")
+    if modules is not None and granularity == "selective" and list(modules) != ["core_attn"]:
+        out.note("selective recompute modelled for core_attn only; the other recompute_modules are listed")
+    elif modules is not None:
+        r.get("recompute_modules")
+    if granularity == "full":
+        method = r.get("recompute_method")
+        if method is not None:
+            par["recompute_method"] = method
+        else:
+            out.note("full recompute without a recompute method (Megatron-LM refuses it): modelled as uniform")
+        layers = r.pos("recompute_num_layers")
+        if layers is not None:
+            par["recompute_num_layers"] = layers
+    par["sharding"] = _sharding(r, ctx)
+    return par
+
+
+def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int:
+    layout = r.get("pipeline_model_parallel_layout")
+    per_rank = r.pos("num_virtual_stages_per_pipeline_rank")
+    per_stage = r.pos("num_layers_per_virtual_pipeline_stage")
+    legacy = r.pos("virtual_pipeline_model_parallel_size")
+    if sum(x is not None for x in (layout, per_rank, per_stage, legacy)) > 1:
+        raise InputError(ctx.where, "pipeline", "give at most one of the virtual-pipeline options (Megatron asserts)")
+    if layout is not None:
+        stages = len(parse_layout_string(str(layout), ctx.where))
+        if stages % pp:
+            raise InputError(ctx.where, ctx.label("pipeline_model_parallel_layout"),
+                             f"{stages} stages are not a multiple of PP {pp}")
+        return stages // pp
+    if per_stage is not None:
+        layers = model.num_layers + bool(r.get("account_for_embedding_in_pipeline_split")) \
+            + bool(r.get("account_for_loss_in_pipeline_split"))
+        if layers % pp or (layers // pp) % per_stage:
+            raise InputError(ctx.where, ctx.label("num_layers_per_virtual_pipeline_stage"),
+                             f"{per_stage} does not divide the {layers // pp} layers of a pipeline stage")
+        return 1 if pp == 1 else layers // pp // per_stage
+    value = per_rank or legacy or 1
+    return 1 if pp == 1 else value
+
+
+def _sharding(r: ArgReader, ctx: ImportContext) -> str:
+    torch_fsdp, megatron_fsdp, dist = (r.get(d) for d in ("use_torch_fsdp2", "use_megatron_fsdp",
+                                                          "use_distributed_optimizer"))
+    if torch_fsdp:
+        if megatron_fsdp or dist:
+            raise InputError(ctx.where, ctx.label("use_torch_fsdp2"),
+                             "with the distributed optimizer or Megatron FSDP is refused by Megatron-LM")
+        if r.ns.get("gradient_accumulation_fusion") is False:
+            r.get("gradient_accumulation_fusion")  # required by torch FSDP2 in Megatron: part of the choice
+        return "fsdp"
+    if megatron_fsdp:
+        strategy = str(r.get("data_parallel_sharding_strategy"))
+        if strategy not in _FSDP_STRATEGY:
+            raise InputError(ctx.where, ctx.label("data_parallel_sharding_strategy"), f"unknown value {strategy!r}")
+        if r.ns.get("ckpt_format") == "fsdp_dtensor":
+            r.get("ckpt_format")  # Megatron FSDP's required checkpoint format: part of the choice
+        return _FSDP_STRATEGY[strategy]
+    return "dist_opt" if dist else "none"
+
+
+# ---- precision, optimizer, MoE -------------------------------------------------------------------
+
+
+def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, Any]:
+    bf16, fp16 = bool(r.get("bf16")), bool(r.get("fp16"))
+    if bf16 and fp16:
+        raise InputError(ctx.where, ctx.label("fp16"), "and bf16 together are refused by Megatron-LM")
+    if r.get("fp4"):
+        if r.ns.get("fp4_recipe") in (None, "nvfp4"):
+            r.get("fp4_recipe")
+        return {"precision": "nvfp4"}
+    if r.get("fp8"):
+        doc: dict[str, Any] = {"precision": "fp8"}
+        recipe = r.ns.get("fp8_recipe")
+        if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
+            doc["fp8_recipe"] = r.get("fp8_recipe")
+        elif recipe is not None:
+            out.note(f"fp8 recipe {recipe!r} is not modelled: Megatron's default 'delayed' assumed")
+        if fp16:
+            out.note("fp8 with fp16 parameters modelled as fp8 with bf16 parameters")
+        return doc
+    if bf16 or fp16:
+        return {"precision": "bf16" if bf16 else "fp16"}
+    raise InputError(ctx.where, ctx.label("bf16"), "neither bf16 nor fp16 is set: fp32 training is not modelled")
+
+
+def _optimizer(r: ArgReader, out: Collector) -> dict[str, Any]:
+    grads = "bf16" if r.get("grad_reduce_in_bf16") else "fp32"
+    if grads == "fp32":
+        r.get("accumulate_allreduce_grads_in_fp32")  # Megatron's bf16 default: fp32 accumulation
+    names = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+    if r.get("use_precision_aware_optimizer"):
+        doc = {name: str(r.get(name)) for name in names}
+        if grads == "bf16":
+            doc["main_grads_dtype"] = "bf16"
+        return doc
+    if any(r.ns.get(n) not in (None, "fp32") for n in names):
+        out.note("optimizer state dtypes have no effect without use_precision_aware_optimizer; they are listed")
+    for name in names:
+        if r.ns.get(name) in (None, "fp32"):
+            r.get(name)
+    return {"main_grads_dtype": "bf16"} if grads == "bf16" else {}
+
+
+def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
+    dispatcher = str(r.get("moe_token_dispatcher_type"))
+    if dispatcher == "alltoall_seq":
+        dispatcher = "alltoall"
+    doc: dict[str, Any] = {"token_dispatcher": dispatcher}
+    capacity = r.get("moe_expert_capacity_factor")
+    padded = r.get("moe_pad_expert_input_to_capacity")
+    if capacity is not None and capacity > 0:
+        doc["capacity_factor"] = capacity
+        if not padded:
+            out.note("capacity factor without padding: primus counts buffers padded to capacity (an upper bound)")
+    return doc
+
+
+# ---- export -------------------------------------------------------------------------------------
+
+
+def args_from_job(job: Job, layout: Layout, fsdp: str = "megatron") -> tuple[dict[str, Any], list[str], set[str]]:
+    """Every modelled dest with an explicit value (False/None included: Primus's defaults differ from
+    Megatron's), the notes on what Megatron cannot express, and the job keys written."""
+    ns, notes = model_args(job)
+    more, more_notes, written = runtime_args(job, layout, fsdp)
+    ns.update(more)
+    return ns, notes + more_notes, written

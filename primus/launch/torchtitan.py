@@ -1,0 +1,348 @@
+"""torchtitan TOML job configs: read one, write one.
+
+Names follow torchtitan's JobConfig (``torchtitan/config/job_config.py``, pytorch/torchtitan, the v0.2
+line of 2025: ``[parallelism] expert_tensor_parallel_degree``, ``[quantize.linear.float8]``,
+``[compile] enable``, ``training.dtype``); the v0.1 spellings ``[float8]`` and converter ``float8`` are
+read too. torchtitan semantics primus follows: FSDP over ``data_parallel_shard_degree`` (-1 = the
+ranks left over), DDP over ``data_parallel_replicate_degree``, sequence parallel whenever TP > 1,
+``local_batch_size`` is the per-rank batch (split into ``pipeline_parallel_microbatch_size``
+microbatches under PP), ``selective_ac_option = "op"`` is op-level selective checkpointing and an
+integer N checkpoints every N-th block whole, and the embedding and output layers count as
+``pipeline_parallel_first/last_stage_less_layers`` layers in the pipeline split.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Final
+
+from primus import __version__
+from primus.errors import InputError
+from primus.job import Job
+from primus.launch.arch import catalog_spec
+from primus.launch.common import (
+    Collector,
+    Exported,
+    LaunchConfig,
+    finish,
+    header_line,
+    read_header,
+    residual,
+    resolve_cluster,
+)
+from primus.parallel import Layout
+
+TORCHTITAN_RELEASE: Final = ("torchtitan v0.2 JobConfig TOML (torchtitan/config/job_config.py, pytorch/torchtitan "
+                             "2025; v0.1 [float8] spellings also read)")
+#: torchtitan (model.name, model.flavor) -> catalog models with that architecture (first = default).
+FLAVORS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    ("llama3", "8B"): ("llama3.1-8b", "llama3-8b"), ("llama3", "70B"): ("llama3.1-70b", "llama3-70b"),
+    ("llama3", "405B"): ("llama3.1-405b",), ("deepseek_v3", "671B"): ("deepseek-v3",),
+    ("qwen3", "30B-A3B"): ("qwen3-30b-a3b",), ("qwen3", "235B-A22B"): ("qwen3-235b-a22b",),
+}
+SINGLE_STAGE: Final = ("1F1B", "GPipe")
+LOOPED: Final = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+FLOAT8: Final = ("float8", "quantize.linear.float8")
+MX: Final = ("mx", "quantize.linear.mx")
+
+
+class _Toml:
+    """The parsed file as dotted keys; reads record what was used."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.flat: dict[str, Any] = {}
+        self._walk(doc, "")
+        self.used: set[str] = set()
+
+    def _walk(self, doc: dict[str, Any], prefix: str) -> None:
+        for key, value in doc.items():
+            if isinstance(value, dict):
+                self._walk(value, f"{prefix}{key}.")
+            else:
+                self.flat[f"{prefix}{key}"] = value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.flat:
+            self.used.add(key)
+            return self.flat[key]
+        return default
+
+    def int(self, key: str, default: int, where: str, low: int = 1) -> int:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(where, key, f"must be an integer >= {low}, got {value!r}")
+        return value
+
+
+def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,
+                      gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
+    out = Collector()
+    header = read_header(text, where)
+    try:
+        t = _Toml(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(where, None, f"invalid TOML: {exc}") from None
+    if "job.description" in t.flat:
+        out.note(f"job description: {t.get('job.description')}")
+    name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
+    slugs = FLAVORS.get((name, flavor))
+    if slugs is None:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
+        raise InputError(where, "model.flavor", f"{name} {flavor} is not a flavor primus maps to a model ({known})")
+    named = header.get("model")
+    slug = named if isinstance(named, str) and named in slugs else slugs[0]
+    model = catalog_spec(slug)
+    cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
+                              base_dir=base_dir)
+    job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
+    job.update(_precision(t, out))
+    par, local, dp = _parallel(t, cluster.gpus, model.num_layers, model.is_moe, where, out)
+    gbs = t.get("training.global_batch_size", -1)
+    gbs = local * dp if gbs in (-1, None) else gbs
+    if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1 or gbs % (local * dp):
+        raise InputError(where, "training.global_batch_size", f"{gbs} is not a multiple of local batch × DP")
+    job["global_batch_size"] = gbs
+    job["framework"] = "torchtitan"
+    job["parallel"] = par
+    if par["pp"] > 1:
+        first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", 1, where, low=0)
+        last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", 1, where, low=0)
+        if first > 1 or last > 1:
+            out.note("first/last stage lighter by more than one layer: modelled as one layer each")
+        pipeline = {k: True for k, v in (("account_for_embedding_in_pipeline_split", first),
+                                         ("account_for_loss_in_pipeline_split", last)) if v}
+        if pipeline:
+            job["pipeline"] = pipeline
+    if t.get("training.dtype", "float32") == "bfloat16":
+        job["optimizer"] = {k: "bf16" for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                                                "exp_avg_sq_dtype")}
+    if model.is_moe:
+        backend = t.get("parallelism.expert_parallel_comm_backend", "standard")
+        job["moe"] = {"token_dispatcher": "flex" if backend == "deepep" else "alltoall"}
+    tp_comm = bool(t.get("parallelism.enable_async_tensor_parallel", False))
+    if tp_comm:
+        t.get("compile.enable")
+    job["overlap"] = {"tp_comm": tp_comm}
+    for key, value in t.flat.items():
+        if key not in t.used:
+            out.skip(f"{key} = {json.dumps(value)}")
+    out.note(f"model {slug} from torchtitan flavor {name} {flavor}")
+    return finish("torchtitan", TORCHTITAN_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _precision(t: _Toml, out: Collector) -> dict[str, Any]:
+    converters = t.get("model.converters", [])
+    if isinstance(converters, str):
+        converters = [c.strip() for c in converters.split(",") if c.strip()]
+    doc: dict[str, Any] = {"precision": "bf16"}
+    for conv in converters:
+        if conv in FLOAT8:
+            recipe = t.get("quantize.linear.float8.recipe_name") or t.get("float8.recipe_name") or "tensorwise"
+            doc = {"precision": "fp8", "fp8_recipe": "tensorwise" if recipe == "tensorwise" else "blockwise"}
+            if recipe != "tensorwise":
+                out.note(f"float8 recipe {recipe} modelled as blockwise scaling (the nearest primus recipe)")
+        elif conv in MX:
+            t.get("quantize.linear.mx.recipe_name") or t.get("mx.recipe_name")
+            doc = {"precision": "fp8", "fp8_recipe": "mxfp8"}
+        else:
+            out.skip(f"model.converters: {conv}")
+    if t.get("training.mixed_precision_param", "bfloat16") != "bfloat16":
+        out.note("mixed_precision_param float32 is not modelled: bf16 compute assumed")
+    return doc
+
+
+def _parallel(t: _Toml, world: int, num_layers: int, is_moe: bool, where: str,
+              out: Collector) -> tuple[dict[str, Any], int, int]:
+    tp = t.int("parallelism.tensor_parallel_degree", 1, where)
+    pp = t.int("parallelism.pipeline_parallel_degree", 1, where)
+    cp = t.int("parallelism.context_parallel_degree", 1, where)
+    rep = t.int("parallelism.data_parallel_replicate_degree", 1, where)
+    shard = t.int("parallelism.data_parallel_shard_degree", -1, where, low=-1)
+    if shard in (-1, 0):
+        if world % (tp * pp * cp * rep):
+            raise InputError(where, "parallelism", f"TP×PP×CP×replicate does not divide the {world} GPUs")
+        shard = world // (tp * pp * cp * rep)
+    dp = rep * shard
+    if tp * pp * cp * dp != world:
+        raise InputError(where, "parallelism", f"TP×PP×CP×DP = {tp * pp * cp * dp} but the job has {world} GPUs")
+    if rep > 1 and shard > 1:
+        out.note(f"HSDP (replicate {rep} × shard {shard}) modelled as FSDP over all {dp} data-parallel ranks")
+    sharding = "fsdp" if shard > 1 or dp == 1 else "none"
+    local = t.int("training.local_batch_size", 8, where)
+    vp, mbs = 1, local
+    if pp > 1:
+        mbs = t.int("parallelism.pipeline_parallel_microbatch_size", 1, where)
+        if local % mbs:
+            raise InputError(where, "parallelism.pipeline_parallel_microbatch_size", f"does not divide {local}")
+        schedule = str(t.get("parallelism.pipeline_parallel_schedule", "1F1B"))
+        if schedule == "GPipe":
+            out.skip("parallelism.pipeline_parallel_schedule = GPipe (modelled as 1F1B: GPipe holds more)")
+        if schedule in LOOPED:
+            first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", 1, where, low=0)
+            last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", 1, where, low=0)
+            per_stage = t.get("parallelism.pipeline_parallel_layers_per_stage")
+            stages = -(-(num_layers + first + last) // per_stage) if isinstance(per_stage, int) and per_stage > 0 \
+                else 2 * pp
+            if stages % pp:
+                raise InputError(where, "parallelism.pipeline_parallel_layers_per_stage",
+                                 f"gives {stages} stages, not a multiple of PP {pp}")
+            vp = stages // pp
+        elif schedule not in SINGLE_STAGE:
+            raise InputError(where, "parallelism.pipeline_parallel_schedule", f"{schedule!r} is not modelled")
+    ep = t.int("parallelism.expert_parallel_degree", 1, where) if is_moe else 1
+    etp = t.int("parallelism.expert_tensor_parallel_degree", 1, where) if is_moe else 1
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "etp": etp, "dp": dp, "mbs": mbs,
+                           "sp": tp > 1}
+    par.update(_recompute(t, num_layers // (pp * vp), where, out))
+    par["sharding"] = sharding
+    return par, local, dp
+
+
+def _recompute(t: _Toml, chunk_layers: int, where: str, out: Collector) -> dict[str, Any]:
+    mode = t.get("activation_checkpoint.mode", "selective")
+    if mode == "none":
+        return {"recompute": "none"}
+    if mode == "full":
+        return {"recompute": "full"}
+    if mode == "memory_budget":
+        out.skip("activation_checkpoint.mode = memory_budget (modelled as no recompute: an upper bound)")
+        return {"recompute": "none"}
+    if mode != "selective":
+        raise InputError(where, "activation_checkpoint.mode", f"unknown mode {mode!r}")
+    option = str(t.get("activation_checkpoint.selective_ac_option", "2"))
+    if option == "op":
+        return {"recompute": "selective"}
+    if not option.isdigit() or int(option) < 1:
+        raise InputError(where, "activation_checkpoint.selective_ac_option",
+                         f"must be 'op' or an integer, got {option!r}")
+    every = int(option)
+    k = chunk_layers // every
+    out.note(f"every {every}-th block checkpointed whole: modelled as full recompute of {k} block(s) per "
+             "pipeline chunk (block method)")
+    return {"recompute": "full", "recompute_method": "block", "recompute_num_layers": k} if k else {"recompute": "none"}
+
+
+# ---- export -------------------------------------------------------------------------------------
+
+
+def _flavor(job: Job) -> tuple[str, str]:
+    ref = job.spec.model
+    for key, slugs in FLAVORS.items():
+        if ref in slugs:
+            return key
+    names = ", ".join(s for slugs in FLAVORS.values() for s in slugs)
+    raise InputError(job.where, "model", f"torchtitan names models by flavor; primus maps these: {names}")
+
+
+def export_torchtitan(job: Job, layout: Layout) -> Exported:
+    spec, where = job.spec, job.where
+    name, flavor = _flavor(job)
+    notes: list[str] = []
+    if layout.tp > 1 and not layout.sp:
+        raise InputError(where, "parallel.sp", "torchtitan always uses sequence parallel with TP")
+    if layout.sharding in ("dist_opt", "zero2"):
+        raise InputError(where, "parallel.sharding", f"{layout.sharding} has no torchtitan equivalent (fsdp or none)")
+    if job.model.is_moe and layout.etp not in (1, layout.tp):
+        raise InputError(where, "parallel.etp", "torchtitan supports ETP 1 or ETP = TP only")
+    if spec.pipeline.layout or spec.pipeline.decoder_first_pipeline_num_layers \
+            or spec.pipeline.decoder_last_pipeline_num_layers:
+        raise InputError(where, "pipeline", "explicit stage layouts have no torchtitan equivalent")
+    tables: dict[str, dict[str, Any]] = {
+        "job": {"description": f"{job.model.name} on {job.num_gpus} x {job.cluster.name} (primus export)"},
+        "model": {"name": name, "flavor": flavor},
+        "training": {"local_batch_size": layout.mbs, "global_batch_size": spec.global_batch_size,
+                     "seq_len": spec.seq_len},
+        "parallelism": {"data_parallel_replicate_degree": layout.dp if layout.sharding == "none" else 1,
+                        "data_parallel_shard_degree": 1 if layout.sharding == "none" else layout.dp,
+                        "tensor_parallel_degree": layout.tp, "pipeline_parallel_degree": layout.pp,
+                        "context_parallel_degree": layout.cp},
+    }
+    par = tables["parallelism"]
+    if layout.pp > 1:
+        emb = spec.pipeline.account_for_embedding_in_pipeline_split
+        loss = spec.pipeline.account_for_loss_in_pipeline_split
+        tables["training"]["local_batch_size"] = spec.global_batch_size // layout.dp
+        par.update(pipeline_parallel_schedule="Interleaved1F1B" if layout.vp > 1 else "1F1B",
+                   pipeline_parallel_microbatch_size=layout.mbs,
+                   pipeline_parallel_first_stage_less_layers=int(emb),
+                   pipeline_parallel_last_stage_less_layers=int(loss))
+        if layout.vp > 1:
+            total = job.model.num_layers + emb + loss
+            if total % (layout.pp * layout.vp):
+                raise InputError(where, "parallel.vp", f"{total} layers do not split into PP×VP equal stages")
+            par["pipeline_parallel_layers_per_stage"] = total // (layout.pp * layout.vp)
+    if job.model.is_moe:
+        par.update(expert_parallel_degree=layout.ep, expert_tensor_parallel_degree=layout.etp)
+        if spec.moe.token_dispatcher == "flex":
+            par["expert_parallel_comm_backend"] = "deepep"
+        elif spec.moe.token_dispatcher == "allgather":
+            notes.append("moe.token_dispatcher allgather has no torchtitan equivalent: all-to-all written")
+    if spec.overlap.tp_comm and layout.tp > 1:
+        par["enable_async_tensor_parallel"] = True
+        tables["compile"] = {"enable": True}
+    tables["activation_checkpoint"] = _checkpoint(job, layout)
+    tables.update(_quantize(job, tables["model"], notes))
+    opt = spec.optimizer
+    dtypes = {opt.main_grads_dtype, opt.main_params_dtype, opt.exp_avg_dtype, opt.exp_avg_sq_dtype}
+    if dtypes == {"bf16"}:
+        tables["training"]["dtype"] = "bfloat16"
+    elif dtypes != {"fp32"}:
+        raise InputError(where, "optimizer", "torchtitan keeps optimizer state all fp32 or all bf16 (training.dtype)")
+    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
+               "overlap.tp_comm", "framework", "pipeline.account_for_embedding_in_pipeline_split",
+               "pipeline.account_for_loss_in_pipeline_split"} if layout.pp > 1 else {
+        "seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
+        "overlap.tp_comm", "framework"}
+    lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
+             f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
+             f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "
+             f"{min(job.num_gpus, job.cluster.gpus_per_node)} -m torchtitan.train --job.config_file <this file>",
+             *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
+    for table, values in tables.items():
+        lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
+    return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+
+
+def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:
+    if layout.recompute == "none":
+        return {"mode": "none"}
+    if layout.recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    method, k = job.spec.parallel.recompute_method or "uniform", layout.recompute_num_layers or 1
+    if method == "uniform" and k == 1:
+        return {"mode": "full"}
+    chunk = job.model.num_layers // (layout.pp * layout.vp)
+    every = chunk // k if method == "block" and k else 0
+    if not every or chunk // every != k:
+        raise InputError(job.where, "parallel.recompute_num_layers",
+                         f"{method} recompute of {k} layer(s) has no torchtitan equivalent (every N-th block)")
+    return {"mode": "selective", "selective_ac_option": str(every)}
+
+
+def _quantize(job: Job, model_table: dict[str, Any], notes: list[str]) -> dict[str, dict[str, Any]]:
+    precision, recipe = job.spec.precision, job.spec.effective_fp8_recipe
+    if precision == "bf16":
+        return {}
+    if precision != "fp8" or (recipe == "delayed" and job.spec.fp8_recipe is not None):
+        raise InputError(job.where, "precision", f"{precision} {recipe or ''} has no torchtitan recipe".strip())
+    if recipe == "mxfp8":
+        model_table["converters"] = ["quantize.linear.mx"]
+        return {"quantize.linear.mx": {"recipe_name": "mxfp8_cublas"}}
+    model_table["converters"] = ["quantize.linear.float8"]
+    if recipe == "blockwise":
+        notes.append("fp8 blockwise written as torchtitan's rowwise recipe (the nearest)")
+    elif recipe == "delayed":
+        notes.append("fp8 without a recipe written as tensorwise, torchtitan's default (delayed scaling is gone)")
+    return {"quantize.linear.float8": {"recipe_name": "rowwise" if recipe == "blockwise" else "tensorwise"}}
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))

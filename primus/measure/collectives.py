@@ -1,0 +1,169 @@
+"""Time collectives at the target's message sizes across local processes with torch.distributed.
+
+`measure_collectives` starts `procs` processes (spawn), one per device: NCCL (RCCL on ROCm builds)
+on GPUs, one GPU per process; gloo on CPU, each process with one torch thread (the CPU proof's
+"device" is one process with one thread). Every process runs the same list, in order:
+
+- all-reduce of `nbytes`; all-gather into an `nbytes` output; reduce-scatter of an `nbytes` input;
+  all-to-all of `nbytes` per rank (the projection's conventions, `primus.projection.ops.Comm`);
+- point-to-point: a ping-pong between ranks 0 and 1, half the round trip per message.
+
+A group smaller than `procs` runs on the first `size` ranks (a sub-group); the others wait at the
+barrier. Each repetition is fenced by a barrier (and a device synchronise), every rank times its own
+call, and the repetition's time is the slowest rank's (a collective ends when its last rank does).
+Messages above `bound` bytes run at `bound` and are scaled linearly (bandwidth-bound at that size).
+The parent gives the workers a wall-clock deadline; rank 0 decides, before each item, whether time is
+left, and broadcasts the decision so every rank runs the same list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+MIN_REPS, MAX_REPS = 3, 15
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    key: str
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all | p2p
+    nbytes: int
+    size: int
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _op(kind: str, nbytes: int, size: int, rank: int, group: Any, device: torch.device) -> Callable[[], None]:
+    """One call of `kind` on this rank, with float32 buffers of `nbytes` in the projection's sense."""
+    n = max(size, -(-nbytes // 4))
+    n = -(-n // size) * size  # divisible into `size` shards
+    full = torch.ones(n, device=device)
+    shard = torch.ones(n // size, device=device)
+    if kind == "all_reduce":
+        return lambda: dist.all_reduce(full, group=group)
+    if kind == "all_gather":
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(full, shard, group=group)
+    if kind == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(shard, full, group=group)
+    if kind == "all_to_all":
+        out = torch.empty_like(full)
+        return lambda: dist.all_to_all_single(out, full, group=group)
+    if kind == "p2p":
+        peer = 1 - rank
+
+        def ping() -> None:
+            if rank == 0:
+                dist.send(full, peer)
+                dist.recv(full, peer)
+            else:
+                dist.recv(full, peer)
+                dist.send(full, peer)
+
+        return ping
+    raise ValueError(f"unknown collective {kind!r}")
+
+
+def _worker(rank: int, procs: int, port: int, device_kind: str, specs: list[dict[str, Any]], bound: int,
+            deadline: float, out_path: str) -> None:
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    if device_kind == "cpu":
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+        backend = "gloo"
+    else:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        backend = "nccl"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=procs,
+                            timeout=timedelta(seconds=120))
+    groups: dict[int, Any] = {procs: None}
+    results: dict[str, Any] = {}
+    flag = torch.zeros(1, device=device)
+    for spec in specs:
+        size = int(spec["size"])
+        if size not in groups:  # every rank must take part in creating a sub-group
+            groups[size] = dist.new_group(list(range(size)))
+        flag.fill_(1.0 if rank != 0 or time.time() < deadline else 0.0)
+        dist.broadcast(flag, 0)
+        if flag.item() == 0.0:
+            break
+        nbytes = int(spec["nbytes"])
+        run = min(nbytes, bound)
+        member = rank < size and (spec["kind"] != "p2p" or rank < 2)
+        fn = _op(spec["kind"], run, size, rank, groups[size], device) if member else None
+        samples: list[float] = []
+        reps = MAX_REPS
+        i = -1
+        while i < reps:  # i = -1 is the warm-up (communicator and connection set-up)
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            if fn is not None:
+                fn()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            dt = torch.tensor([time.perf_counter() - t0 if fn is not None else 0.0], device=device)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if i >= 0:
+                samples.append(float(dt.item()) / (2 if spec["kind"] == "p2p" else 1))
+                if i == 0:
+                    reps = int(min(MAX_REPS, max(MIN_REPS, 0.2 / max(samples[0], 1e-6))))
+            i += 1
+        results[spec["key"]] = {"samples": samples, "scale": nbytes / run, "ran_bytes": run}
+    dist.barrier()
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def measure_collectives(specs: list[CollectiveSpec], procs: int, device_kind: str, budget_s: float,
+                        bound: int) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Samples per spec key (and the linear scale applied), plus an error line if the workers failed.
+    Specs cut by the deadline are simply absent from the result."""
+    if not specs or procs < 2:
+        return {}, None
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="primus-coll-") as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        port = _free_port()
+        payload = [{"key": s.key, "kind": s.kind, "nbytes": s.nbytes, "size": s.size} for s in specs]
+        # a wall-clock deadline, so the spawn itself (each worker imports torch) counts against the budget
+        deadline = time.time() + budget_s
+        workers = [ctx.Process(target=_worker, args=(r, procs, port, device_kind, payload, bound, deadline, out),
+                               daemon=True)
+                   for r in range(procs)]
+        for w in workers:
+            w.start()
+        limit = time.monotonic() + budget_s + 180.0
+        for w in workers:
+            w.join(timeout=max(1.0, limit - time.monotonic()))
+        failed = [w for w in workers if w.exitcode != 0]
+        for w in workers:
+            if w.is_alive():
+                w.kill()  # our own child, by its handle
+                w.join(timeout=5)
+        if failed or not os.path.exists(out):
+            codes = ", ".join(str(w.exitcode) for w in workers)
+            return {}, f"collective workers failed (exit codes {codes}); collectives left modelled"
+        return json.loads(Path(out).read_text()), None

@@ -1,0 +1,1 @@
+"""The tuning agent: search the legal set, score it with the projection, explain the winner."""

@@ -1,0 +1,204 @@
+"""`primus tune`: the fastest legal layout for a job, proved legal, explained, with its search log.
+
+The search space is the rule engine's legal set (the job's pins released; sequence length, global
+batch and precision fixed). Small spaces are scored exhaustively and the answer comes with a
+certificate; large ones are searched from seeds (the reference and one-axis sweeps around it) through
+incumbent neighbourhoods and a throughput proxy, with compute-bound pruning; when K rounds bring no
+improvement an investigation asks the LLM (or, without one, the deterministic hypothesis generator) for
+hypotheses, candidates and rules, which are checked by the same parser and solver before anything is
+trusted. The log is deterministic: the same inputs and the same LLM replies give the same log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from primus.job import Job
+from primus.parallel import Layout, normalise
+from primus.projection import Projector
+from primus.projection.profile import Profile, load_profile
+from primus.rules.model import Rule
+from primus.tune.investigate import Investigation
+from primus.tune.llm import LlmSettings
+from primus.tune.reference import Reference, find_reference
+from primus.tune.space import AXES, Scored, TuneSpace, layout_key
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    exhaustive_limit: int = 200_000
+    resimulate_top: int = 8
+    top_k: int = 10
+    stall_rounds: int = 2
+    max_rounds: int = 12
+    per_round: int = 200
+    workers: int = 1
+    llm: LlmSettings = field(default_factory=LlmSettings)
+
+
+@dataclass
+class SearchLog:
+    """Every candidate in the order it was considered, and the events of the search."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    round: int = 0
+
+    def candidate(self, proposer: str, layout: Layout, scored: Scored | None, violated: Sequence[str] = ()) -> None:
+        entry: dict[str, Any] = {"seq": len(self.entries), "round": self.round, "proposer": proposer,
+                                 "parallel": layout.as_parallel(), "legal": scored is not None}
+        if scored is None:
+            entry["violated_rules"] = list(violated)
+        else:
+            entry.update(tokens_per_s_per_gpu=scored.tokens_per_s_per_gpu, step_time_s=scored.step_time_s,
+                         peak_bytes=scored.peak_bytes, breakdown=scored.breakdown)
+        self.entries.append(entry)
+
+    def event(self, kind: str, **info: Any) -> None:
+        self.events.append({"round": self.round, "kind": kind, **info})
+
+
+class Tuner:
+    def __init__(self, job: Job, settings: TuneSettings, *, profile: Profile | None = None,
+                 rule_texts: Sequence[str] = (), rule_files: Sequence[str] = (), without: Sequence[str] = (),
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.job = job
+        self.settings = settings
+        self.profile = profile or load_profile(job.cluster)
+        self.projector = Projector(job, self.profile)
+        self.space = TuneSpace(job, self.projector, rule_texts=rule_texts, rule_files=rule_files, without=without)
+        self.base_space = self.space
+        self.log = SearchLog()
+        self.scores: dict[tuple[Any, ...], Scored] = {}
+        self.say = progress or (lambda _msg: None)
+        self.adopted_rules: list[Rule] = []
+        self.transcripts: list[str] = []
+
+    # ---- scoring ----
+
+    def consider(self, layout: Layout, proposer: str) -> Scored | None:
+        """Score a proposed layout if it is legal in the current space; log it either way."""
+        layout = normalise(layout, is_moe=self.job.model.is_moe)
+        key = layout_key(layout)
+        i = self.space.find(layout)
+        if i is None:
+            self.log.candidate(proposer, layout, None, self.space.why_not(layout))
+            return None
+        scored = self.scores.get(key)
+        if scored is None:
+            scored = self.scores[key] = self.space.score(i)
+            self.log.candidate(proposer, layout, scored)
+        return scored
+
+    def best(self) -> Scored | None:
+        legal = [s for s in self.scores.values() if self.space.find(s.layout) is not None]
+        if not legal:
+            return None
+        return ranked(legal)[0]
+
+    # ---- phases ----
+
+    def seeds(self, baseline: Layout | None) -> None:
+        """The reference, then one-axis sweeps around it over the values the legal set uses."""
+        if baseline is None:
+            return
+        self.consider(baseline, "seed")
+        cols = self.space.question.candidates.cols
+        for axis in AXES:
+            for value in sorted({v for v in cols[axis].tolist()}):
+                self.consider(_with_axis(baseline, axis, value, self.job), f"seed:{axis}")
+
+    def exhaustive(self) -> None:
+        self.say(f"exhaustive: scoring all {self.space.count:,} legal layouts ({self.settings.workers} worker(s))")
+        todo = [i for i in range(self.space.count) if layout_key(self.space.layouts[i]) not in self.scores]
+        for s in self.space.score_many(todo, self.settings.workers):
+            self.scores[layout_key(s.layout)] = s
+            self.log.candidate("exhaustive", s.layout, s)
+
+    def guided(self, investigation: Investigation) -> None:
+        s = self.settings
+        stall = 0
+        order = self.space.proxy_order()
+        cursor = 0
+        for rnd in range(1, s.max_rounds + 1):
+            self.log.round = rnd
+            inc = self.best()
+            before = inc.tokens_per_s_per_gpu if inc else 0.0
+            batch: list[int] = []
+            if inc is not None:
+                j = self.space.find(inc.layout)
+                batch += self.space.neighbours(j) if j is not None else []
+            while len(batch) < s.per_round * 2 and cursor < len(order):
+                batch.append(order[cursor])
+                cursor += 1
+            pruned = 0
+            for i in batch[: s.per_round * 2]:
+                if layout_key(self.space.layouts[i]) in self.scores:
+                    continue
+                if inc is not None and self.space.compute_bound_s(i) >= inc.step_time_s:
+                    pruned += 1
+                    continue
+                self.consider(self.space.layouts[i], "guided")
+            after = self.best()
+            improved = after is not None and after.tokens_per_s_per_gpu > before
+            self.log.event("round", scored=len(self.scores), pruned_by_bound=pruned, improved=improved,
+                           best=after.tokens_per_s_per_gpu if after else None)
+            stall = 0 if improved else stall + 1
+            if stall >= s.stall_rounds:
+                if not investigation.run(self):
+                    self.log.event("stop", reason=f"stalled {stall} rounds and the investigation found nothing")
+                    break
+                stall = 0
+            if cursor >= len(order) and all(layout_key(x) in self.scores for x in self.space.layouts):
+                self.log.event("stop", reason="every legal layout has been scored")
+                break
+
+    # ---- the run ----
+
+    def run(self) -> dict[str, Any]:
+        from primus.tune.result import build_result
+
+        self.say(f"{self.space.count:,} legal layouts for {self.job.model.name} on {self.job.num_gpus} x "
+                 f"{self.job.cluster.name}")
+        reference = find_reference(self.job)
+        baseline = reference.layout if reference.fit.fits else _nearest(reference)
+        self.log.round = 0
+        self.seeds(baseline)
+        investigation = Investigation(self.settings.llm)
+        mode = "exhaustive" if self.space.count <= self.settings.exhaustive_limit else "guided"
+        if self.space.count == 0:
+            mode = "empty"
+        elif mode == "exhaustive":
+            self.exhaustive()
+            self.log.event("exhaustive", scored=len(self.scores), legal=self.space.count,
+                           note="every legal layout scored; no investigation needed")
+        else:
+            self.say(f"guided search over {self.space.count:,} legal layouts")
+            self.guided(investigation)
+        self.transcripts = investigation.transcript_json()
+        return build_result(self, reference, mode, investigation)
+
+
+def ranked(scores: Sequence[Scored]) -> list[Scored]:
+    """Fastest first; ties in canonical layout order (deterministic)."""
+    return sorted(scores, key=lambda s: (-s.tokens_per_s_per_gpu, s.layout.key()))
+
+
+def _with_axis(layout: Layout, axis: str, value: Any, job: Job) -> Layout:
+    changes: dict[str, Any] = {axis: value if axis not in ("sp",) else bool(value)}
+    if axis == "recompute":
+        changes[axis] = ("none", "selective", "full")[int(value)]
+    if axis == "sharding":
+        changes[axis] = ("none", "dist_opt", "zero2", "fsdp")[int(value)]
+    new = replace(layout, **changes)
+    world = job.num_gpus
+    denom = new.tp * new.cp * new.pp
+    dp = world // denom if world % denom == 0 else layout.dp
+    return normalise(replace(new, dp=dp), is_moe=job.model.is_moe)
+
+
+def _nearest(reference: Reference) -> Layout | None:
+    alts = reference.fit.alternatives
+    return alts[0].layout if alts else None

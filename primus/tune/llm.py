@@ -1,0 +1,180 @@
+"""The LLM side of the investigation loop: an OpenAI-compatible client, the prompt, and the reply
+schema. Replies are untrusted input: they are parsed as JSON, validated with pydantic (unknown keys,
+oversized lists and texts refused), and every rule they carry goes through the same whitelist parser
+as any other rule before the solver sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+MAX_REPLY_CHARS = 64_000
+
+
+class Hypothesis(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    text: Annotated[str, Field(max_length=1000)]
+    predicted_effect: Annotated[str, Field(max_length=500)] = ""
+
+
+class ProposedRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: Annotated[str, Field(max_length=64)]
+    why: Annotated[str, Field(max_length=300)] = ""
+    require: Annotated[str, Field(max_length=1000)]
+    severity: Literal["hard", "soft"] = "hard"
+    weight: Annotated[int, Field(ge=1, le=1000)] = 1
+
+
+class ProposedLayout(BaseModel):
+    """A candidate: parallel axes only — convergence settings cannot even be expressed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tp: Annotated[StrictInt, Field(ge=1, le=1 << 20)]
+    pp: Annotated[StrictInt, Field(ge=1, le=1 << 20)]
+    vp: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 1
+    cp: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 1
+    ep: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 1
+    etp: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 1
+    mbs: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 1
+    sp: StrictBool = False
+    recompute: Literal["none", "selective", "full"] = "none"
+    sharding: Literal["none", "zero1", "dist_opt", "zero2", "fsdp"] = "dist_opt"
+
+
+class LlmReply(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hypotheses: Annotated[list[Hypothesis], Field(max_length=10)] = []
+    candidates: Annotated[list[ProposedLayout], Field(max_length=20)] = []
+    rules: Annotated[list[ProposedRule], Field(max_length=10)] = []
+
+
+class ReplyRejected(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_reply(text: str) -> LlmReply:
+    """The validated reply, or ReplyRejected with a one-line reason."""
+    if len(text) > MAX_REPLY_CHARS:
+        raise ReplyRejected(f"reply longer than {MAX_REPLY_CHARS} characters")
+    body = text.strip()
+    if body.startswith("```"):  # tolerate a fenced block, nothing else
+        body = body.strip("`")
+        body = body[4:] if body.startswith("json") else body
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        raise ReplyRejected("reply is not JSON") from None
+    if not isinstance(data, dict):
+        raise ReplyRejected("reply is not a JSON object")
+    try:
+        return LlmReply.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ReplyRejected(f"reply does not match the schema at {loc or 'top level'}: {err['msg']}") from None
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """Where the LLM is and how much of it the search may use (budgets are enforced in code)."""
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key: str | None = None
+    max_calls: int = 4
+    max_tokens: int = 60_000
+    wall_s: float = 180.0
+    timeout_s: float = 60.0
+    retries: int = 2
+    backoff_s: float = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+@dataclass
+class CallOutcome:
+    text: str | None
+    error: str | None
+    tokens: int = 0
+    attempts: int = 1
+
+
+@dataclass
+class LlmClient:
+    """Calls the endpoint with retries and backoff on timeouts and server errors; never raises."""
+
+    settings: LlmSettings
+    calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def budget_left(self) -> str | None:
+        s = self.settings
+        if self.calls >= s.max_calls:
+            return f"call budget of {s.max_calls} spent"
+        if self.tokens >= s.max_tokens:
+            return f"token budget of {s.max_tokens} spent"
+        if time.monotonic() - self.started > s.wall_s:
+            return f"wall-time budget of {s.wall_s:.0f} s spent"
+        return None
+
+    def complete(self, messages: list[dict[str, str]]) -> CallOutcome:
+        import openai
+
+        s = self.settings
+        client = openai.OpenAI(base_url=s.base_url, api_key=s.api_key or "not-needed", timeout=s.timeout_s,
+                               max_retries=0)
+        self.calls += 1
+        last_error = "no attempt"
+        for attempt in range(s.retries + 1):
+            try:
+                response = client.chat.completions.create(model=s.model, messages=messages,  # type: ignore[arg-type]
+                                                          temperature=0, max_tokens=4000)
+            except openai.APITimeoutError:
+                last_error = "timeout"
+            except openai.APIStatusError as exc:
+                last_error = f"HTTP {exc.status_code}"
+                if exc.status_code < 500 and exc.status_code != 429:
+                    return CallOutcome(None, last_error, attempts=attempt + 1)
+            except openai.APIConnectionError:
+                last_error = "connection error"
+            else:
+                usage = getattr(response, "usage", None)
+                used = int(getattr(usage, "total_tokens", 0) or 0)
+                self.tokens += used
+                choice = response.choices[0] if response.choices else None
+                text = choice.message.content if choice and choice.message else None
+                return CallOutcome(text or "", None, used, attempt + 1)
+            if attempt < s.retries:
+                time.sleep(s.backoff_s * (2**attempt))
+        return CallOutcome(None, f"{last_error} after {s.retries + 1} attempt(s)", attempts=s.retries + 1)
+
+
+SYSTEM_PROMPT = (
+    "You are a distributed-training performance engineer advising a search over Megatron-LM parallel layouts. "
+    "The search has stalled. Propose hypotheses, candidate layouts and constraints that could find a faster "
+    "legal layout. Reply with ONE JSON object and nothing else, with keys: "
+    '"hypotheses" (list of {"text", "predicted_effect"}), '
+    '"candidates" (list of {"tp","pp","vp","cp","ep","etp","mbs","sp","recompute","sharding"}), '
+    '"rules" (list of {"id","why","require","severity":"hard"|"soft","weight"}). '
+    "Rules use the rule language described in the user message: only the listed names, integers, "
+    "+ - * // %, comparisons, and/or/not, implies(a, b), x in (..), min, max, abs. Never change the global "
+    "batch size, sequence length or precision."
+)
+
+
+def build_prompt(context: dict[str, Any]) -> list[dict[str, str]]:
+    """The messages for one investigation call (the context is canonical JSON, so prompts are
+    deterministic)."""
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": json.dumps(context, indent=1, sort_keys=True)}]

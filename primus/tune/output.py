@@ -1,0 +1,84 @@
+"""Writing a tune run's directory atomically: a killed run never leaves half a report.
+
+Everything is written into a sibling temporary directory which is renamed over the target at the end.
+Contents: `result.json` (the answer), `audit.jsonl` (one line per candidate, in search order),
+`llm/` (every prompt and reply verbatim), `inputs/` (the job, the resolved model, hardware, rules and
+profile, with `SHA256SUMS`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primus import __version__
+
+
+def _dump(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"primus": __version__}
+    for dist in ("ortools", "numpy", "pydantic", "jinja2", "click", "openai", "pyyaml", "rich", "torch"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str, Any]],
+                  transcripts: list[str], inputs: dict[str, str]) -> None:
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        _dump(tmp / "result.json", json.dumps(result, indent=1, sort_keys=False) + "\n")
+        with (tmp / "audit.jsonl").open("w", encoding="utf-8") as fh:
+            for entry in entries:
+                fh.write(json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n")
+        for i, text in enumerate(transcripts, start=1):
+            _dump(tmp / "llm" / f"call-{i:03d}.json", text + "\n")
+        sums = []
+        for name, text in sorted(inputs.items()):
+            _dump(tmp / "inputs" / name, text)
+            sums.append(f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {name}")
+        _dump(tmp / "inputs" / "SHA256SUMS", "\n".join(sums) + "\n")
+        _dump(tmp / "versions.json", json.dumps(versions(), indent=1, sort_keys=True) + "\n")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def input_texts(job_text: str, tuner: Any) -> dict[str, str]:
+    """The inputs of a run as text: the job as written plus what its references resolved to."""
+    job = tuner.job
+    rules = [{"id": r.id, "why": r.why, "source": r.source, "severity": r.severity, "weight": r.weight,
+              "require": r.require, "origin": r.origin} for r in tuner.base_space.question.ruleset.rules]
+    return {
+        "job.yaml": job_text,
+        "model.yaml": yaml.safe_dump(job.model.model_dump(mode="json", exclude_none=True), sort_keys=False),
+        "hardware.yaml": yaml.safe_dump(job.cluster.model_dump(mode="json"), sort_keys=False),
+        "rules.yaml": yaml.safe_dump({"rules": rules}, sort_keys=False),
+        "profile.yaml": yaml.safe_dump(tuner.profile.model_dump(mode="json"), sort_keys=False),
+    }

@@ -1,0 +1,62 @@
+"""The reference a tuned layout is compared with: the user's pinned config, or a published recipe for
+that model and hardware, or (neither) the legal completion of the job's pins with the most headroom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.memory.evaluate import pinned_layout
+from primus.parallel import Layout, normalise
+from primus.paths import data_dir
+from primus.solver.api import Question
+from primus.solver.fit import FitResult, fit
+from primus.yamlio import load_mapping
+
+
+@dataclass(frozen=True)
+class Reference:
+    layout: Layout | None
+    origin: str  # "job", "recipe: <source>", "completion"
+    fit: FitResult
+
+
+@lru_cache(maxsize=1)
+def recipes() -> tuple[dict[str, Any], ...]:
+    path = data_dir("models") / "recipes" / "published.yaml"
+    if not path.exists():
+        return ()
+    data = load_mapping(path)
+    return tuple(data.get("recipes", []))
+
+
+def recipe_for(job: Job) -> tuple[dict[str, Any], str] | None:
+    for r in recipes():
+        if (r["model"] == job.model.name and r["hardware"] == job.cluster.name and r.get("gpus", job.num_gpus)
+                == job.num_gpus and r["seq_len"] == job.spec.seq_len
+                and r["global_batch_size"] == job.spec.global_batch_size
+                and r.get("precision", "bf16") == job.spec.precision):
+            return r["parallel"], r["source"]
+    return None
+
+
+def find_reference(job: Job) -> Reference:
+    try:
+        layout: Layout | None = pinned_layout(job)
+        origin = "job"
+    except InputError:
+        layout = None
+        origin = "completion"
+    pins = dict(job.spec.parallel.pinned())
+    if layout is None:
+        recipe = recipe_for(job)
+        if recipe is not None:
+            pins, source = dict(recipe[0]), recipe[1]
+            origin = f"recipe: {source}"
+    result = fit(Question(job, pins=pins))
+    if layout is None and result.layout is not None and (result.fits or origin.startswith("recipe")):
+        layout = normalise(result.layout, is_moe=job.model.is_moe)
+    return Reference(layout, origin, result)

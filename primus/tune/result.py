@@ -1,0 +1,122 @@
+"""What `primus tune` answers: the best layout with its proof and projection ± error, the reference
+(or its nearest legal variant), the top-k, why the best wins, and a certificate for exhaustive runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from primus.projection import Projection
+from primus.tune.investigate import Investigation
+from primus.tune.reference import Reference
+from primus.tune.space import Scored, layout_key
+
+if TYPE_CHECKING:
+    from primus.tune.agent import Tuner
+
+
+def error_bar(tuner: Tuner) -> dict[str, Any]:
+    """The projection's uncertainty for this accelerator and model kind (from the fidelity data)."""
+    try:
+        from primus.fidelity import error_bar as fidelity_error_bar
+    except ImportError:  # pragma: no cover - the fidelity package ships with primus
+        return {"pct": None, "basis": "no error bars available", "fitted": False}
+    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe)
+    return {"pct": bar.pct, "basis": bar.basis, "fitted": bar.fitted}
+
+
+def _entry(p: Projection | None, scored: Scored | None, fits: bool, violated: list[str]) -> dict[str, Any]:
+    if p is None and scored is None:
+        return {"parallel": None, "fits": fits, "tokens_per_s_per_gpu": None, "step_time_s": None,
+                "peak_bytes": None, "violated_rules": violated}
+    layout = p.layout if p is not None else scored.layout  # type: ignore[union-attr]
+    out: dict[str, Any] = {"parallel": layout.as_parallel(), "fits": fits,
+                           "tokens_per_s_per_gpu": (p.tokens_per_s_per_gpu if p else scored.tokens_per_s_per_gpu)  # type: ignore[union-attr]
+                           if fits else None,
+                           "step_time_s": p.step_time_s if p else scored.step_time_s,  # type: ignore[union-attr]
+                           "peak_bytes": p.peak_bytes if p else scored.peak_bytes,  # type: ignore[union-attr]
+                           "violated_rules": violated}
+    if p is not None:
+        out.update(mfu=p.mfu, model_tflops_per_gpu=p.model_tflops_per_gpu, breakdown=dict(p.breakdown),
+                   hidden=dict(p.hidden))
+    return out
+
+
+def diff_breakdowns(best: Projection, ref: Projection) -> list[dict[str, Any]]:
+    """Why the best wins: the per-term change of exposed seconds, largest first."""
+    names = sorted(set(best.breakdown) | set(ref.breakdown))
+    rows = [{"term": n, "reference_s": ref.breakdown.get(n, 0.0), "best_s": best.breakdown.get(n, 0.0),
+             "delta_s": best.breakdown.get(n, 0.0) - ref.breakdown.get(n, 0.0)} for n in names]
+    rows = [r for r in rows if abs(r["delta_s"]) > 0]
+    return sorted(rows, key=lambda r: (-abs(r["delta_s"]), r["term"]))
+
+
+def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: Investigation) -> dict[str, Any]:
+    from primus.tune.agent import ranked
+
+    space = tuner.space
+    legal_scores = [s for s in tuner.scores.values() if space.find(s.layout) is not None]
+    order = ranked(legal_scores)
+    # re-time the leaders with the full pipeline simulation: the fast path ranks, the simulation decides
+    timed = []
+    for s in order[: tuner.settings.resimulate_top]:
+        timed.append((space.explain(s.layout, "simulate"), s))
+    timed.sort(key=lambda ps: (-ps[0].tokens_per_s_per_gpu, ps[0].layout.key()))
+    bar = error_bar(tuner)
+    doc: dict[str, Any] = {
+        "job": {"model": tuner.job.model.name, "hardware": tuner.job.cluster.name, "gpus": tuner.job.num_gpus,
+                "nodes": tuner.job.num_nodes, "seq_len": tuner.job.spec.seq_len,
+                "global_batch_size": tuner.job.spec.global_batch_size, "precision": tuner.job.spec.precision},
+        "mode": mode,
+        "legal_count": tuner.base_space.count,
+        "legal_count_after_adopted_rules": space.count,
+        "scored_count": len(tuner.scores),
+        "uncertainty_pct": bar["pct"],
+        "uncertainty_basis": bar["basis"],
+        "profile_fitted": bar["fitted"],
+    }
+    best_p = timed[0][0] if timed else None
+    doc["best"] = _entry(best_p, None, best_p is not None, [])
+    # the reference, or its nearest legal variant
+    ref_fit = reference.fit
+    ref_entry: dict[str, Any]
+    ref_p: Projection | None = None
+    if reference.layout is not None and ref_fit.fits:
+        ref_p = space.explain(reference.layout, "simulate") if space.find(reference.layout) is not None else \
+            tuner.projector.project(reference.layout, "simulate")
+        ref_entry = _entry(ref_p, None, True, [])
+    else:
+        req = ref_fit.layout
+        req_p = tuner.projector.project(req, "auto", peak=(ref_fit.report.peak_bytes, False)) if (
+            req is not None and ref_fit.report is not None) else None
+        ref_entry = _entry(req_p, None, False, list(ref_fit.violated_rules))
+        if ref_fit.alternatives:
+            near = ref_fit.alternatives[0]
+            ref_p = tuner.projector.project(near.layout, "simulate", peak=(near.peak_bytes, True))
+            ref_entry["nearest_legal"] = {**_entry(ref_p, None, True, []), "changed": list(near.changed)}
+    ref_entry["origin"] = reference.origin
+    doc["reference"] = ref_entry
+    doc["top"] = [_entry(p, None, True, []) for p, _ in timed[: tuner.settings.top_k]]
+    if len(order) > len(timed):
+        doc["top"] += [_entry(None, s, True, []) for s in order[len(timed): tuner.settings.top_k]]
+    if best_p is not None and ref_p is not None:
+        doc["why"] = diff_breakdowns(best_p, ref_p)
+        doc["speedup_vs_reference"] = best_p.tokens_per_s_per_gpu / ref_p.tokens_per_s_per_gpu
+    if mode == "exhaustive" and len(timed) >= 1:
+        runner = timed[1][0] if len(timed) > 1 else None
+        margin = ((best_p.tokens_per_s_per_gpu / runner.tokens_per_s_per_gpu - 1) * 100  # type: ignore[union-attr]
+                  if runner is not None else None)
+        doc["certificate"] = {
+            "legal_layouts": space.count,
+            "scored": sum(1 for lay in space.layouts if layout_key(lay) in tuner.scores),
+            "every_legal_layout_scored": all(layout_key(lay) in tuner.scores for lay in space.layouts),
+            "margin_to_runner_up_pct": margin,
+            "error_bar_pct": bar["pct"],
+            "margin_exceeds_error_bar": (margin is not None and bar["pct"] is not None and margin > bar["pct"]),
+        }
+    doc["adopted_rules"] = [{"id": r.id, "require": r.require, "origin": r.origin} for r in tuner.adopted_rules]
+    doc["events"] = tuner.log.events
+    doc["llm"] = {"enabled": investigation.settings.enabled,
+                  "calls": investigation.client.calls if investigation.client else 0,
+                  "tokens": investigation.client.tokens if investigation.client else 0}
+    doc["assumptions"] = list(best_p.assumptions) if best_p is not None else []
+    return doc
