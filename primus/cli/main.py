@@ -7,8 +7,8 @@ import click
 from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
 from primus.cli.memory_cmd import memory_cmd
-from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
 from primus.cli.project_cmd import project_cmd
+from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
 from primus.cli.trace_cmd import trace_cmd
 from primus.cli.tune_cmd import tune_cmd
 

@@ -42,8 +42,8 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
         con.print(f"  [red]not legal[/]: minimal core {', '.join(ref['violated_rules'])}")
         near = ref.get("nearest_legal")
         if near:
-            con.print(f"  nearest legal variant (changes {', '.join(near['changed'])}): {_layout_text(near['parallel'])}"
-                      f" -> {near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
+            con.print(f"  nearest legal variant (changes {', '.join(near['changed'])}): "
+                      f"{_layout_text(near['parallel'])} -> {near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     else:
         con.print(f"  {ref['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     if "speedup_vs_reference" in doc:
@@ -79,7 +79,8 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
 @click.option("--llm-calls", type=click.IntRange(0, 100), default=4, show_default=True, help="Call budget.")
 @click.option("--llm-timeout", type=click.FloatRange(0.1, 600), default=60.0, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
-              help="Processes scoring in parallel (default: the CPU count, at most 8). Results do not depend on it.")
+              help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
+                   "on it.")
 @format_option("table", "json")
 @guarded
 def tune_cmd(job_file: str | None, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],

@@ -71,7 +71,7 @@ class Tuner:
         self.space = TuneSpace(job, self.projector, rule_texts=rule_texts, rule_files=rule_files, without=without)
         self.base_space = self.space
         self.log = SearchLog()
-        self.scores: dict[tuple[Any, ...], Scored] = {}
+        self.scores: dict[Layout, Scored] = {}
         self.say = progress or (lambda _msg: None)
         self.adopted_rules: list[Rule] = []
         self.transcripts: list[str] = []

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
 
 def error_bar(tuner: Tuner) -> dict[str, Any]:
     """The projection's uncertainty for this accelerator and model kind (from the fidelity data)."""
+    import importlib
+
     try:
-        from primus.fidelity import error_bar as fidelity_error_bar
-    except ImportError:  # pragma: no cover - the fidelity package ships with primus
+        fidelity_error_bar = importlib.import_module("primus.fidelity").error_bar
+    except (ImportError, AttributeError):
         return {"pct": None, "basis": "no error bars available", "fitted": False}
     bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe)
     return {"pct": bar.pct, "basis": bar.basis, "fitted": bar.fitted}
@@ -44,10 +46,10 @@ def _entry(p: Projection | None, scored: Scored | None, fits: bool, violated: li
 def diff_breakdowns(best: Projection, ref: Projection) -> list[dict[str, Any]]:
     """Why the best wins: the per-term change of exposed seconds, largest first."""
     names = sorted(set(best.breakdown) | set(ref.breakdown))
-    rows = [{"term": n, "reference_s": ref.breakdown.get(n, 0.0), "best_s": best.breakdown.get(n, 0.0),
-             "delta_s": best.breakdown.get(n, 0.0) - ref.breakdown.get(n, 0.0)} for n in names]
-    rows = [r for r in rows if abs(r["delta_s"]) > 0]
-    return sorted(rows, key=lambda r: (-abs(r["delta_s"]), r["term"]))
+    deltas = {n: best.breakdown.get(n, 0.0) - ref.breakdown.get(n, 0.0) for n in names}
+    ordered = sorted((n for n in names if deltas[n] != 0), key=lambda n: (-abs(deltas[n]), n))
+    return [{"term": n, "reference_s": ref.breakdown.get(n, 0.0), "best_s": best.breakdown.get(n, 0.0),
+             "delta_s": deltas[n]} for n in ordered]
 
 
 def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: Investigation) -> dict[str, Any]:
