@@ -1,6 +1,6 @@
 """Time collectives at the target's message sizes across local processes with torch.distributed.
 
-`measure_collectives` starts `procs` processes (spawn), one per device: NCCL (RCCL on ROCm builds)
+`measure_collectives` starts `procs` worker processes, one per device: NCCL (RCCL on ROCm builds)
 on GPUs, one GPU per process; gloo on CPU, each process with one torch thread (the CPU proof's
 "device" is one process with one thread). Every process runs the same list, in order:
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -32,7 +34,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 MIN_REPS, MAX_REPS = 3, 15
 
@@ -140,30 +141,46 @@ def _worker(rank: int, procs: int, port: int, device_kind: str, specs: list[dict
 def measure_collectives(specs: list[CollectiveSpec], procs: int, device_kind: str, budget_s: float,
                         bound: int) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Samples per spec key (and the linear scale applied), plus an error line if the workers failed.
-    Specs cut by the deadline are simply absent from the result."""
+    Specs cut by the deadline are simply absent from the result.
+
+    Workers are separate interpreters (`python -m primus.measure.collectives`), not multiprocessing
+    children, so this works from any caller (a CLI, a test runner, a script read from stdin)."""
     if not specs or procs < 2:
         return {}, None
-    ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="primus-coll-") as tmp:
         out = os.path.join(tmp, "rank0.json")
-        port = _free_port()
-        payload = [{"key": s.key, "kind": s.kind, "nbytes": s.nbytes, "size": s.size} for s in specs]
-        # a wall-clock deadline, so the spawn itself (each worker imports torch) counts against the budget
-        deadline = time.time() + budget_s
-        workers = [ctx.Process(target=_worker, args=(r, procs, port, device_kind, payload, bound, deadline, out),
-                               daemon=True)
+        args = os.path.join(tmp, "args.json")
+        # a wall-clock deadline, so the start-up (each worker imports torch) counts against the budget
+        Path(args).write_text(json.dumps({
+            "procs": procs, "port": _free_port(), "device": device_kind, "bound": bound,
+            "deadline": time.time() + budget_s, "out": out,
+            "specs": [{"key": s.key, "kind": s.kind, "nbytes": s.nbytes, "size": s.size} for s in specs]}))
+        env = dict(os.environ, OMP_NUM_THREADS="1") if device_kind == "cpu" else dict(os.environ)
+        workers = [subprocess.Popen([sys.executable, "-m", "primus.measure.collectives", args, str(r)],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                    for r in range(procs)]
-        for w in workers:
-            w.start()
         limit = time.monotonic() + budget_s + 180.0
+        errors: list[str] = []
         for w in workers:
-            w.join(timeout=max(1.0, limit - time.monotonic()))
-        failed = [w for w in workers if w.exitcode != 0]
-        for w in workers:
-            if w.is_alive():
+            try:
+                _, err = w.communicate(timeout=max(1.0, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 w.kill()  # our own child, by its handle
-                w.join(timeout=5)
-        if failed or not os.path.exists(out):
-            codes = ", ".join(str(w.exitcode) for w in workers)
-            return {}, f"collective workers failed (exit codes {codes}); collectives left modelled"
+                _, err = w.communicate()
+            if w.returncode:
+                lines = (err or b"").decode(errors="replace").strip().splitlines()
+                errors.append(lines[-1] if lines else f"exit {w.returncode}")
+        if errors or not os.path.exists(out):
+            why = "; ".join(errors)[:300] or "no result"
+            return {}, f"collective workers failed ({why}); collectives left modelled"
         return json.loads(Path(out).read_text()), None
+
+
+def _main(argv: list[str]) -> None:
+    cfg = json.loads(Path(argv[0]).read_text())
+    _worker(int(argv[1]), cfg["procs"], cfg["port"], cfg["device"], cfg["specs"], cfg["bound"], cfg["deadline"],
+            cfg["out"])
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -12,10 +12,18 @@ profile is deliberately small, so that `primus calibrate` can fit it from publis
 - `hbm`: the achieved fraction of HBM bandwidth by memory-bound kernels, and their half size;
 - `collectives.<kind>.<tier>`: achieved fraction of the link bandwidth per collective kind, inside
   the scale-up domain and across it (NCCL-tests "bus bandwidth" over the wire rate);
-- `overlap.<model>`: the fraction of an available compute window a named overlap actually uses.
+- `overlap.<model>`: the fraction of an available compute window a named overlap actually uses;
+- `host.moe_layer_us`: host time a dropless MoE layer exposes per forward pass (the token dispatcher
+  copies per-expert token counts to the host before its all-to-all and grouped GEMMs, so the GPU drains
+  and waits while the CPU launches the rest of the layer);
+- `stacks.<name>`: the same parameter names with other values for a named software stack (e.g.
+  PyTorch eager FSDP with FlashAttention-2 instead of Megatron-Core with Transformer Engine and cuDNN
+  attention): kernel efficiencies belong to the kernels a run used, not to the silicon alone.
 
 Every number is a `Param` with a `source`; a profile says whether it was `fitted` and from what
-(`provenance`). `parameters()` / `with_parameters()` expose the flat vector a fitter needs.
+(`provenance`, and for fitted profiles a `calibration` record: runs used, date, residuals).
+`parameters()` / `with_parameters()` expose the flat vector a fitter needs (stack overrides as
+`stacks.<name>.<parameter>`); `for_stack(name)` is the profile a run on that stack sees.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import Field, PrivateAttr, StrictFloat, StrictInt, model_validator
 
 from primus.errors import InputError
 from primus.paths import data_dir
@@ -111,6 +119,35 @@ class OverlapParams(Spec):
     moe_a2a: Param
 
 
+def _unmodelled_host() -> HostParams:
+    return HostParams(moe_layer_us=Param(value=0.0, unit="us", source="not modelled in this profile: 0"))
+
+
+class HostParams(Spec):
+    """Host-side time the GPU waits for (per MoE layer forward, in microseconds)."""
+
+    moe_layer_us: Param
+
+
+class Stack(Spec):
+    """A named software stack: overrides of top-level parameter names (each a Param with its source)."""
+
+    source: Text
+    values: dict[Annotated[str, Field(max_length=100)], Param]
+
+
+class CalibrationRecord(Spec):
+    """How a fitted profile was fitted: when, on which runs, by what objective, with what residuals."""
+
+    date: Annotated[str, Field(max_length=40)]
+    method: Text
+    runs_file: Text
+    parameters: list[Annotated[str, Field(max_length=100)]]
+    runs: list[Annotated[str, Field(max_length=200)]]
+    residuals_pct: dict[Annotated[str, Field(max_length=200)], float]
+    summary: dict[Annotated[str, Field(max_length=100)], float]
+
+
 class Profile(Spec):
     """A calibration profile for one hardware entry."""
 
@@ -123,11 +160,21 @@ class Profile(Spec):
     hbm: HbmParams
     collectives: CollectiveParams
     overlap: OverlapParams
+    host: HostParams = Field(default_factory=_unmodelled_host)
+    stacks: dict[Annotated[str, Field(max_length=60)], Stack] = Field(default_factory=dict)
+    calibration: CalibrationRecord | None = None
+
+    _stack_profiles: dict[str, Profile] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _ranges(self) -> Profile:
         if "bf16" not in self.gemm:
             raise ValueError("gemm needs at least a bf16 entry (router, output layer, attention BMMs)")
+        base = self._base_parameters()
+        for stack, spec in self.stacks.items():
+            for name in spec.values:
+                if name not in base:
+                    raise ValueError(f"stacks.{stack}: unknown parameter {name!r}")
         for name, value in self.parameters().items():
             lo, hi = bounds(name)
             if not lo <= value <= hi:
@@ -137,7 +184,14 @@ class Profile(Spec):
     # ---- the flat parameter vector a fitter works on ----
 
     def parameters(self) -> dict[str, float]:
-        """Every named parameter as `dotted.name -> value` (stable order)."""
+        """Every named parameter as `dotted.name -> value` (stable order), stack overrides last."""
+        out = self._base_parameters()
+        for stack, spec in self.stacks.items():
+            for name, param in spec.values.items():
+                out[f"stacks.{stack}.{name}"] = float(param.value)
+        return out
+
+    def _base_parameters(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for fmt, g in self.gemm.items():
             out[f"gemm.{fmt}.efficiency"] = float(g.efficiency.value)
@@ -152,6 +206,7 @@ class Profile(Spec):
                 out[f"collectives.{kind}.{tier}"] = float(getattr(tiers, tier).value)
         for name in OVERLAPS:
             out[f"overlap.{name}"] = float(getattr(self.overlap, name).value)
+        out["host.moe_layer_us"] = float(self.host.moe_layer_us.value)
         return out
 
     def with_parameters(self, values: Mapping[str, float], source: str = "set programmatically") -> Profile:
@@ -161,24 +216,58 @@ class Profile(Spec):
         for name, value in values.items():
             if name not in known:
                 raise KeyError(f"unknown profile parameter {name!r}")
-            node = data
-            parts = name.split(".")
-            for part in parts:
-                node = node[part]
+            if name.startswith("stacks."):
+                _, stack, rest = name.split(".", 2)
+                node = data["stacks"][stack]["values"][rest]
+            else:
+                node = data
+                for part in name.split("."):
+                    node = node[part]
             node["value"] = float(value)
             node["source"] = source
         return Profile.model_validate(data)
 
+    def for_stack(self, stack: str | None) -> Profile:
+        """The profile a run on software stack `stack` sees: its overrides applied (itself for None or a
+        stack this profile does not list, i.e. the default stack)."""
+        spec = self.stacks.get(stack) if stack else None
+        if spec is None or not stack:
+            return self
+        cache = self._stack_profiles
+        if stack not in cache:
+            cache[stack] = _apply_stack(self, stack)
+        return cache[stack]
+
+    def stack_names(self) -> tuple[str, ...]:
+        return tuple(self.stacks)
+
     def value(self, name: str) -> float:
         return self.parameters()[name]
+
+
+def _apply_stack(profile: Profile, stack: str) -> Profile:
+    spec = profile.stacks[stack]
+    data = profile.model_dump()
+    for name, param in spec.values.items():
+        node = data
+        for part in name.split("."):
+            node = node[part]
+        node["value"] = float(param.value)
+        node["source"] = f"stack {stack}: {param.source}"
+    data["stacks"] = {}
+    return Profile.model_validate(data)
 
 
 def bounds(name: str) -> tuple[float, float]:
     """Valid range of a parameter (also a fitter's search box): sizes are non-negative, efficiencies
     are fractions of a peak (at least 0.001: a zero would mean infinite time), overlap fractions may
     be 0 (nothing hidden)."""
+    if name.startswith("stacks."):
+        name = name.split(".", 2)[2]
     if name.endswith(("half_flops", "half_bytes")):
         return 0.0, 1e13
+    if name.startswith("host."):
+        return 0.0, 1e5
     if name.startswith("overlap."):
         return 0.0, 1.0
     return 1e-3, 1.0

@@ -18,38 +18,79 @@ from primus.rules.vector import evaluate_vector
 from primus.solver.api import Question
 from primus.solver.pins import PIN_AXES, pin_mask
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
-from primus.solver.vector import Candidates, Enumerator
+from primus.solver.vector import Candidates, Enumerator, add_memory_columns
 
 
 @dataclass
 class Violations:
+    """The violation matrix. Memory-reading columns are filled lazily: the ledger is evaluated only for
+    rows that pass every other constraint of a test, which keeps explaining a refusal cheap even when
+    the structurally possible space has millions of rows."""
+
     names: list[str]  # rule ids, then pin:<axis>
-    matrix: np.ndarray  # (rows, constraints) True where violated
+    matrix: np.ndarray  # (rows, constraints) True where violated (memory columns valid where `known`)
     cands: Candidates
+    question: Question
+    memory_columns: list[int]
+    known: np.ndarray
+    peak: np.ndarray
+
+    def ensure_memory(self, rows: np.ndarray) -> None:
+        todo = rows[~self.known[rows]]
+        if len(todo) == 0 or not self.memory_columns:
+            self.known[todo] = True
+            return
+        sub = self.cands.take(todo)
+        add_memory_columns(self.question.tables, sub)
+        env = {**_facts(self.question), **sub.cols}
+        hard = self.question.ruleset.hard()
+        for col in self.memory_columns:
+            expr = hard[col][1]
+            self.matrix[todo, col] = ~evaluate_vector(expr, env, sub.n)
+        self.peak[todo] = sub.cols["peak_bytes"]
+        self.known[todo] = True
+
+    def passing(self, active: list[int]) -> np.ndarray:
+        """Rows violating none of the active constraints."""
+        plain = [a for a in active if a not in self.memory_columns]
+        mem = [a for a in active if a in self.memory_columns]
+        ok = ~self.matrix[:, plain].any(axis=1) if plain else np.ones(self.cands.n, dtype=bool)
+        rows = np.flatnonzero(ok)
+        if mem and len(rows):
+            self.ensure_memory(rows)
+            rows = rows[~self.matrix[rows][:, mem].any(axis=1)]
+        return rows
 
     def feasible(self, active: list[int]) -> bool:
-        if not active:
-            return self.cands.n > 0
-        return bool((~self.matrix[:, active].any(axis=1)).any())
+        return len(self.passing(active)) > 0
+
+
+def _facts(question: Question) -> dict[str, np.generic]:
+    return {k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in question.space.facts.items()}
 
 
 def violations(question: Question) -> Violations:
     base = RuleSet(tuple(r for r in question.ruleset.rules if r.id in DEFINITIONAL))
-    cands = Enumerator(question.tables, base, {}).run()
+    cands = Enumerator(question.tables, base, {}).run(with_memory=False)
     n = cands.n
-    env = {**{k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in question.space.facts.items()},
-           **cands.cols}
+    env = {**_facts(question), **cands.cols}
     names: list[str] = []
     columns: list[np.ndarray] = []
+    memory_columns: list[int] = []
     for rule, expr in question.ruleset.hard():
         names.append(rule.id)
-        columns.append(~evaluate_vector(expr, env, n))
+        if question.ruleset.uses_memory(expr):
+            memory_columns.append(len(columns))
+            columns.append(np.zeros(n, dtype=bool))
+        else:
+            columns.append(~evaluate_vector(expr, env, n))
     for axis in PIN_AXES:
         if axis in question.pins:
             names.append(f"pin:{axis}")
             columns.append(~pin_mask(cands.cols, axis, question.pins[axis], question.job.model.is_moe, n))
     matrix = np.stack(columns, axis=1) if columns else np.zeros((n, 0), dtype=bool)
-    return Violations(names, matrix, cands)
+    return Violations(names, matrix, cands, question, memory_columns, np.zeros(n, dtype=bool),
+                      np.zeros(n, dtype=np.int64))
 
 
 def _deletion_order(name: str) -> tuple[int, str]:
@@ -117,12 +158,11 @@ def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
     one row per distinct assignment of the pinned axes."""
     rules = rule_columns(v)
     pins = pin_columns_idx(v)
-    legal = ~v.matrix[:, rules].any(axis=1) if rules else np.ones(v.cands.n, dtype=bool)
-    idx = np.flatnonzero(legal)
+    idx = v.passing(rules)
     if len(idx) == 0:
         return []
     distance = v.matrix[idx][:, pins].sum(axis=1) if pins else np.zeros(len(idx), dtype=np.int64)
-    peak = v.cands.cols["peak_bytes"][idx]
+    peak = v.peak[idx]
     canon = np.empty(v.cands.n, dtype=np.int64)
     canon[v.cands.canonical_order()] = np.arange(v.cands.n)
     order = np.lexsort((canon[idx], peak, distance))
@@ -143,9 +183,8 @@ def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
 
 def closest_request_row(v: Violations) -> int | None:
     """The row satisfying every pin (rules aside) with the least memory: what was asked for, evaluated."""
-    pins = pin_columns_idx(v)
-    ok = ~v.matrix[:, pins].any(axis=1) if pins else np.ones(v.cands.n, dtype=bool)
-    idx = np.flatnonzero(ok)
+    idx = v.passing(pin_columns_idx(v))
     if len(idx) == 0:
         return None
-    return int(idx[np.argmin(v.cands.cols["peak_bytes"][idx])])
+    v.ensure_memory(idx)
+    return int(idx[np.argmin(v.peak[idx])])

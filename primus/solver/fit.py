@@ -111,8 +111,7 @@ def fit(question: Question, certify_core: bool = False) -> FitResult:
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
     alternatives = tuple(
-        Alternative(v.cands.layout(r), int(v.cands.cols["peak_bytes"][r]),
-                    capacity - int(v.cands.cols["peak_bytes"][r]), tuple(p[4:] for p in changed))
+        Alternative(v.cands.layout(r), int(v.peak[r]), capacity - int(v.peak[r]), tuple(p[4:] for p in changed))
         for r, changed in nearest_rows(v, MAX_ALTERNATIVES))
     min_nodes: int | None = None
     note: str | None = None
