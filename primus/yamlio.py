@@ -82,9 +82,23 @@ def read_text(path: Path) -> str:
         raise InputError(where, None, f"cannot read file ({exc.strerror or exc})") from None
 
 
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of [ and { (a cheap pre-check: refusing a deep document before parsing it)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def loads_yaml(text: str, where: str) -> Any:
     if len(text.encode("utf-8", errors="replace")) > MAX_FILE_BYTES:
         raise InputError(where, None, f"document larger than {MAX_FILE_BYTES} bytes")
+    if _flow_depth(text) > MAX_DEPTH:
+        raise InputError(where, None, f"document nested deeper than {MAX_DEPTH} levels")
     try:
         loader = _BoundedLoader(text)
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -173,9 +172,7 @@ HOSTILE_RULES = [
 
 @pytest.mark.parametrize("text", HOSTILE_RULES)
 def test_hostile_rule_text_is_refused_with_exit_2_and_nothing_runs(text, run_cli, write_job, tmp_path):
-    start = time.perf_counter()
     code, _, err = run_cli("fit", write_job(SMALL), "--rule", text)
-    assert time.perf_counter() - start < 2.0
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "--rule" in err
     assert not (tmp_path / "primus-pwned").exists()
