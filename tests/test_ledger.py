@@ -169,6 +169,19 @@ def test_fp8_saves_gemm_inputs_in_one_byte_and_caches_weights():
     assert fp8.stages[0].terms["weights.low_precision_cache"] > 0 == bf16.stages[0].terms["weights.low_precision_cache"]
 
 
+def test_fp8_param_gather_keeps_gemm_weights_only_in_fp8():
+    # Megatron-LM --fp8-param-gather: no bf16 copy of the linear weights; norms and embeddings stay bf16
+    base = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64,
+            "precision": "fp8"}
+    pins = dict(tp=1, pp=1, cp=1, mbs=1, sp=False, recompute="full", sharding="dist_opt")
+    _, plain = memory(base, **pins)
+    j, gathered = memory({**base, "fp8_param_gather": True}, **pins)
+    gemm = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)  # linear weights of 32 layers
+    saved = plain.stages[0].terms["weights.model"] - gathered.stages[0].terms["weights.model"]
+    assert saved == 2 * gemm
+    assert gathered.stages[0].terms["weights.low_precision_cache"] == plain.stages[0].terms["weights.low_precision_cache"]
+
+
 def test_moe_imbalance_scales_routed_token_buffers():
     base = {"model": "mixtral-8x7b", "hardware": "h100-80gb", "nodes": 4, "seq_len": 4096, "global_batch_size": 256}
     pins = dict(tp=2, pp=1, cp=1, ep=8, etp=1, mbs=1, sp=True, recompute="none", sharding="dist_opt")

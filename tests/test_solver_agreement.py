@@ -26,7 +26,7 @@ JOBS = {
     "moe": {"model": "mixtral-8x7b", "hardware": "mi300x", "nodes": 2, "seq_len": 4096, "global_batch_size": 64},
     "fp8-mla-mtp": {"model": {"base": "deepseek-v3", "num_layers": 8, "moe_layer_freq": "([0]*1+[1]*7)"},
                     "hardware": "h100-80gb", "nodes": 4, "seq_len": 4096, "global_batch_size": 64,
-                    "precision": "fp8"},
+                    "precision": "fp8", "fp8_param_gather": True},
 }
 
 

@@ -6,6 +6,7 @@ import click
 
 from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
+from primus.cli.launch_cmds import export_cmd, import_cmd
 from primus.cli.memory_cmd import memory_cmd
 from primus.cli.project_cmd import project_cmd
 from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
@@ -33,6 +34,8 @@ schema_group.add_command(schema_rule)
 cli.add_command(trace_cmd)
 cli.add_command(project_cmd)
 cli.add_command(tune_cmd)
+cli.add_command(export_cmd)
+cli.add_command(import_cmd)
 
 
 def main() -> None:

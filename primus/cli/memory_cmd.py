@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from primus.cli.common import Negative, format_option, guarded
+from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
-from primus.job import load_job
 from primus.memory.evaluate import MemoryModel, MemoryReport, pinned_layout
 from primus.memory.ledger import BREAKDOWN_KEYS
 
@@ -28,17 +28,21 @@ def print_memory_table(report: MemoryReport, title: str) -> None:
 
 
 @click.command("memory")
-@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@launch_options
 @format_option("table", "json", "csv")
 @guarded
-def memory_cmd(job_file: str, fmt: str) -> None:
+def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
+               launch_nodes: int | None, launch_gpus: int | None, fmt: str) -> None:
     """Exact bytes per rank at each pipeline stage's peak, for a job with every axis pinned.
 
     Exit 0 when the peak fits the capacity (HBM less named reserves), 1 when it does not.
 
+    JOB_FILE, or --from KIND FILE (megatron | primus | torchtitan launch config).
+
     Example: primus memory examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = load_job(job_file)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
     report = MemoryModel(job).evaluate(pinned_layout(job))
     if fmt == "json":
         emit_json(report.to_json())

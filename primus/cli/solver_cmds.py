@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from primus.cli.common import Negative, format_option, guarded
+from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
 from primus.job import load_job
@@ -83,21 +84,27 @@ def _layout_text(p: dict[str, Any]) -> str:
 
 
 @click.command("fit")
-@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@launch_options
 @rule_options
 @format_option("table", "json")
 @guarded
-def fit_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...], without: tuple[str, ...],
-            fmt: str) -> None:
+def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
+            launch_nodes: int | None, launch_gpus: int | None, rule_texts: tuple[str, ...],
+            rule_files: tuple[str, ...], without: tuple[str, ...], fmt: str) -> None:
     """Prove that a job fits (or complete its free axes with the most headroom), or explain why not.
 
     On failure: a minimal set of conflicting rules and pins, the bytes over capacity per stage, the
     nearest legal layouts and, when nothing fits at all, the smallest node count that would.
     Exit 0 fits, 1 does not fit.
 
+    JOB_FILE, or --from KIND FILE to read a Megatron-LM argument line, a Primus experiment YAML or a
+    torchtitan TOML (options primus does not model are listed on stderr).
+
     Example: primus fit examples/llama3.1-70b-mi300x.yaml --rule 'tp <= 4'
     """
-    q = question_from(job_file, rule_texts, rule_files, without)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
+    q = Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
     result = fit(q)
     if fmt == "json":
         emit_json(result.to_json(q.space.reserves.capacity_bytes))
@@ -148,9 +155,12 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
     import numpy as np
 
     speeds: dict[int, Any] = {}
+    bar = None
     if rank:
+        from primus.cli.project_cmd import uncertainty
         from primus.projection import rank_layouts
 
+        bar = uncertainty(q.job)
         projections = rank_layouts(q.job, q.legal())
         key_to_index = {tuple(sorted(p.items())): i for i, p in enumerate(c.parallel_dicts())}
         order = [key_to_index[tuple(sorted(p.layout.as_parallel().items()))] for p in projections]
@@ -161,25 +171,30 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
         c = c.take(np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top])
     rows = _rows(c, capacity)
     if rank:
+        assert bar is not None
         for row, p in zip(rows, ranked, strict=True):
             row["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu
             row["step_time_s"] = p.step_time_s
             row["mfu"] = p.mfu
+            row["uncertainty_pct"] = bar.pct
     if fmt == "jsonl":
         emit_jsonl(rows)
     elif fmt == "json":
-        emit_json({"count": n, "layouts": rows})
+        doc: dict[str, Any] = {"count": n, "layouts": rows}
+        if bar is not None:
+            doc.update(uncertainty_pct=bar.pct, uncertainty_basis=bar.basis)
+        emit_json(doc)
     elif fmt == "csv":
         flat = [{**r["parallel"], **{k: v for k, v in r.items() if k != "parallel"}} for r in rows]
         cols = ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak_bytes",
-                "headroom_bytes"] + (["tokens_per_s_per_gpu", "step_time_s"] if rank else [])
+                "headroom_bytes"] + (["tokens_per_s_per_gpu", "step_time_s", "uncertainty_pct"] if rank else [])
         if any("recompute_num_layers" in r for r in flat):
             cols.insert(11, "recompute_num_layers")
         emit_csv(flat, cols)
     else:
         con = stdout_console()
         shown = rows[:200]
-        extra = ["tokens/s/GPU", "step s"] if rank else []
+        extra = [f"tokens/s/GPU {bar.text()}" if bar else "tokens/s/GPU", "step s"] if rank else []
         how = " by projected throughput" if rank else " by headroom" if top else ""
         con.print(table(f"{n:,} legal layouts" + (f" (first {len(rows)}{how})" if top or rank else ""),
                         ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak",
@@ -188,6 +203,8 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
                           p["recompute"], p["sharding"], gib(r["peak_bytes"]), gib(r["headroom_bytes"]),
                           *([f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['step_time_s']:.3f}"] if rank else []))
                          for r in shown for p in [r["parallel"]]]))
+        if bar is not None:
+            con.print(f"projected throughput uncertainty {bar.text()}: {bar.basis}")
         if len(rows) > len(shown):
             stderr_console().print(f"(showing {len(shown)} of {len(rows)}; use --format csv or jsonl for all)")
     if n == 0:

@@ -39,7 +39,7 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-
 _LAUNCHER_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "--module", "-m"}
 _ALWAYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
            "expert_model_parallel_size", "micro_batch_size", "global_batch_size", "seq_length",
-           "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout"}
+           "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout", "fp8_recipe"}
 SCRIPT = "pretrain_gpt.py"
 
 

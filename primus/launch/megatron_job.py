@@ -32,6 +32,8 @@ from primus.schedule.layout import parse_layout_string
 from primus.specs.model import ModelSpec
 
 SHARDED = ("dist_opt", "zero2", "fsdp")
+#: Model fields with no Megatron-LM option: the header's model decides them.
+INEXPRESSIBLE = ("moe_router_bias", "embedding_layernorm")
 _FSDP_STRATEGY = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "none"}
 
 
@@ -189,7 +191,7 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
     spec = build_model(fields, ctx.where)
     if ctx.header_model is not None:
         named = resolve_model(ctx.header_model, ctx.where, "primus-job.model")
-        diff = differences(named, spec)
+        diff = differences(named, spec, ignore=INEXPRESSIBLE)
         if not diff:
             return ctx.header_model, spec
         out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")

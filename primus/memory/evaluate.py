@@ -76,7 +76,7 @@ class MemoryModel:
         self.model = job.model
         spec = job.spec
         self.numerics = numerics_for(spec.precision, spec.effective_fp8_recipe)
-        self.widths = StateWidths.of(spec.optimizer)
+        self.widths = StateWidths.of(spec.optimizer, spec.fp8_param_gather)
         self.reserves = Reserves.of(job.cluster)
         self.comm_figure = int(job.cluster.reserves.communicator_buffer_bytes.value)
         self.recompute_method = spec.parallel.recompute_method or "uniform"
@@ -136,8 +136,9 @@ class MemoryModel:
         out = [
             f"vocabulary padded to {self.model.padded_vocab_size(layout.tp):,} (multiple of "
             f"{self.model.make_vocab_size_divisible_by}×TP), split across TP",
-            f"{spec.precision} weights {w.weight} B/param; main gradients {w.grad} B/param "
-            f"({spec.optimizer.main_grads_dtype})",
+            f"{spec.precision} weights {w.weight} B/param" + (" (GEMM weights only in FP8: --fp8-param-gather)"
+                                                              if spec.fp8_param_gather else "")
+            + f"; main gradients {w.grad} B/param ({spec.optimizer.main_grads_dtype})",
             f"precision: {self.numerics.description}",
         ]
         if layout.sharding == "none":

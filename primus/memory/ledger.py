@@ -37,16 +37,20 @@ class StateWidths:
     """Bytes per parameter of each model-state buffer."""
 
     weight: int
+    gemm_weight_copy: int  # bytes of the bf16 copy of a GEMM weight (0 with FP8 parameter gather)
     grad: int
     optimizer: int  # master copy + both Adam moments (dist-opt / ZeRO / none)
     fsdp_param: int  # FSDP parameter shard (doubles as the master copy)
     fsdp_optimizer: int  # FSDP: the two moments only
 
     @staticmethod
-    def of(options: OptimizerOptions) -> StateWidths:
+    def of(options: OptimizerOptions, fp8_param_gather: bool = False) -> StateWidths:
+        """With Megatron's `--fp8-param-gather` the GEMM weights live only in FP8 (their low-precision
+        cache); the fp32 master copy in the optimizer is unchanged."""
         moments = DTYPE_BYTES[options.exp_avg_dtype] + DTYPE_BYTES[options.exp_avg_sq_dtype]
         return StateWidths(
             weight=2,
+            gemm_weight_copy=0 if fp8_param_gather else 2,
             grad=DTYPE_BYTES[options.main_grads_dtype],
             optimizer=DTYPE_BYTES[options.main_params_dtype] + moments,
             fsdp_param=DTYPE_BYTES[options.main_params_dtype],
@@ -115,7 +119,7 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
         terms["gradients.unsharded_layer_grads"] = widths.weight * pu.max_layer * has_layers
         terms["optimizer.moments"] = widths.fsdp_optimizer * shards
     else:
-        terms["weights.model"] = widths.weight * held
+        terms["weights.model"] = widths.weight * held - (widths.weight - widths.gemm_weight_copy) * gemm
         terms["weights.low_precision_cache"] = ceil_frac(gemm, numerics.weight_cache)
         if sharding == "zero2":
             terms["gradients.grad_shards"] = widths.grad * shards

@@ -321,7 +321,7 @@ class ModelBuilder:
         fsdp = ax["sharding_fsdp"]
         weights = self._int(0, BIG, f"{p}.weights")
         m.add(weights == w.fsdp_param * shards + 2 * w.weight * layer_copy).only_enforce_if(fsdp)
-        m.add(weights == w.weight * held + cache).only_enforce_if(~fsdp)
+        m.add(weights == w.weight * held - (w.weight - w.gemm_weight_copy) * gemm + cache).only_enforce_if(~fsdp)
         grads = self._int(0, BIG, f"{p}.gradients")
         m.add(grads == w.grad * shards + w.weight * layer_copy).only_enforce_if(fsdp)
         m.add(grads == w.grad * shards).only_enforce_if(ax["sharding_zero2"])

@@ -99,6 +99,7 @@ class JobSpec(Spec):
     global_batch_size: Annotated[StrictInt, Field(ge=1, le=100_000_000)]
     precision: Precision = "bf16"
     fp8_recipe: Fp8Recipe | None = None
+    fp8_param_gather: Bool = False
     framework: Literal["megatron", "torchtitan"] = "megatron"
     parallel: ParallelPins = ParallelPins()
     schedule: Schedule = "auto"
@@ -117,6 +118,8 @@ class JobSpec(Spec):
             raise ValueError("give exactly one of nodes and gpus")
         if self.fp8_recipe is not None and self.precision != "fp8":
             raise ValueError("fp8_recipe is only meaningful with precision: fp8")
+        if self.fp8_param_gather and self.precision not in ("fp8", "nvfp4"):
+            raise ValueError("fp8_param_gather needs precision fp8 (Megatron-LM --fp8-param-gather)")
         return self
 
     @property
