@@ -9,6 +9,7 @@ from primus.cli.catalog_cmds import hardware_group, job_group, models_group, sch
 from primus.cli.launch_cmds import export_cmd, import_cmd
 from primus.cli.memory_cmd import memory_cmd
 from primus.cli.project_cmd import project_cmd
+from primus.cli.report_cmds import audit_group, report_cmd
 from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
 from primus.cli.trace_cmd import trace_cmd
 from primus.cli.tune_cmd import tune_cmd
@@ -36,6 +37,8 @@ cli.add_command(project_cmd)
 cli.add_command(tune_cmd)
 cli.add_command(export_cmd)
 cli.add_command(import_cmd)
+cli.add_command(report_cmd)
+cli.add_command(audit_group)
 
 
 def main() -> None:

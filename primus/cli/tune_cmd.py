@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ import click
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, gib, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import _layout_text, rule_options
+from primus.errors import InputError
 from primus.job import load_job
 from primus.paths import data_dir
+from primus.report.audit import Checkpoint, partial_dir, read_state
 from primus.tune.agent import Tuner, TuneSettings
 from primus.tune.llm import LlmSettings
 from primus.tune.output import input_texts, write_run_dir
@@ -62,14 +65,21 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     rows = [(i + 1, _layout_text(t["parallel"]), f"{t['tokens_per_s_per_gpu']:,.0f}", f"{t['step_time_s']:.3f}",
              gib(t["peak_bytes"])) for i, t in enumerate(doc["top"][:10])]
     con.print(table("top layouts", ["#", "parallel", "tokens/s/GPU", "step s", "peak"], rows))
-    con.print(f"search log: {out_dir / 'audit.jsonl'}")
+    con.print(f"report: {out_dir / 'report.html'} (and report.md); search log: {out_dir / 'audit.jsonl'}")
+
+
+RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
+                      "llm_base_url", "llm_model", "llm_calls", "llm_timeout")
 
 
 @click.command("tune")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @rule_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="primus-tune", show_default=True,
-              help="Directory for result.json, audit.jsonl, llm/ and inputs/.")
+              help="Directory for report.html, report.md, result.json, audit.jsonl, llm/ and inputs/.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              help="Continue an interrupted `primus tune --out DIR` from its checkpoint (DIR.partial/): the job "
+                   "and options are the interrupted run's, scored candidates are not scored again.")
 @click.option("--exhaustive-limit", type=click.IntRange(0, 10_000_000), default=200_000, show_default=True,
               help="Score every legal layout when there are at most this many; guided search above.")
 @click.option("--llm", "llm_mode", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
@@ -82,38 +92,75 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")
 @format_option("table", "json")
+@click.pass_context
 @guarded
-def tune_cmd(job_file: str | None, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
-             without: tuple[str, ...], out_dir: str, exhaustive_limit: int, llm_mode: str,
+def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
+             without: tuple[str, ...], out_dir: str, resume_dir: str | None, exhaustive_limit: int, llm_mode: str,
              llm_base_url: str | None, llm_model: str, llm_calls: int, llm_timeout: float, workers: int | None,
              fmt: str) -> None:
     """Find the fastest legal layout for a job (default: the seed paper's Mixtral 8x22B case study on
-    4 nodes of MI355X), prove it legal, say why it wins, and write an auditable search log.
+    4 nodes of MI355X), prove it legal, say why it wins, and write a report (report.html, report.md) with
+    an auditable search log. A killed run can be continued with --resume DIR.
 
     Sequence length, global batch size and precision never change.
 
     Example: primus tune examples/llama3.1-70b-mi300x-free.yaml --llm none --out run1
     """
-    path = Path(job_file) if job_file else data_dir("examples") / DEFAULT_JOB
+    opts: dict[str, Any] = {"job_file": job_file, "rule_texts": list(rule_texts), "rule_files": list(rule_files),
+                            "without": list(without), "exhaustive_limit": exhaustive_limit, "llm_mode": llm_mode,
+                            "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_calls": llm_calls,
+                            "llm_timeout": llm_timeout}
+    if resume_dir is not None:
+        given = [p for p in ctx.command.params if p.name in (*RESUMED_FROM_STATE, "out_dir")
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise InputError("--resume", None, "the job and its options come from the interrupted run; drop "
+                             + ", ".join("JOB_FILE" if p.name == "job_file" else p.opts[0] for p in given))
+        target = Path(resume_dir)
+        state = read_state(target)
+        opts = {k: state["options"][k] for k in RESUMED_FROM_STATE}
+    else:
+        target = Path(out_dir)
+        if opts["job_file"] is not None:
+            opts["job_file"] = str(Path(opts["job_file"]).resolve())
+        opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
+        opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
+    path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
     job = load_job(path)
-    base_url = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
-    llm = LlmSettings(base_url=base_url, model=llm_model, api_key=os.environ.get("OPENAI_API_KEY"),
-                      max_calls=llm_calls, timeout_s=llm_timeout)
+    llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
+                      max_calls=opts["llm_calls"], timeout_s=opts["llm_timeout"])
     err = stderr_console()
     if not llm.enabled:
-        err.print("LLM off: " + ("--llm none" if llm_mode == "none" else "no endpoint configured "
+        err.print("LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else "no endpoint configured "
                                  "(--llm-base-url or OPENAI_BASE_URL)"))
     n_workers = workers or min(8, os.cpu_count() or 1)
-    tuner = Tuner(job, TuneSettings(exhaustive_limit=exhaustive_limit, llm=llm, workers=n_workers),
-                  rule_texts=rule_texts,
-                  rule_files=rule_files, without=without, progress=lambda m: err.print(m))
-    doc = tuner.run()
-    target = Path(out_dir)
+    tuner = Tuner(job, TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=n_workers),
+                  rule_texts=opts["rule_texts"], rule_files=opts["rule_files"], without=opts["without"],
+                  progress=lambda m: err.print(m))
+    inputs = input_texts(read_text(path), tuner)
+    sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
+    if resume_dir is not None:
+        before = state["inputs_sha256"]
+        changed = [n for n in sorted(set(sums) | set(before)) if sums.get(n) != before.get(n)]
+        if changed:
+            raise InputError(str(target), "--resume", f"inputs changed since the interrupted run "
+                             f"({', '.join(changed)}); start afresh without --resume")
+        checkpoint = Checkpoint.reopen(target)
+        err.print(f"resuming from {checkpoint.root}: {checkpoint.recorded:,} candidates and "
+                  f"{len(checkpoint.llm_calls)} LLM call(s) on record")
+    else:
+        if partial_dir(target.resolve()).exists():
+            err.print(f"discarding the checkpoint of an interrupted run in {partial_dir(target.resolve())} "
+                      "(continue one with --resume DIR)")
+        checkpoint = Checkpoint.start(target, {"options": opts, "inputs_sha256": sums})
+    tuner.attach(checkpoint)
+    try:
+        doc = tuner.run()
+    finally:
+        checkpoint.close()
     doc["log"] = str(target / "audit.jsonl")
-    from primus.tune.investigate import Investigation  # noqa: F401  (transcripts come from the run)
-
-    transcripts = getattr(tuner, "transcripts", [])
-    write_run_dir(target, doc, tuner.log.entries, transcripts, input_texts(read_text(path), tuner))
+    write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs)
+    checkpoint.discard()
     if fmt == "json":
         emit_json(doc)
     else:

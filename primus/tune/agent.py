@@ -11,19 +11,25 @@ trusted. The log is deterministic: the same inputs and the same LLM replies give
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from primus.errors import InputError
 from primus.job import Job
 from primus.parallel import Layout, normalise
-from primus.projection import Projector
+from primus.projection import BREAKDOWN_ORDER, Projector
 from primus.projection.profile import Profile, load_profile
+from primus.report.audit import Checkpoint
 from primus.rules.model import Rule
 from primus.tune.investigate import Investigation
-from primus.tune.llm import LlmSettings
+from primus.tune.llm import CallOutcome, LlmClient, LlmSettings
 from primus.tune.reference import Reference, find_reference
-from primus.tune.space import AXES, Scored, TuneSpace, layout_key
+from primus.tune.space import AXES, PARALLEL_MIN, Scored, TuneSpace, layout_key
+
+# Exhaustive scoring is checkpointed this many candidates at a time: a kill loses at most one block.
+CHECKPOINT_BLOCK = 2_000
 
 
 @dataclass(frozen=True)
@@ -40,11 +46,16 @@ class TuneSettings:
 
 @dataclass
 class SearchLog:
-    """Every candidate in the order it was considered, and the events of the search."""
+    """Every candidate in the order it was considered, and the events of the search.
+
+    Each event carries `seq`, the number of candidates logged before it, so that an auditor can tell
+    which adopted rules were in force for each candidate. `sink`, when set, receives every entry as it
+    is logged (the checkpoint an interrupted run resumes from)."""
 
     entries: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     round: int = 0
+    sink: Callable[[dict[str, Any]], None] | None = None
 
     def candidate(self, proposer: str, layout: Layout, scored: Scored | None, violated: Sequence[str] = ()) -> None:
         entry: dict[str, Any] = {"seq": len(self.entries), "round": self.round, "proposer": proposer,
@@ -55,9 +66,11 @@ class SearchLog:
             entry.update(tokens_per_s_per_gpu=scored.tokens_per_s_per_gpu, step_time_s=scored.step_time_s,
                          peak_bytes=scored.peak_bytes, breakdown=scored.breakdown)
         self.entries.append(entry)
+        if self.sink is not None:
+            self.sink(entry)
 
     def event(self, kind: str, **info: Any) -> None:
-        self.events.append({"round": self.round, "kind": kind, **info})
+        self.events.append({"round": self.round, "kind": kind, "seq": len(self.entries), **info})
 
 
 class Tuner:
@@ -75,6 +88,40 @@ class Tuner:
         self.say = progress or (lambda _msg: None)
         self.adopted_rules: list[Rule] = []
         self.transcripts: list[str] = []
+        self.checkpoint: Checkpoint | None = None
+        self.replay: dict[Layout, Scored] = {}
+        self.recorded_llm: list[dict[str, Any]] = []
+
+    def attach(self, checkpoint: Checkpoint) -> None:
+        """Log every candidate to `checkpoint` as the search goes, and replay what it already holds.
+
+        The search is deterministic, so a resumed run proposes the same candidates in the same order;
+        those the checkpoint has scores for are taken from it instead of being scored again, and its LLM
+        calls are answered from the record instead of asking again. The finished run is therefore the
+        one an uninterrupted run would have produced."""
+        self.checkpoint = checkpoint
+        self.log.sink = checkpoint.append
+        for e in checkpoint.entries:
+            if not e.get("legal"):
+                continue
+            try:
+                layout = normalise(Layout(**e["parallel"]), is_moe=self.job.model.is_moe)
+                bd = e["breakdown"]
+                breakdown = {k: bd[k] for k in BREAKDOWN_ORDER if k in bd} | bd
+                self.replay[layout] = Scored(layout, e["tokens_per_s_per_gpu"], e["step_time_s"], e["peak_bytes"],
+                                             breakdown)
+            except (KeyError, TypeError) as exc:
+                raise InputError(str(checkpoint.root / "audit.jsonl"), f"seq {e.get('seq')}",
+                                 f"not a candidate line ({exc})") from None
+        self.recorded_llm = list(checkpoint.llm_calls)
+
+    def _replayed(self, layout: Layout) -> Scored | None:
+        """The checkpoint's score of a layout, if it has one (each is used once)."""
+        return self.replay.pop(layout) if layout in self.replay else None
+
+    def _flush(self) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.flush()
 
     # ---- scoring ----
 
@@ -88,7 +135,7 @@ class Tuner:
             return None
         scored = self.scores.get(key)
         if scored is None:
-            scored = self.scores[key] = self.space.score(i)
+            scored = self.scores[key] = self._replayed(self.space.layouts[i]) or self.space.score(i)
             self.log.candidate(proposer, layout, scored)
         return scored
 
@@ -113,9 +160,37 @@ class Tuner:
     def exhaustive(self) -> None:
         self.say(f"exhaustive: scoring all {self.space.count:,} legal layouts ({self.settings.workers} worker(s))")
         todo = [i for i in range(self.space.count) if layout_key(self.space.layouts[i]) not in self.scores]
-        for s in self.space.score_many(todo, self.settings.workers):
-            self.scores[layout_key(s.layout)] = s
-            self.log.candidate("exhaustive", s.layout, s)
+        for block in self._scored_blocks(todo):
+            for s in block:
+                self.scores[layout_key(s.layout)] = s
+                self.log.candidate("exhaustive", s.layout, s)
+            self._flush()
+
+    def _scored_blocks(self, todo: list[int]) -> Iterator[list[Scored]]:
+        """Scores of `todo` in order, one checkpoint block at a time. Replayed scores are reused; the rest
+        are scored by forked workers (each keeping its warm caches across blocks) when there are enough,
+        and the result does not depend on the number of workers."""
+        space = self.space
+        blocks = [todo[k:k + CHECKPOINT_BLOCK] for k in range(0, len(todo), CHECKPOINT_BLOCK)]
+        fresh = [[i for i in b if space.layouts[i] not in self.replay] for b in blocks]
+        workers = self.settings.workers
+        if workers <= 1 or sum(len(f) for f in fresh) < PARALLEL_MIN:
+            for block in blocks:
+                yield [self._replayed(space.layouts[i]) or space.score(i) for i in block]
+            return
+        self._flush()  # forked children must not inherit unwritten checkpoint lines
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers, initializer=_set_stream_space, initargs=(space,)) as pool:
+            for block, part in zip(blocks, pool.imap(_score_block, fresh), strict=True):
+                scored = iter(part)
+                out = []
+                for i in block:
+                    s = self._replayed(space.layouts[i])
+                    if s is None:
+                        tok, step, breakdown = next(scored)
+                        s = Scored(space.layouts[i], tok, step, space.peaks[i], breakdown)
+                    out.append(s)
+                yield out
 
     def guided(self, investigation: Investigation) -> None:
         s = self.settings
@@ -145,6 +220,7 @@ class Tuner:
             improved = after is not None and after.tokens_per_s_per_gpu > before
             self.log.event("round", scored=len(self.scores), pruned_by_bound=pruned, improved=improved,
                            best=after.tokens_per_s_per_gpu if after else None)
+            self._flush()
             stall = 0 if improved else stall + 1
             if stall >= s.stall_rounds:
                 if not investigation.run(self):
@@ -166,7 +242,12 @@ class Tuner:
         baseline = reference.layout if reference.fit.fits else _nearest(reference)
         self.log.round = 0
         self.seeds(baseline)
+        self._flush()
         investigation = Investigation(self.settings.llm)
+        if investigation.client is not None:
+            investigation.client = RecordingClient(
+                self.settings.llm, recorded=self.recorded_llm,
+                sink=self.checkpoint.record_llm if self.checkpoint is not None else None)
         mode = "exhaustive" if self.space.count <= self.settings.exhaustive_limit else "guided"
         if self.space.count == 0:
             mode = "empty"
@@ -179,6 +260,43 @@ class Tuner:
             self.guided(investigation)
         self.transcripts = investigation.transcript_json()
         return build_result(self, reference, mode, investigation)
+
+
+@dataclass
+class RecordingClient(LlmClient):
+    """The LLM client of a checkpointed run: each new call is written to the checkpoint as soon as it
+    returns, and on resume the recorded calls are answered from the record, in order, as long as the
+    prompts are the same (a prompt that differs ends the replay: from there on the endpoint is asked)."""
+
+    recorded: list[dict[str, Any]] = field(default_factory=list)
+    sink: Callable[[dict[str, Any]], None] | None = None
+
+    def complete(self, messages: list[dict[str, str]]) -> CallOutcome:
+        if self.recorded:
+            rec = self.recorded.pop(0)
+            if rec.get("messages") == messages:
+                self.calls += 1
+                self.tokens += int(rec.get("tokens", 0))
+                return CallOutcome(rec.get("text"), rec.get("error"), int(rec.get("tokens", 0)),
+                                   int(rec.get("attempts", 1)))
+            self.recorded.clear()
+        outcome = super().complete(messages)
+        if self.sink is not None:
+            self.sink({"messages": messages, "text": outcome.text, "error": outcome.error,
+                       "tokens": outcome.tokens, "attempts": outcome.attempts})
+        return outcome
+
+
+_STREAM: dict[str, TuneSpace] = {}  # set in forked scoring workers only (see Tuner._scored_blocks)
+
+
+def _set_stream_space(space: TuneSpace) -> None:
+    _STREAM["space"] = space
+
+
+def _score_block(indices: list[int]) -> list[tuple[float, float, dict[str, float]]]:
+    space = _STREAM["space"]
+    return [(s.tokens_per_s_per_gpu, s.step_time_s, s.breakdown) for s in map(space.score, indices)]
 
 
 def ranked(scores: Sequence[Scored]) -> list[Scored]:

@@ -1,9 +1,11 @@
 """Writing a tune run's directory atomically: a killed run never leaves half a report.
 
 Everything is written into a sibling temporary directory which is renamed over the target at the end.
-Contents: `result.json` (the answer), `audit.jsonl` (one line per candidate, in search order),
-`llm/` (every prompt and reply verbatim), `inputs/` (the job, the resolved model, hardware, rules and
-profile, with `SHA256SUMS`).
+Contents: `report.html` and `report.md` (the report, rendered from the other files by `primus.report`),
+`result.json` (the answer), `audit.jsonl` (one line per candidate, in search order), `llm/` (every
+prompt and reply verbatim), `inputs/` (the job, the resolved model, hardware, rules and profile, with
+`SHA256SUMS`) and `versions.json`. The report is rendered from the files just written, exactly as
+`primus report DIR` re-renders it later, so the two cannot differ.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import yaml
 
 from primus import __version__
+from primus.report.audit import dumps_line
 
 
 def _dump(path: Path, text: str) -> None:
@@ -43,11 +46,11 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the finished report from everyone else
     try:
         _dump(tmp / "result.json", json.dumps(result, indent=1, sort_keys=False) + "\n")
         with (tmp / "audit.jsonl").open("w", encoding="utf-8") as fh:
-            for entry in entries:
-                fh.write(json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n")
+            fh.writelines(dumps_line(entry) for entry in entries)
         for i, text in enumerate(transcripts, start=1):
             _dump(tmp / "llm" / f"call-{i:03d}.json", text + "\n")
         sums = []
@@ -56,6 +59,9 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
             sums.append(f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {name}")
         _dump(tmp / "inputs" / "SHA256SUMS", "\n".join(sums) + "\n")
         _dump(tmp / "versions.json", json.dumps(versions(), indent=1, sort_keys=True) + "\n")
+        from primus.report.render import write_report
+
+        write_report(tmp)
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old")
             if old.exists():

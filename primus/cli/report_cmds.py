@@ -1,0 +1,82 @@
+"""`primus report DIR` (re-render a tune run's report) and `primus audit verify DIR` (re-check it)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from primus.cli.common import Negative, format_option, guarded
+from primus.cli.output import emit_json, stderr_console, stdout_console
+
+# Differences printed in the table format; the JSON document always carries all of them.
+SHOWN = 100
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@guarded
+def report_cmd(run_dir: str) -> None:
+    """Re-render report.html, report.md and charts/*.svg of a `primus tune --out DIR` directory from
+    the files in it (result.json, audit.jsonl, inputs/, llm/, versions.json); the other files are
+    not touched.
+
+    Example: primus report primus-tune
+    """
+    from primus.report.render import write_report
+
+    for path in write_report(Path(run_dir)):
+        click.echo(str(path))
+
+
+@click.group("audit")
+def audit_group() -> None:
+    """Re-check what a `primus tune` run directory claims.
+
+    Example: primus audit verify primus-tune
+    """
+
+
+@audit_group.command("verify")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes recomputing in parallel (default: the CPU count, at most 8).")
+@format_option("table", "json")
+@guarded
+def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
+    """Recompute every candidate in DIR/audit.jsonl from the recorded inputs (checked first against
+    inputs/SHA256SUMS): legality and the rules broken, the ledger peak, the projected throughput, step
+    time and breakdown; then result.json's best layout and the report. Each difference names the
+    candidate (seq and layout); exit 1 if there is any.
+
+    Example: primus audit verify primus-tune
+    """
+    from primus.report.verify import verify_run
+
+    err = stderr_console()
+    started = time.monotonic()
+    outcome = verify_run(Path(run_dir), workers or min(8, os.cpu_count() or 1), progress=lambda m: err.print(m))
+    elapsed = time.monotonic() - started
+    if fmt == "json":
+        emit_json({"ok": outcome.ok, "checked": outcome.checked, "seconds": round(elapsed, 1),
+                   "differences": [{"seq": d.seq, "parallel": d.parallel, "what": d.what, "line": d.line()}
+                                   for d in outcome.differences], "notes": outcome.notes})
+    else:
+        con = stdout_console()
+        for note in outcome.notes:
+            con.print(f"note: {note}", highlight=False)
+        if outcome.ok:
+            con.print(f"[bold green]verified[/]: {outcome.checked:,} candidates recomputed from the recorded inputs "
+                      f"with no difference ({elapsed:.1f} s)", highlight=False)
+        else:
+            n = len(outcome.differences)
+            con.print(f"[bold red]{n:,} difference(s)[/] in {run_dir} ({outcome.checked:,} candidates checked):",
+                      highlight=False)
+            for d in outcome.differences[:SHOWN]:
+                con.print(f"  {d.line()}", highlight=False, markup=False)
+            if n > SHOWN:
+                con.print(f"  ... and {n - SHOWN:,} more (--format json lists them all)", highlight=False)
+    if not outcome.ok:
+        raise Negative()

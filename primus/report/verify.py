@@ -1,0 +1,251 @@
+"""`primus audit verify DIR`: recompute every recorded candidate of a run from its recorded inputs.
+
+A report is only as good as someone else's ability to re-check it. The check is independent of the
+machine's catalogs and rule files: the inputs are first checked against `inputs/SHA256SUMS`, then the
+job, profile and exact rule set are rebuilt from them (`RunDir`), and for every line of `audit.jsonl`:
+
+- legality: a line recorded legal must be in the enumerated legal set under the rules in force at its
+  seq (the recorded rules, plus those the search adopted before it) with the same ledger peak; a line
+  recorded illegal must be outside it and break exactly the recorded rules;
+- the projection: the fast projection the tuner scored with (`TuneSpace.score`: method "fast", the
+  ledger's peak, no assumptions text) must give the recorded tokens/s/GPU and step time, and every
+  breakdown term, within `REL_TOL` (relative; breakdown terms relative to the step time).
+
+Then `result.json` is checked against the log (its scored count; its best layout, re-simulated) and, when
+the same primus version wrote it, the report files against a fresh render. Every difference names the
+candidate (seq and layout) and the field.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from primus import __version__
+from primus.errors import InputError
+from primus.parallel import Layout, normalise
+from primus.projection import Projector
+from primus.report.rundir import RunDir, layout_of, layout_text
+from primus.solver.api import Question
+from primus.solver.check import violated_rules
+
+REL_TOL = 1e-9
+BLOCK = 2_000
+PARALLEL_MIN = 4_000  # below this, forking costs more than it saves
+
+_WORKER: dict[str, Projector] = {}  # set in forked workers only
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One disagreement between the directory and its recomputation."""
+
+    what: str
+    seq: int | None = None
+    parallel: dict[str, Any] | None = None
+
+    def line(self) -> str:
+        if self.seq is None:
+            return self.what
+        return f"candidate seq {self.seq} ({layout_text(self.parallel)}): {self.what}"
+
+
+@dataclass
+class Verification:
+    checked: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def close(a: float, b: float, scale: float | None = None) -> bool:
+    if a == b:
+        return True
+    ref = max(abs(a), abs(b), abs(scale) if scale is not None else 0.0)
+    return abs(a - b) <= REL_TOL * ref
+
+
+class _Epochs:
+    """The legal set under the rules in force at each seq (the recorded rules plus those adopted so far)."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.adoptions = sorted(run.adoptions(), key=lambda a: a[0])
+        self._cache: dict[int, tuple[Question, dict[Layout, int]]] = {}
+
+    def at(self, seq: int) -> tuple[Question, dict[Layout, int]]:
+        k = sum(1 for s, _ in self.adoptions if s <= seq)
+        hit = self._cache.get(k)
+        if hit is None:
+            q = self.run.question([r for _, r in self.adoptions[:k]])
+            c = q.candidates
+            peaks = c.cols["peak_bytes"].tolist()
+            hit = self._cache[k] = (q, {c.layout(i): int(peaks[i]) for i in range(c.n)})
+        return hit
+
+
+def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | None = None) -> Verification:
+    """Recompute the run directory `root`; the outcome lists every difference found."""
+    say = progress or (lambda _m: None)
+    run = RunDir.open(root)
+    out = Verification()
+    problems = run.input_problems()
+    if problems:
+        out.differences += [Difference(p) for p in problems]
+        out.notes.append("inputs do not match their recorded sha256: nothing recomputed from them")
+        return out
+    entries = run.entries
+    job = run.job
+    epochs = _Epochs(run)
+    say(f"checking legality of {len(entries):,} candidates")
+    todo: list[tuple[int, dict[str, Any], Layout, int]] = []
+    for seq, e in enumerate(entries):
+        if e.get("seq") != seq:
+            out.differences.append(Difference(f"seq recorded {e.get('seq')!r} on line {seq + 1}", seq,
+                                              e.get("parallel") if isinstance(e.get("parallel"), dict) else None))
+        try:
+            layout = normalise(layout_of(e.get("parallel")), is_moe=job.model.is_moe)
+        except ValueError as exc:
+            out.differences.append(Difference(f"parallel is not a layout: {exc}", seq, None))
+            continue
+        out.checked += 1
+        q, legal = epochs.at(seq)
+        peak = legal.get(layout)
+        if e.get("legal") is True:
+            if peak is None:
+                why = ", ".join(violated_rules(q, layout)) or "not in the legal set"
+                out.differences.append(Difference(f"recorded legal, but recomputed illegal: breaks {why}", seq,
+                                                  e["parallel"]))
+                continue
+            if e.get("peak_bytes") != peak:
+                out.differences.append(Difference(f"peak_bytes recorded {e.get('peak_bytes')!r}, recomputed {peak}",
+                                                  seq, e["parallel"]))
+            todo.append((seq, e, layout, peak))
+        elif e.get("legal") is False:
+            if peak is not None:
+                out.differences.append(Difference(f"recorded illegal ({', '.join(e.get('violated_rules', []))}), "
+                                                  "but recomputed legal", seq, e["parallel"]))
+                continue
+            broken = violated_rules(q, layout) or ["not-in-legal-set"]
+            if e.get("violated_rules") != broken:
+                out.differences.append(Difference(f"violated_rules recorded {e.get('violated_rules')!r}, recomputed "
+                                                  f"{broken!r}", seq, e["parallel"]))
+        else:
+            out.differences.append(Difference(f"legal is {e.get('legal')!r}, not true or false", seq, e["parallel"]))
+    say(f"recomputing {len(todo):,} projections ({workers} worker(s))")
+    projector = Projector(job, run.profile)
+    scores = _project_all(projector, [(lay, peak) for _, _, lay, peak in todo], workers)
+    for (seq, e, _, _), (tok, step, breakdown) in zip(todo, scores, strict=True):
+        out.differences += _compare(seq, e, tok, step, breakdown)
+    out.differences += _check_result(run, projector, entries)
+    out.differences += _check_report(run, out.notes)
+    return out
+
+
+def _compare(seq: int, e: dict[str, Any], tok: float, step: float, breakdown: dict[str, float]
+             ) -> list[Difference]:
+    par = e["parallel"]
+    diffs = []
+    for name, new in (("tokens_per_s_per_gpu", tok), ("step_time_s", step)):
+        old = e.get(name)
+        if not isinstance(old, (int, float)) or not close(float(old), new):
+            diffs.append(Difference(f"{name} recorded {old!r}, recomputed {new!r}", seq, par))
+    recorded = e.get("breakdown")
+    if not isinstance(recorded, dict) or set(recorded) != set(breakdown):
+        diffs.append(Difference(f"breakdown terms recorded {sorted(recorded or {})}, recomputed {sorted(breakdown)}",
+                                seq, par))
+        return diffs
+    for term in sorted(breakdown):
+        old = recorded[term]
+        if not isinstance(old, (int, float)) or not close(float(old), breakdown[term], step):
+            diffs.append(Difference(f"breakdown.{term} recorded {old!r}, recomputed {breakdown[term]!r}", seq, par))
+    return diffs
+
+
+def _project_all(projector: Projector, items: Sequence[tuple[Layout, int]], workers: int
+                 ) -> list[tuple[float, float, dict[str, float]]]:
+    """Fast projections of many layouts, in order; forked workers over contiguous blocks (each keeps its
+    caches warm across blocks) when there are enough, with results independent of the worker count."""
+    if workers <= 1 or len(items) < PARALLEL_MIN:
+        _WORKER["projector"] = projector
+        try:
+            return _project_block(list(items))
+        finally:
+            _WORKER.clear()
+    blocks = [list(items[k:k + BLOCK]) for k in range(0, len(items), BLOCK)]
+    ctx = multiprocessing.get_context("fork")
+    out: list[tuple[float, float, dict[str, float]]] = []
+    with ctx.Pool(workers, initializer=_set_projector, initargs=(projector,)) as pool:
+        for part in pool.imap(_project_block, blocks):
+            out += part
+    return out
+
+
+def _set_projector(projector: Projector) -> None:
+    _WORKER["projector"] = projector
+
+
+def _project_block(items: list[tuple[Layout, int]]) -> list[tuple[float, float, dict[str, float]]]:
+    p = _WORKER["projector"]
+    out = []
+    for layout, peak in items:
+        r = p.project(layout, "fast", peak=(peak, True), explain=False)
+        out.append((r.tokens_per_s_per_gpu, r.step_time_s, dict(r.breakdown)))
+    return out
+
+
+def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any]]) -> list[Difference]:
+    """result.json against the log: its scored count, and its best layout re-simulated."""
+    doc = run.result
+    diffs = []
+    scored = sum(1 for e in entries if e.get("legal") is True)
+    if doc.get("scored_count") != scored:
+        diffs.append(Difference(f"result.json: scored_count {doc.get('scored_count')!r}, but audit.jsonl has {scored} "
+                                "scored candidates"))
+    best = doc.get("best") or {}
+    if best.get("parallel"):
+        try:
+            layout = normalise(layout_of(best["parallel"]), is_moe=run.job.model.is_moe)
+        except ValueError as exc:
+            return [*diffs, Difference(f"result.json: best parallel is not a layout: {exc}")]
+        p = projector.project(layout, "simulate", peak=(best.get("peak_bytes", 0), True), explain=False)
+        for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s),
+                          ("mfu", p.mfu)):
+            old = best.get(name)
+            if not isinstance(old, (int, float)) or not close(float(old), new):
+                diffs.append(Difference(f"result.json: best {name} recorded {old!r}, re-simulated {new!r}"))
+        peaks = {layout_text(e["parallel"]): e.get("peak_bytes") for e in entries if e.get("legal") is True}
+        logged = peaks.get(layout_text(layout.as_parallel()))
+        if logged != best.get("peak_bytes"):
+            diffs.append(Difference(f"result.json: best peak_bytes {best.get('peak_bytes')!r} is not the logged "
+                                    f"{logged!r}"))
+    return diffs
+
+
+def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:
+    """The report files against a fresh render (only when this primus version wrote them: another
+    version's templates may differ in wording without the numbers differing)."""
+    from primus.report.render import render
+
+    if not (run.root / "report.md").exists():
+        notes.append("no report in the directory: nothing to compare")
+        return []
+    if run.versions.get("primus") != __version__:
+        notes.append(f"report written by primus {run.versions.get('primus')}, this is {__version__}: not compared")
+        return []
+    diffs = []
+    try:
+        files = render(run)
+    except InputError as exc:
+        return [Difference(f"the report cannot be re-rendered: {exc.reason}")]
+    for rel, text in files.items():
+        path = run.root / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            diffs.append(Difference(f"{rel} differs from a fresh render of this directory"))
+    return diffs
