@@ -156,3 +156,16 @@ def test_cli_writes_the_run_directory_and_prints_json(run_cli, write_job, tmp_pa
     lines = (out / "audit.jsonl").read_text().splitlines()
     assert len(lines) >= doc["scored_count"]
     assert (out / "inputs" / "SHA256SUMS").exists()
+
+
+def test_precision_changes_only_when_allowed(run_cli, write_job, tmp_path):
+    path = write_job({**SMALL, "hardware": "h100-80gb"})
+    code, out, _ = run_cli("tune", path, "--llm", "none", "--out", str(tmp_path / "a"), "--format", "json")
+    assert json.loads(out)["job"]["precision"] == "bf16" and "allowed_changes" not in json.loads(out)
+    code, out, _ = run_cli("tune", path, "--llm", "none", "--allow", "precision", "--out", str(tmp_path / "b"),
+                           "--format", "json")
+    doc = json.loads(out)
+    tried = {p["precision"]: p["tokens_per_s_per_gpu"] for p in doc["allowed_changes"]["precision"]["per_precision"]}
+    assert set(tried) == {"bf16", "fp8"}
+    assert doc["job"]["precision"] == doc["allowed_changes"]["precision"]["chosen"] == max(tried, key=tried.get)
+    assert run_cli("audit", "verify", str(tmp_path / "b"))[0] == 0

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, gib, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import _layout_text, rule_options
 from primus.errors import InputError
-from primus.job import load_job
+from primus.job import Job, job_from_mapping, load_job
 from primus.paths import data_dir
 from primus.report.audit import Checkpoint, partial_dir, read_state
 from primus.tune.agent import Tuner, TuneSettings
@@ -69,7 +71,38 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
 
 
 RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
-                      "llm_base_url", "llm_model", "llm_calls", "llm_timeout")
+                      "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
+ALLOWABLE = ("precision",)
+
+
+def precision_candidates(job: Job) -> list[str]:
+    """The job's precision first, then the others its accelerator has a dense peak for (fp8 needs an
+    fp8 peak; the fp8 recipe is the framework default for the hardware generation)."""
+    peaks = job.cluster.accelerator.peak_tflops
+    out: list[str] = [job.spec.precision]
+    for p in ("bf16", "fp8"):
+        if p not in out and (p == "bf16" or p in peaks):
+            out.append(p)
+    return out
+
+
+def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any],
+                     say: Any) -> tuple[Job, dict[str, Any] | None]:
+    """With --allow precision: tune each candidate precision (exhaustively or guided, no LLM), keep the
+    fastest. Returns the job to run the audited search on and what changed (None if nothing did)."""
+    results: list[dict[str, Any]] = []
+    for precision in precision_candidates(job):
+        trial = job if precision == job.spec.precision else job.with_spec(precision=precision, fp8_recipe=None,
+                                                                          fp8_param_gather=False)
+        say(f"--allow precision: trying {precision}")
+        doc = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
+        best = doc["best"]["tokens_per_s_per_gpu"] or 0.0
+        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "job": trial})
+    winner = max(results, key=lambda r: (r["tokens_per_s_per_gpu"], r["precision"] == job.spec.precision))
+    summary = {"precision": {"requested": job.spec.precision, "chosen": winner["precision"],
+                             "per_precision": [{k: v for k, v in r.items() if k != "job"} for r in results]}}
+    chosen: Job = winner["job"]
+    return chosen, summary
 
 
 @click.command("tune")
@@ -88,6 +121,9 @@ RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaus
 @click.option("--llm-model", default="gpt-4o-mini", show_default=True)
 @click.option("--llm-calls", type=click.IntRange(0, 100), default=4, show_default=True, help="Call budget.")
 @click.option("--llm-timeout", type=click.FloatRange(0.1, 600), default=60.0, show_default=True)
+@click.option("--allow", "allow", multiple=True, type=click.Choice(ALLOWABLE),
+              help="Let tuning change a convergence setting (precision): each allowed value is tuned and the "
+                   "fastest kept. Sequence length, global batch and data order never change.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")
@@ -96,20 +132,20 @@ RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaus
 @guarded
 def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
              without: tuple[str, ...], out_dir: str, resume_dir: str | None, exhaustive_limit: int, llm_mode: str,
-             llm_base_url: str | None, llm_model: str, llm_calls: int, llm_timeout: float, workers: int | None,
-             fmt: str) -> None:
+             llm_base_url: str | None, llm_model: str, llm_calls: int, llm_timeout: float,
+             allow: tuple[str, ...], workers: int | None, fmt: str) -> None:
     """Find the fastest legal layout for a job (default: the seed paper's Mixtral 8x22B case study on
     4 nodes of MI355X), prove it legal, say why it wins, and write a report (report.html, report.md) with
     an auditable search log. A killed run can be continued with --resume DIR.
 
-    Sequence length, global batch size and precision never change.
+    Sequence length, global batch size and precision never change (precision only with --allow precision).
 
     Example: primus tune examples/llama3.1-70b-mi300x-free.yaml --llm none --out run1
     """
     opts: dict[str, Any] = {"job_file": job_file, "rule_texts": list(rule_texts), "rule_files": list(rule_files),
                             "without": list(without), "exhaustive_limit": exhaustive_limit, "llm_mode": llm_mode,
                             "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_calls": llm_calls,
-                            "llm_timeout": llm_timeout}
+                            "llm_timeout": llm_timeout, "allow": list(allow)}
     if resume_dir is not None:
         given = [p for p in ctx.command.params if p.name in (*RESUMED_FROM_STATE, "out_dir")
                  and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
@@ -118,7 +154,7 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
                              + ", ".join("JOB_FILE" if p.name == "job_file" else p.opts[0] for p in given))
         target = Path(resume_dir)
         state = read_state(target)
-        opts = {k: state["options"][k] for k in RESUMED_FROM_STATE}
+        opts = {k: state["options"].get(k, []) for k in RESUMED_FROM_STATE}
     else:
         target = Path(out_dir)
         if opts["job_file"] is not None:
@@ -134,10 +170,22 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         err.print("LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else "no endpoint configured "
                                  "(--llm-base-url or OPENAI_BASE_URL)"))
     n_workers = workers or min(8, os.cpu_count() or 1)
-    tuner = Tuner(job, TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=n_workers),
-                  rule_texts=opts["rule_texts"], rule_files=opts["rule_files"], without=opts["without"],
-                  progress=lambda m: err.print(m))
-    inputs = input_texts(read_text(path), tuner)
+    settings = TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=n_workers)
+    rules = {"rule_texts": opts["rule_texts"], "rule_files": opts["rule_files"], "without": opts["without"]}
+    job_text = read_text(path)
+    allowed_changes = None
+    if "precision" in opts["allow"]:
+        job, allowed_changes = choose_precision(job, settings, rules, err.print)
+        if job.spec.precision != load_job(path).spec.precision:
+            data = yaml.safe_load(job_text)
+            data.update(precision=job.spec.precision)
+            data.pop("fp8_recipe", None)
+            data.pop("fp8_param_gather", None)
+            job_text = ("# precision changed by `primus tune --allow precision`\n"
+                        + yaml.safe_dump(data, sort_keys=False))
+            job = job_from_mapping(data, str(path), path.parent)
+    tuner = Tuner(job, settings, progress=lambda m: err.print(m), **rules)
+    inputs = input_texts(job_text, tuner)
     sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
     if resume_dir is not None:
         before = state["inputs_sha256"]
@@ -159,6 +207,8 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
     finally:
         checkpoint.close()
     doc["log"] = str(target / "audit.jsonl")
+    if allowed_changes is not None:
+        doc["allowed_changes"] = allowed_changes
     write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs)
     checkpoint.discard()
     if fmt == "json":
