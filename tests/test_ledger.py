@@ -175,11 +175,12 @@ def test_fp8_param_gather_keeps_gemm_weights_only_in_fp8():
             "precision": "fp8"}
     pins = dict(tp=1, pp=1, cp=1, mbs=1, sp=False, recompute="full", sharding="dist_opt")
     _, plain = memory(base, **pins)
-    j, gathered = memory({**base, "fp8_param_gather": True}, **pins)
+    _, gathered = memory({**base, "fp8_param_gather": True}, **pins)
     gemm = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)  # linear weights of 32 layers
     saved = plain.stages[0].terms["weights.model"] - gathered.stages[0].terms["weights.model"]
     assert saved == 2 * gemm
-    assert gathered.stages[0].terms["weights.low_precision_cache"] == plain.stages[0].terms["weights.low_precision_cache"]
+    cache = "weights.low_precision_cache"
+    assert gathered.stages[0].terms[cache] == plain.stages[0].terms[cache]
 
 
 def test_moe_imbalance_scales_routed_token_buffers():

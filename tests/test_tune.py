@@ -160,7 +160,7 @@ def test_cli_writes_the_run_directory_and_prints_json(run_cli, write_job, tmp_pa
 
 def test_precision_changes_only_when_allowed(run_cli, write_job, tmp_path):
     path = write_job({**SMALL, "hardware": "h100-80gb"})
-    code, out, _ = run_cli("tune", path, "--llm", "none", "--out", str(tmp_path / "a"), "--format", "json")
+    _, out, _ = run_cli("tune", path, "--llm", "none", "--out", str(tmp_path / "a"), "--format", "json")
     assert json.loads(out)["job"]["precision"] == "bf16" and "allowed_changes" not in json.loads(out)
     code, out, _ = run_cli("tune", path, "--llm", "none", "--allow", "precision", "--out", str(tmp_path / "b"),
                            "--format", "json")

@@ -6,6 +6,7 @@ import click
 
 from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
+from primus.cli.fidelity_cmds import calibrate_cmd, validate_cmd
 from primus.cli.launch_cmds import export_cmd, import_cmd
 from primus.cli.memory_cmd import memory_cmd
 from primus.cli.project_cmd import project_cmd
@@ -39,6 +40,8 @@ cli.add_command(export_cmd)
 cli.add_command(import_cmd)
 cli.add_command(report_cmd)
 cli.add_command(audit_group)
+cli.add_command(validate_cmd)
+cli.add_command(calibrate_cmd)
 
 
 def main() -> None:

@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, gib, stdout_console, table
-from primus.job import load_job
+from primus.fidelity.errorbars import ErrorBar, error_bar
+from primus.job import Job, load_job
 from primus.projection import BREAKDOWN_ORDER, NothingFits, Projection, complete_and_project, load_profile
 from primus.projection.report import FLOP_CONVENTION
 
 ALWAYS = ("gemm", "attention", "memory_bound", "bubble", "optimizer")
 
 
-def print_projection(p: Projection, title: str) -> None:
+def uncertainty(job: Job) -> ErrorBar:
+    """The projection's error bar for this job's accelerator and model kind (primus.fidelity.errorbars)."""
+    return error_bar(job.cluster.name, job.model.is_moe)
+
+
+def with_uncertainty(doc: dict[str, Any], bar: ErrorBar) -> dict[str, Any]:
+    return {**doc, "uncertainty_pct": bar.pct, "uncertainty_basis": bar.basis, "uncertainty_fitted": bar.fitted}
+
+
+def print_projection(p: Projection, title: str, bar: ErrorBar | None = None) -> None:
     con = stdout_console()
     par = p.layout.as_parallel()
     con.print(f"[bold]{title}[/bold]")
     con.print("layout: " + " ".join(f"{k}={v}" for k, v in par.items()) + f" schedule={p.layout.schedule}")
     if p.completion:
         con.print(f"completion: {p.completion}")
-    con.print(f"step time {p.step_time_s:,.3f} s | {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU | "
+    pm = f" {bar.text()}" if bar is not None else ""
+    con.print(f"step time {p.step_time_s:,.3f} s | {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU{pm} | "
               f"{p.model_tflops_per_gpu:,.0f} model TFLOP/s/GPU | MFU {p.mfu * 100:.1f}%")
+    if bar is not None:
+        con.print(f"uncertainty {bar.text()}: {bar.basis}")
     con.print(f"peak memory {gib(p.peak_bytes)} of {gib(p.capacity_bytes)} capacity: "
               f"{'fits' if p.fits else 'DOES NOT FIT'}")
     rows = []
@@ -60,19 +75,20 @@ def project_cmd(job_file: str, fmt: str, profile_file: str | None) -> None:
     profile = load_profile(job.cluster, profile_file)
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
+    bar = uncertainty(job)
     try:
         p = complete_and_project(job, profile)
     except NothingFits as exc:
         pinned = exc.projection
         if fmt == "json":
-            doc = pinned.to_json() if pinned is not None else {}
+            doc = with_uncertainty(pinned.to_json(), bar) if pinned is not None else {}
             emit_json({**doc, "fits": False, "reason": exc.reason})
         else:
             if pinned is not None:
-                print_projection(pinned, title)
+                print_projection(pinned, title, bar)
             stdout_console().print(f"nothing fits: {exc.reason}")
         raise Negative() from None
     if fmt == "json":
-        emit_json(p.to_json())
+        emit_json(with_uncertainty(p.to_json(), bar))
     else:
-        print_projection(p, title)
+        print_projection(p, title, bar)

@@ -8,8 +8,15 @@ row of the source and recorded in the result (`SourceRule.describe`). A row's ow
 
 Recompute left empty is the one setting whose default depends on the run: performance recipes pick
 the lightest activation recompute that lets the layout fit (NeMo and Megatron-Bridge set none unless
-a workload preset lists recompute modules or layers), so an empty cell means "none, or the lightest
-of selective / full that the ledger says fits" (`RECOMPUTE_LADDER`).
+a workload preset lists recompute modules or `recompute_num_layers`, which they then set to the fewest
+layers that fit), so an empty cell means "none, else selective, else full recompute of the fewest
+layers per model chunk (Megatron's block method), else all of them" — the first the ledger says fits.
+
+`stack` names the kernels a framework runs (a profile's `stacks.<name>` section holds their
+efficiencies): None is Megatron-Core with Transformer Engine (cuDNN / FlashAttention-3-class fused
+attention on Hopper and later); "pytorch-eager" is PyTorch eager training (FlashAttention-2, one kernel
+per elementwise op); "pytorch-compile" is torch.compile'd PyTorch (SDPA's FlashAttention-2 backend,
+inductor-fused elementwise kernels).
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Recompute tried in order when a source leaves it unstated and the rule says "lightest that fits".
-RECOMPUTE_LADDER: tuple[str, ...] = ("none", "selective", "full")
+#: Recompute tried in order when a source leaves it unstated and the rule says "lightest that fits"
+#: (then full recompute of 1, 2, ... layers per chunk by Megatron's block method, then all layers).
+RECOMPUTE_LADDER: tuple[str, ...] = ("none", "selective")
 
 _NEMO_HELPERS = ("NVIDIA/NeMo scripts/performance/helpers.py (set_perf_optimization_configs, "
                  "set_precision_configs)")
@@ -44,12 +52,15 @@ class SourceRule:
     sp_with_tp: bool = True  # sequence parallel on whenever TP > 1 (NeMo/MB set sequence_parallel = tp > 1)
     fp8_recipe: str = "delayed"
     main_grads_dtype: str = "fp32"
+    state_dtype: str = "fp32"  # master parameters and Adam moments (bf16: parameters stored in bf16)
     tp_comm_overlap: bool = False
     moe_a2a_overlap: bool = False
     dispatcher: str = "alltoall"
     dispatcher_scaleup: str | None = None  # dispatcher on NVL72-class hardware (scale-up domain > 8 GPUs)
     flash_attention: bool = True
     cross_entropy_fusion: bool = False
+    etp_is_tp: bool = False  # expert TP left empty = TP (Megatron-Core's default before MB presets set 1)
+    stack: str | None = None  # software stack (profile `stacks.<name>`); None = Megatron-Core + TE
     grad_reduce_overlap: bool = True
     param_gather_overlap: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -60,21 +71,26 @@ class SourceRule:
 
     def describe(self) -> str:
         """One line: what this rule assumes for unstated settings."""
-        rec = ("lightest of none/selective/full that fits" if self.recompute == "ladder" else self.recompute)
+        rec = ("lightest that fits of none, selective, full block of k layers, full"
+               if self.recompute == "ladder" else self.recompute)
         disp = self.dispatcher + (f" ({self.dispatcher_scaleup} on NVL72-class domains)"
                                   if self.dispatcher_scaleup else "")
         return (f"{self.name}: framework {self.framework}; sharding {self.sharding}; recompute {rec}; vp {self.vp}; "
                 f"sp {'= tp > 1' if self.sp_with_tp else 'off'}; fp8 recipe {self.fp8_recipe}; main grads "
-                f"{self.main_grads_dtype}; TP-comm overlap {'on' if self.tp_comm_overlap else 'off'}; MoE dispatcher "
+                f"{self.main_grads_dtype}; parameter/optimizer state {self.state_dtype}; TP-comm overlap "
+                f"{'on' if self.tp_comm_overlap else 'off'}; MoE dispatcher "
                 f"{disp}, all-to-all overlap {'on' if self.moe_a2a_overlap else 'off'}; flash attention "
                 f"{'on' if self.flash_attention else 'off'}; fused cross-entropy "
-                f"{'on' if self.cross_entropy_fusion else 'off'}")
+                f"{'on' if self.cross_entropy_fusion else 'off'}; expert TP {'= TP' if self.etp_is_tp else '1'}; "
+                "kernels "
+                f"{self.stack or 'Megatron-Core + Transformer Engine'}")
 
     def job_keys(self, *, tp: int, scaleup_domain: int, is_moe: bool) -> dict[str, Any]:
         """The job keys this rule sets (overlap, kernels, optimizer, MoE, framework)."""
         keys: dict[str, Any] = {
             "framework": self.framework,
-            "optimizer": {"main_grads_dtype": self.main_grads_dtype},
+            "optimizer": {"main_grads_dtype": self.main_grads_dtype, "main_params_dtype": self.state_dtype,
+                          "exp_avg_dtype": self.state_dtype, "exp_avg_sq_dtype": self.state_dtype},
             "overlap": {"grad_reduce": self.grad_reduce_overlap, "param_gather": self.param_gather_overlap,
                         "tp_comm": self.tp_comm_overlap and tp > 1, "moe_a2a": self.moe_a2a_overlap and is_moe},
             "kernels": {"flash_attention": self.flash_attention, "cross_entropy_fusion": self.cross_entropy_fusion},
@@ -109,23 +125,29 @@ NEMO = SourceRule(
               "cross_entropy_fusion_impl='te', recompute_layers 0 unless a recommended config sets it; "
               "sequence_parallel = tp > 1; TP-comm overlap callback on with TP > 1; "
               "scripts/performance/llm/pretrain_deepseek_v3.py: flex (DeepEP) dispatcher on H100, alltoall on "
-              f"Blackwell; {_BF16_GRADS}"),
+              f"Blackwell; {_BF16_GRADS}; expert_tensor_parallel_size unset = tensor_model_parallel_size "
+              "(Megatron-Core TransformerConfig default)"),
     fp8_recipe="delayed",
     main_grads_dtype="bf16",
     tp_comm_overlap=True,
     dispatcher="flex",
     dispatcher_scaleup="alltoall",
     cross_entropy_fusion=True,
+    etp_is_tp=True,
 )
 
 NEMO_AUTOMODEL = SourceRule(
     name="NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)",
     prefixes=("nemo-automodel", "automodel"),
     framework="torchtitan",
-    evidence=("NeMo AutoModel large-MoE benchmarks: FSDP2 with expert parallelism, TE kernels and DeepEP (the "
-              "rows' notes), FSDP2 mixed precision reducing in fp32; no activation recompute stated"),
+    evidence=("NVIDIA-NeMo/Automodel nemo_automodel/components/distributed/config.py: FSDP2Config defaults to "
+              "activation_checkpointing False and MixedPrecisionPolicy(param_dtype bf16, reduce_dtype fp32); FSDP2 "
+              "keeps parameter shards (and so Adam's moments and the reduced gradients) in the dtype the model is "
+              "loaded in, bf16 in the benchmark recipes (the 'bf16-storage' case its docstring warns about, fp32 "
+              "only with model.torch_dtype float32); TE kernels and the DeepEP dispatcher (the rows' notes)"),
     sharding="fsdp",
-    main_grads_dtype="fp32",
+    main_grads_dtype="bf16",
+    state_dtype="bf16",
     dispatcher="flex",
     sp_with_tp=False,
 )
@@ -142,6 +164,7 @@ TORCHTITAN = SourceRule(
     fp8_recipe="tensorwise",
     main_grads_dtype="fp32",
     sp_with_tp=True,
+    stack="pytorch-compile",
 )
 
 MOSAICML = SourceRule(
@@ -157,11 +180,12 @@ MOSAICML = SourceRule(
     main_grads_dtype="bf16",
     sp_with_tp=False,
     cross_entropy_fusion=True,
+    stack="pytorch-eager",
 )
 
 MEGATRON_2021_22 = SourceRule(
-    name="Megatron-LM papers and README (2021-2022)",
-    prefixes=("korthikanti", "narayanan", "megatron-lm", "mtnlg"),
+    name="Megatron-LM papers (2021-2022)",
+    prefixes=("korthikanti", "narayanan", "mtnlg"),
     framework="megatron",
     evidence=("Korthikanti et al. 2022 and Narayanan et al. 2021 ran Megatron-LM before flash attention and the "
               "distributed optimizer: unfused softmax attention, fp32 gradient all-reduce, no TP-comm overlap, "
@@ -173,6 +197,17 @@ MEGATRON_2021_22 = SourceRule(
     flash_attention=False,
     grad_reduce_overlap=False,
     param_gather_overlap=False,
+)
+
+MEGATRON_CORE = SourceRule(
+    name="Megatron-LM / Megatron-Core README benchmarks (2024-)",
+    prefixes=("megatron-lm", "mcore"),
+    framework="megatron",
+    evidence=("NVIDIA/Megatron-LM README weak-scaling table (Megatron-Core 0.8, H100): --overlap-grad-reduce "
+              "--overlap-param-gather --tp-comm-overlap with the distributed optimizer and sequence parallelism, "
+              "Transformer Engine (cuDNN fused attention); Megatron-LM argument defaults otherwise (fp32 gradient "
+              "reduction, unfused cross-entropy, alltoall dispatcher in the MoE README's reference mapping)"),
+    tp_comm_overlap=True,
 )
 
 MEGATRON_DEEPSPEED = SourceRule(
@@ -203,7 +238,7 @@ MEGATRON_DEFAULT = SourceRule(
 )
 
 RULES: tuple[SourceRule, ...] = (MEGATRON_BRIDGE, NEMO_AUTOMODEL, NEMO, TORCHTITAN, MOSAICML, MEGATRON_2021_22,
-                                 MEGATRON_DEEPSPEED, AMD_PRIMUS)
+                                 MEGATRON_CORE, MEGATRON_DEEPSPEED, AMD_PRIMUS)
 
 
 def rule_for(source: str) -> SourceRule:

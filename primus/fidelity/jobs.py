@@ -57,8 +57,16 @@ class RowJobs:
 
 
 def _family(slug: str) -> str:
-    """A model family: the name up to its first digit-led size token ('llama3.1-8b' -> 'llama3.1')."""
-    return re.split(r"-(?=\d)", slug, maxsplit=1)[0]
+    """A model family: the leading letters of the name ('llama3.1-8b', 'llama-3-9b' -> 'llama')."""
+    match = re.match(r"[a-z]+", slug)
+    return match.group(0) if match else slug
+
+
+def _conventions(spec: ModelSpec) -> tuple[Any, ...]:
+    """What a dimension override cannot say: activation, norm, positions, biases, tying, attention kind."""
+    return (spec.swiglu, spec.squared_relu, spec.normalization, spec.position_embedding_type,
+            spec.untie_embeddings_and_output_weights, spec.add_bias_linear, spec.qk_layernorm,
+            spec.multi_latent_attention, spec.window_size)
 
 
 def _arch(row: RunRow) -> dict[str, int | None]:
@@ -99,7 +107,10 @@ def model_ref(row: RunRow) -> tuple[Any, list[str]]:
             notes.append(f"reduced-layer proxy: {arch['num_layers']} layers")
     else:
         matches = [s for s in slugs if _same_dims(_load_catalog_model(s), arch)]
-        family = [s for s in slugs if _family(s) == _family(slug)]
+        family = [s for s in slugs if _family(s) == _family(slug) and not _load_catalog_model(s).num_experts]
+        if len({_conventions(_load_catalog_model(s)) for s in family}) > 1:
+            family = []  # the family's models disagree on conventions the columns do not give
+        family.sort(key=lambda s: (_load_catalog_model(s).vocab_size != arch["vocab_size"], s))
         needed = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "ffn")
         if any(arch[k] is None for k in needed):
             raise Unprojectable(f"model {slug!r} is not in the catalog and its architecture columns are incomplete")
@@ -107,7 +118,7 @@ def model_ref(row: RunRow) -> tuple[Any, list[str]]:
             base = _load_catalog_model(matches[0])
             over = {}
             notes.append(f"model {slug!r} built as catalog {matches[0]!r} (same dimensions)")
-        elif family and (arch["num_experts"] or 0) <= 1 and not _load_catalog_model(family[0]).num_experts:
+        elif family and (arch["num_experts"] or 0) <= 1:
             base = _load_catalog_model(family[0])
             over = {"num_layers": arch["num_layers"], "hidden_size": arch["hidden_size"],
                     "ffn_hidden_size": arch["ffn"], "num_attention_heads": arch["num_attention_heads"],
@@ -157,7 +168,10 @@ def build(row: RunRow) -> RowJobs:
     hardware = _hardware(row)
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
     is_moe = row.is_moe
-    ep, etp = (_int(row, "ep") or 1, _int(row, "etp") or 1) if is_moe else (1, 1)
+    ep, etp = (_int(row, "ep") or 1, _int(row, "etp")) if is_moe else (1, 1)
+    if etp is None:
+        etp = tp if rule.etp_is_tp else 1
+        assumed.append(f"etp {etp} (source default)")
     vp = _int(row, "vp")
     if vp is None and pp > 1:
         vp = rule.vp
@@ -213,7 +227,6 @@ def _pipeline_options(model: Any, pp: int, vp: int, where: str) -> dict[str, Any
     if pp == 1:
         return {}
     from primus.catalog.models import resolve_model
-    from primus.schedule.layout import balanced_layout
     from primus.specs.job import PipelineOptions
 
     spec = resolve_model(model, where)
@@ -229,7 +242,29 @@ def _pipeline_options(model: Any, pp: int, vp: int, where: str) -> dict[str, Any
         return accounted
     except InputError:
         pass
-    return {"layout": balanced_layout(spec.num_layers, pp, vp, spec.mtp_num_layers).layout_string()}
+    return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}
+
+
+def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str:
+    """An explicit `pipeline_model_parallel_layout` as the recipes write them when the layers do not
+    divide: chunk sizes differ by at most one, and the extra layers go to the middle pipeline ranks,
+    never to the first rank (it holds the most in-flight microbatches) nor the last one (it holds the
+    output layer and the loss) while another rank can take them (e.g. DeepSeek-V3's
+    "Et*4|(t*4|)*14tmL" in Megatron-Bridge)."""
+    chunks = pp * vp
+    base, extra = divmod(num_layers, chunks)
+    ranks = sorted(range(pp), key=lambda r: (r in (0, pp - 1), abs(2 * r - (pp - 1)), r))
+    order = [v * pp + r for r in ranks for v in range(vp)]
+    counts = [base] * chunks
+    for c in order[:extra]:
+        counts[c] += 1
+    parts = []
+    for c, n in enumerate(counts):
+        text = ("E" if c == 0 else "") + ("t" * n if n <= 1 else f"t*{n}")
+        if c == chunks - 1:
+            text += "m" * mtp_layers + "L"
+        parts.append(text)
+    return "|".join(parts)
 
 
 def _scaleup(hardware: str) -> int:
@@ -254,19 +289,39 @@ def _stated(row: RunRow, pins: dict[str, Any], recompute: str) -> dict[str, Any]
     return out
 
 
+def _fits(job: Job) -> bool:
+    return MemoryModel(job).evaluate(pinned_layout(job), strict=False).fits
+
+
 def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, where: str,
                     assumed: list[str]) -> Job:
-    """The projection job: every axis pinned; "ladder" tries none, selective, full in turn and keeps the
-    first the ledger says fits (the last one if none does)."""
+    """The projection job: every axis pinned. "ladder" keeps the first setting the ledger says fits of:
+    none, selective, full recompute (block method) of the fewest layers per chunk, full of every layer."""
     if recompute != "ladder":
         return job_from_mapping({**base, "parallel": {**pins, "recompute": recompute}}, where)
-    job: Job | None = None
     for option in RECOMPUTE_LADDER:
         job = job_from_mapping({**base, "parallel": {**pins, "recompute": option}}, where)
-        report = MemoryModel(job).evaluate(pinned_layout(job), strict=False)
-        if report.fits:
+        if _fits(job):
             assumed.append(f"recompute {option} (lightest that fits; source default none)")
             return job
-    assert job is not None
-    assumed.append("recompute full (nothing lighter fits; even full does not)")
-    return job
+
+    def block(k: int) -> Job:
+        return job_from_mapping({**base, "parallel": {**pins, "recompute": "full", "recompute_method": "block",
+                                                       "recompute_num_layers": k}}, where)
+
+    full = job_from_mapping({**base, "parallel": {**pins, "recompute": "full"}}, where)
+    per_chunk = -(-full.model.num_layers // (pins["pp"] * pins.get("vp", 1)))
+    lo, hi = 1, per_chunk
+    if per_chunk > 1 and _fits(block(per_chunk - 1)):
+        while lo < hi:  # memory falls as k grows: the fewest recomputed layers that fit
+            mid = (lo + hi) // 2
+            if _fits(block(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < per_chunk:
+            assumed.append(f"recompute full, block method, {lo} of {per_chunk} layers per chunk (fewest that fit)")
+            return block(lo)
+    assumed.append("recompute full (lightest that fits)" if _fits(full)
+                   else "recompute full (nothing lighter fits; even full does not)")
+    return full

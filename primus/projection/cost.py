@@ -16,6 +16,10 @@ inside the block are exposed except where a named overlap hides them:
   ring attention), so a step is exposed only by what exceeds 1/CP of the attention time;
 - FSDP prefetch (`profile.overlap.fsdp_prefetch`): the block's parameter gathers and gradient
   reduce-scatters hide behind that fraction of its compute.
+
+A hidden collective is not free: its kernels occupy SMs and HBM bandwidth while they run, so the
+compute it overlaps slows by `profile.overlap.interference` × its duration (charged to the
+collective's own category, so the breakdown still adds up).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from primus.projection.placement import GroupShape
 from primus.projection.timer import AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
 
 CATEGORIES: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recompute", "tp_comm", "cp_comm",
-                               "ep_a2a", "fsdp_comm", "dp_grad_reduce")
-GEMM, ATTN, MEM, RECOMP, TP, CP, EP, FSDP, DPMB = range(len(CATEGORIES))
+                               "ep_a2a", "fsdp_comm", "dp_grad_reduce", "host")
+GEMM, ATTN, MEM, RECOMP, TP, CP, EP, FSDP, DPMB, HOST = range(len(CATEGORIES))
 N_CAT = len(CATEGORIES)
 _COMM_CAT = {"tp_comm": TP, "cp_comm": CP, "ep_a2a": EP}
 
@@ -47,7 +51,8 @@ def vscale(a: Vec, s: float) -> Vec:
 @dataclass(frozen=True, slots=True)
 class BlockCost:
     """Exposed seconds per category for one microbatch (forward, backward), what overlap hid, the
-    forward work selective recompute re-runs, and how many calls per category were measured."""
+    forward work selective recompute re-runs (Megatron's core attention; torchtitan's op-level policy),
+    and how many calls per category were measured."""
 
     fwd: Vec
     bwd: Vec
@@ -56,6 +61,7 @@ class BlockCost:
     selective: float
     calls: tuple[int, ...]
     measured: tuple[int, ...]
+    selective_op: float = 0.0
 
     @property
     def fwd_total(self) -> float:
@@ -85,6 +91,8 @@ class CostSettings:
     tp_overlap: float | None  # profile fraction when TP comm overlap is on, else None
     ep_overlap: float | None
     fsdp_overlap: float
+    moe_host: float = 0.0  # seconds the host exposes per MoE layer forward (profile host.moe_layer_us)
+    interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
 
 
 class _Tally:
@@ -114,6 +122,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     reduce-scatters and whether they were measured, or zeros without FSDP."""
     f, b = _Tally(), _Tally()
     dgrad = 0.0
+    op_recompute = 0.0
     for g in block.gemms:
         low = g.low and s.low_width is not None
         fmt = s.fmt if low else s.high_fmt
@@ -121,6 +130,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         cat = GEMM if g.cat == "gemm" else ATTN
         t, m = timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT))
         f.add(cat, t, m)
+        op_recompute += g.op_recompute * t
         t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
         dgrad += b.add(cat, t, m)
         out = 2 * s.grad_width if g.weight else ACT
@@ -143,6 +153,8 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         cat = ATTN if op.name in ("attention.softmax", "attention.dropout") else MEM
         t, m = timer.memory(MemoryCall(op.fwd_bytes))
         f.add(cat, t, m)
+        if cat == MEM:
+            op_recompute += t
         t, m = timer.memory(MemoryCall(op.bwd_bytes))
         b.add(cat, t, m)
 
@@ -160,10 +172,12 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
             cp = steps + 1
             ex_f = steps * max(0.0, t1 - attn_f / cp)
             ex_b = steps * max(0.0, per_bwd * t1 - attn_b / cp)
-            f.add(cat, ex_f, m)
-            b.add(cat, ex_b, m)
-            hf[cat] += steps * t1 - ex_f
-            hb[cat] += steps * per_bwd * t1 - ex_b
+            keep = 1.0 - s.interference
+            hid_f, hid_b = steps * t1 - ex_f, steps * per_bwd * t1 - ex_b
+            f.add(cat, ex_f + s.interference * hid_f, m)
+            b.add(cat, ex_b + s.interference * hid_b, m)
+            hf[cat] += keep * hid_f
+            hb[cat] += keep * hid_b
             cp_exposed_f += ex_f
             continue
         if c.fwd:
@@ -178,26 +192,29 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
                 else:
                     hide = min(t, dgrad)
                     dgrad -= hide
-                    b.v[cat] -= hide
-                    hb[cat] += hide
+                    b.v[cat] -= hide * (1.0 - s.interference)
+                    hb[cat] += hide * (1.0 - s.interference)
             elif _switched_on(c.overlap, s):
                 pooled_b[cat] += t
     for tally, hidden, pooled, gemm_t in ((f, hf, pooled_f, f.v[GEMM]), (b, hb, pooled_b, b.v[GEMM])):
         compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
         if pooled[TP] and s.tp_overlap is not None:
-            hide = min(pooled[TP], s.tp_overlap * gemm_t)
+            hide = min(pooled[TP], s.tp_overlap * gemm_t) * (1.0 - s.interference)
             tally.v[TP] -= hide
             hidden[TP] += hide
         if pooled[EP] and s.ep_overlap is not None:
-            hide = min(pooled[EP], s.ep_overlap * compute)
+            hide = min(pooled[EP], s.ep_overlap * compute) * (1.0 - s.interference)
             tally.v[EP] -= hide
             hidden[EP] += hide
     for tally, hidden, t in ((f, hf, fsdp[0]), (b, hb, fsdp[1])):
         if t > 0:
             compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
-            hide = min(t, s.fsdp_overlap * compute)
+            hide = min(t, s.fsdp_overlap * compute) * (1.0 - s.interference)
             tally.add(FSDP, t - hide, fsdp[2])
             hidden[FSDP] += hide
+    if block.kind == "moe" and s.moe_host > 0:
+        f.add(HOST, s.moe_host, False)
     calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
-    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), attn_f + cp_exposed_f, calls, measured)
+    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), attn_f + cp_exposed_f, calls, measured,
+                     op_recompute)

@@ -47,6 +47,7 @@ class Gemm:
     cast_input: bool = False  # low precision and its input is quantised by its own kernel (not fused into a norm)
     weight: bool = True  # has a weight gradient (accumulated into the fp32 main grad); False: activation BMM
     cat: str = "gemm"  # breakdown category: "gemm", or "attention" for unfused score/context BMMs
+    op_recompute: float = 0.0  # share of its forward that torchtitan's op-level selective checkpointing re-runs
 
     @property
     def flops(self) -> int:
@@ -228,8 +229,9 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     heads = model.num_attention_heads // tp
     groups = max(model.query_groups // tp, 1)
     d = model.head_dim
-    gemms = (Gemm("attention.linear_qkv", T, (heads + 2 * groups) * d, h),
-             Gemm("attention.linear_proj", T, h, heads * d, cast_input=True))
+    # torchtitan's op-level SAC keeps wq and wv outputs and re-runs wk and wo (primus.memory.activations)
+    gemms = (Gemm("attention.linear_qkv", T, (heads + 2 * groups) * d, h, op_recompute=groups / (heads + 2 * groups)),
+             Gemm("attention.linear_proj", T, h, heads * d, cast_input=True, op_recompute=1.0))
     mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
     if model.position_embedding_type == "rope":  # rotary on q and k: read and write each, both passes
         qk = T * (heads + groups) * d * 2 * ACT
@@ -282,7 +284,9 @@ def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool
     """A TP-split MLP (dense layer or shared experts): FC1 (column), activation, FC2 (row)."""
     T, h, tp = ctx.T, model.hidden_size, ctx.act.tp
     fc1 = (2 * ffn if model.swiglu else ffn) // tp
-    gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused),
+    # torchtitan's op-level SAC keeps w1 and w2 outputs and re-runs w3 (the second half of a SwiGLU FC1)
+    gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused,
+                  op_recompute=0.5 if model.swiglu else 0.0),
              Gemm(f"{name}.linear_fc2", T, h, ffn // tp, cast_input=True))
     mem = (_activation(f"{name}.activation", T, ffn // tp, model.swiglu),)
     comms = tp_in(ctx, h, fp8_gather=norm_fused) + tp_out(ctx, h)

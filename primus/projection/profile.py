@@ -12,7 +12,9 @@ profile is deliberately small, so that `primus calibrate` can fit it from publis
 - `hbm`: the achieved fraction of HBM bandwidth by memory-bound kernels, and their half size;
 - `collectives.<kind>.<tier>`: achieved fraction of the link bandwidth per collective kind, inside
   the scale-up domain and across it (NCCL-tests "bus bandwidth" over the wire rate);
-- `overlap.<model>`: the fraction of an available compute window a named overlap actually uses;
+- `overlap.<model>`: the fraction of an available compute window a named overlap actually uses, and
+  `overlap.interference`: the fraction of a hidden collective's time the compute it overlaps still
+  loses (communication kernels occupy SMs and HBM bandwidth while they run);
 - `host.moe_layer_us`: host time a dropless MoE layer exposes per forward pass (the token dispatcher
   copies per-expert token counts to the host before its all-to-all and grouped GEMMs, so the GPU drains
   and waits while the CPU launches the rest of the layer);
@@ -64,7 +66,7 @@ def high_format(precision: str) -> str:
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 TIERS: tuple[str, ...] = ("scaleup", "scaleout")
-OVERLAPS: tuple[str, ...] = ("grad_reduce", "param_gather", "fsdp_prefetch", "tp_comm", "moe_a2a")
+OVERLAPS: tuple[str, ...] = ("grad_reduce", "param_gather", "fsdp_prefetch", "tp_comm", "moe_a2a", "interference")
 
 Number = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1e18)]
 
@@ -117,6 +119,9 @@ class OverlapParams(Spec):
     fsdp_prefetch: Param
     tp_comm: Param
     moe_a2a: Param
+    interference: Param = Field(default_factory=lambda: Param(
+        value=0.0, unit="fraction of hidden communication time",
+        source="not modelled in this profile: hidden communication costs the compute it overlaps nothing"))
 
 
 def _unmodelled_host() -> HostParams:
@@ -143,6 +148,7 @@ class CalibrationRecord(Spec):
     method: Text
     runs_file: Text
     parameters: list[Annotated[str, Field(max_length=100)]]
+    factors: dict[Annotated[str, Field(max_length=100)], float] = Field(default_factory=dict)
     runs: list[Annotated[str, Field(max_length=200)]]
     residuals_pct: dict[Annotated[str, Field(max_length=200)], float]
     summary: dict[Annotated[str, Field(max_length=100)], float]

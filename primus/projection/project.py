@@ -96,7 +96,10 @@ class Projector:
             tp_overlap=float(ov.tp_comm.value) if spec.overlap.tp_comm else None,
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
             fsdp_overlap=float(ov.fsdp_prefetch.value),
+            moe_host=float(self.profile.host.moe_layer_us.value) * 1e-6,
+            interference=float(ov.interference.value),
         )
+        self.op_sac = spec.framework == "torchtitan"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
@@ -195,7 +198,7 @@ class Projector:
             ck = (kid, ctx_id, gid, layout.sharding, rec)
             w = self._chunks.get(ck)
             if w is None:
-                w = chunk_work(ks, cost, *rec)
+                w = chunk_work(ks, cost, *rec, op_sac=self.op_sac)
                 self._chunks[ck] = w
             chunks.append(w)
         pp, vp = layout.pp, playout.vp
@@ -211,7 +214,7 @@ class Projector:
             grad_overlap=float(ov.grad_reduce.value) if job.spec.overlap.grad_reduce else None,
             param_overlap=float(ov.param_gather.value)
             if job.spec.overlap.param_gather and layout.sharding in ("dist_opt", "zero2") else None,
-            low_width=self.low_width)
+            low_width=self.low_width, interference=float(ov.interference.value))
         tails: list[RankTail] = []
         for r in range(pp):
             bwd_w = sum(chunks[c].bwd_compute for c in on_rank[r])
@@ -325,7 +328,7 @@ def _explain(chunks: list[ChunkWork], on_rank: list[list[int]], tails: list[Rank
 
 
 BREAKDOWN_ORDER: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recompute", "tp_comm", "cp_comm",
-                                    "ep_a2a", "fsdp_comm", "pp_p2p", "bubble", "dp_grad_reduce",
+                                    "ep_a2a", "host", "fsdp_comm", "pp_p2p", "bubble", "dp_grad_reduce",
                                     "dp_param_gather", "optimizer")
 
 _CACHE: dict[int, tuple[weakref.ref[Job], Profile | None, KernelTimer | None, Projector]] = {}

@@ -67,8 +67,10 @@ def item_key(model: ModelSpec, item: Item) -> str:
 
 
 def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recompute: str,
-               recompute_method: str, recompute_num_layers: int | None) -> ChunkWork:
-    """Sum the block costs of one chunk (its item keys in order) and add the recompute forward."""
+               recompute_method: str, recompute_num_layers: int | None, op_sac: bool = False) -> ChunkWork:
+    """Sum the block costs of one chunk (its item keys in order) and add the recompute forward.
+    `op_sac`: selective recompute is torchtitan's op-level policy (dense layers re-run the matmuls and
+    memory-bound ops it does not keep) instead of Megatron's core-attention recompute."""
     counts = Counter(keys)
     costs = {key: cost(key) for key in counts}
     n = len(ZERO)
@@ -87,7 +89,8 @@ def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recomput
             measured[i] += c.measured[i]
     decoder = [key for key in keys if key.startswith(("dense", "moe"))]
     if recompute == "selective":
-        bwd[RECOMP] += sum(costs[key].selective for key in decoder)
+        bwd[RECOMP] += sum(costs[key].selective_op if op_sac and key.startswith("dense") else costs[key].selective
+                           for key in decoder)
     elif recompute == "full":
         if recompute_method == "block":
             decoder = decoder[:recompute_num_layers or 1]

@@ -48,6 +48,7 @@ class TailSettings:
     grad_overlap: float | None  # profile fraction when overlap.grad_reduce is on, else None
     param_overlap: float | None  # profile fraction when overlap.param_gather is on (dist_opt), else None
     low_width: float | None  # quantised weight copy width under FP8/NVFP4
+    interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
     grad_exposed = grad_total
     if s.grad_overlap is not None and grad_total > 0:
         grad_exposed = min(grad_total, grad_last + max(0.0, grad_total - grad_last - s.grad_overlap * bwd_window))
+    grad_exposed += s.interference * (grad_total - grad_exposed)
     grad_hidden = grad_total - grad_exposed
     per_mb = 0.0
     if s.sharding == "zero2":  # every microbatch, on that microbatch's backward
@@ -118,6 +120,7 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
     param_after = param_lead = param_hidden = 0.0
     if s.param_overlap is not None and ag_total > 0:
         exposed = min(ag_total, ag_first + max(0.0, ag_total - ag_first - s.param_overlap * fwd_window))
+        exposed += s.interference * (ag_total - exposed)
         param_lead = exposed
         param_hidden = ag_total - exposed
     else:

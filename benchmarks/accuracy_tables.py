@@ -1,0 +1,135 @@
+"""Generate docs/accuracy.md, the fitted profiles and the error bars from the published runs.
+
+Run: python benchmarks/accuracy_tables.py [--runs RUNS.csv] [--date YYYY-MM-DD] [--skip-loso]
+
+1. calibrate every accelerator that has complete runs (`primus.fidelity.calibrate`) and write its
+   profile to hardware/profiles/<hw>.yaml (accelerators without runs keep the spec-derived profile);
+2. validate every complete run with the shipped profiles (what `primus validate` prints), and with the
+   spec-derived ones (what a datasheet-only profile achieves: the bar for unfitted accelerators);
+3. leave one source out (`primus.fidelity.loso`) and derive the error bars
+   (primus/fidelity/data/error_bars.yaml);
+4. write docs/accuracy.md, keeping whatever sits between its `<!-- measured:start -->` and
+   `<!-- measured:end -->` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from primus.fidelity.accuracy_doc import render  # noqa: E402
+from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml, spec_profile_path  # noqa: E402
+from primus.fidelity.errorbars import DATA as ERROR_BARS  # noqa: E402
+from primus.fidelity.loso import error_bar_table, leave_one_source_out, loso_summary  # noqa: E402
+from primus.fidelity.runs import bundled_runs_path, read_runs  # noqa: E402
+from primus.fidelity.stats import percentile  # noqa: E402
+from primus.fidelity.validate import prepare, validate  # noqa: E402
+
+PROFILES = ROOT / "hardware" / "profiles"
+DOC = ROOT / "docs" / "accuracy.md"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def calibrate_all(runs_path: Path, date: str) -> dict[str, dict[str, Any]]:
+    rows = read_runs(runs_path)
+    prepared, _ = prepare(rows)
+    for spec_file in sorted((PROFILES / "spec").glob("*.yaml")):
+        hw = spec_file.stem
+        mine = [p for p in prepared if p.jobs.project.cluster.name == hw]
+        target = PROFILES / f"{hw}.yaml"
+        if not mine:
+            shutil.copyfile(spec_file, target)
+            continue
+        t0 = time.perf_counter()
+        result = calibrate(load_spec_profile(hw), mine, runs_file=runs_path.name, date=date)
+        header = (f"Calibration profile for {hw}, fitted by benchmarks/accuracy_tables.py (primus calibrate) on "
+                  f"{date}.\nThe spec-derived starting point is {spec_profile_path(hw).relative_to(ROOT)}; numbers "
+                  "not fitted keep its values and sources.")
+        target.write_text(profile_yaml(result.profile, header))
+        log(f"calibrated {hw} on {len(mine)} runs in {time.perf_counter() - t0:.0f} s: {result.factors}")
+    return fitted_profiles()
+
+
+def fitted_profiles() -> dict[str, dict[str, Any]]:
+    """What each shipped fitted profile says it was fitted on (for the docs table)."""
+    from primus.projection.profile import profile_from_mapping
+    from primus.yamlio import load_mapping
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(PROFILES.glob("*.yaml")):
+        prof = profile_from_mapping(load_mapping(path), str(path))
+        if prof.fitted and prof.calibration is not None:
+            rec = prof.calibration
+            out[prof.hardware] = {"runs": len(rec.runs), "factors": rec.factors, "summary": rec.summary}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, default=bundled_runs_path())
+    ap.add_argument("--date", default=datetime.now(UTC).date().isoformat())
+    ap.add_argument("--skip-calibrate", action="store_true", help="keep the shipped profiles")
+    ap.add_argument("--skip-loso", action="store_true", help="keep the shipped error bars and LOSO table")
+    args = ap.parse_args()
+    fitted = fitted_profiles() if args.skip_calibrate else calibrate_all(args.runs, args.date)
+    from primus.projection.profile import _load
+
+    _load.cache_clear()
+    rows = read_runs(args.runs)
+    t0 = time.perf_counter()
+    report = validate(rows, args.runs.name)
+    log(f"validated {len(report.rows)} runs in {time.perf_counter() - t0:.1f} s")
+
+    def spec_for(jobs: Any) -> Any:
+        return load_spec_profile(jobs.project.cluster.name).for_stack(jobs.rule.stack)
+
+    spec_report = validate(rows, args.runs.name, profile_for=spec_for, check_fit=False)
+    bars_path = ERROR_BARS
+    if args.skip_loso and bars_path.is_file():
+        bars = yaml.safe_load(bars_path.read_text())
+        loso = bars.get("loso", {})
+        held_rows = bars.get("held_out", [])
+    else:
+        prepared, _ = prepare(rows)
+        held = leave_one_source_out(prepared, progress=log)
+        loso = loso_summary(held)
+        held_rows = [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
+                      "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on} for h in held]
+        table = error_bar_table(held)
+        spec_abs = {k: [abs(r.error_pct) for r in spec_report.rows if r.moe == (k == "moe")] for k in ("dense", "moe")}
+        bars = {
+            "generated": f"benchmarks/accuracy_tables.py on {args.date} from {args.runs.name}",
+            "quantile": 68,
+            **table,
+            "spec_derived": {k: {"pct": round(percentile(v, 68), 1), "n": len(v),
+                                 "basis": f"p68 of |error| of the spec-derived (uncalibrated) projection on {len(v)} "
+                                          f"{k} published runs"} for k, v in spec_abs.items()},
+            "loso": loso,
+            "held_out": held_rows,
+        }
+        bars_path.write_text("# Generated by benchmarks/accuracy_tables.py; do not edit by hand.\n"
+                             + yaml.safe_dump(bars, sort_keys=False, width=110))
+    old = DOC.read_text() if DOC.is_file() else ""
+    DOC.write_text(render(report, spec_report, bars, held_rows, fitted, args.date, old))
+    s = report.summary
+    t = s["tokens_per_s_per_gpu"]
+    log(f"median {t['median_abs_pct']:.1f}% p90 {t['p90_abs_pct']:.1f}% max {t['max_abs_pct']:.1f}% | LOSO median "
+        f"{loso.get('overall', {}).get('median_abs_pct', float('nan')):.1f}% | Korthikanti "
+        f"{s['korthikanti2022_a100_mean_abs_pct']:.1f}% | memory {s['peak_memory']['median_abs_pct']:.1f}% | "
+        f"false OOM {s['false_oom']} | coverage {s['coverage_pct']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""`primus validate RUNS.csv` and `primus calibrate --runs RUNS.csv --hardware H`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from primus.cli.common import format_option, guarded
+from primus.cli.output import emit_json, stderr_console, stdout_console, table
+from primus.errors import InputError
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1f}%"
+
+
+def _abs(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.1f}%"
+
+
+def _stat_rows(groups: dict[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(k, v["n"], _abs(v["median_abs_pct"]), _abs(v["p90_abs_pct"]), _abs(v["max_abs_pct"]),
+             _pct(v["mean_signed_pct"])) for k, v in groups.items()]
+
+
+def print_validation(doc: dict[str, Any]) -> None:
+    con = stdout_console()
+    rows = [(r["run_id"], r["source"], r["accelerator"], r["precision"], f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
+             f"{r['measured_tokens_per_s_per_gpu']:,.0f}", _pct(r["error_pct"]),
+             "-" if r["fits"] is None else ("yes" if r["fits"] else "NO"),
+             f"{r['predicted_peak_gib']:.1f}", f"{r['measured_peak_gib']:.1f}" if "measured_peak_gib" in r else "-")
+            for r in doc["rows"]]
+    con.print(table(f"{len(rows)} projected runs ({doc['runs_file']})",
+                    ["run", "source", "accelerator", "precision", "predicted tok/s/GPU", "measured", "error",
+                     "fits", "peak GiB", "measured GiB"], rows,
+                    justify_right=["predicted tok/s/GPU", "measured", "error", "peak GiB", "measured GiB"]))
+    s = doc["summary"]
+    t = s["tokens_per_s_per_gpu"]
+    con.print(f"tokens/s/GPU: median |error| {_abs(t['median_abs_pct'])}, p90 {_abs(t['p90_abs_pct'])}, max "
+              f"{_abs(t['max_abs_pct'])}, mean signed {_pct(t['mean_signed_pct'])} over {t['n']} runs; coverage "
+              f"{s['projected_rows']}/{s['complete_rows']} complete rows ({_abs(s['coverage_pct'])})")
+    m = s["peak_memory"]
+    con.print(f"peak memory: median |error| {_abs(m['median_abs_pct'])} over {m['n']} runs; false out-of-memory "
+              f"verdicts {s['false_oom']} of {s['fit_checked_rows']} checked; Korthikanti et al. 2022 A100 mean "
+              f"|error| {_abs(s['korthikanti2022_a100_mean_abs_pct'])}")
+    cols = ["group", "runs", "median |err|", "p90", "max", "mean signed"]
+    right = cols[1:]
+    for key, title in (("by_source", "by source"), ("by_accelerator", "by accelerator"),
+                       ("by_precision", "by precision"), ("by_kind", "dense vs MoE")):
+        con.print(table(title, cols, _stat_rows(s[key]), justify_right=right))
+    if doc["unprojected"]:
+        con.print(table("rows that could not be projected", ["run", "source", "reason"],
+                        [(u["run_id"], u["source"], u["reason"]) for u in doc["unprojected"]]))
+
+
+@click.command("validate")
+@click.argument("runs_file", type=click.Path(dir_okay=False))
+@format_option("table", "json")
+@click.option("--no-fit-check", is_flag=True, help="Skip the per-row `primus fit` check (faster; fits is null).")
+@guarded
+def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool) -> None:
+    """Project every complete published run of RUNS_FILE and compare with what it measured.
+
+    RUNS_FILE has the columns of ground_truth/runs_dev.csv. Per row: predicted vs measured tokens/s/GPU
+    (error_pct = 100 x (predicted / measured - 1)), peak memory where measured, and whether `primus fit`
+    finds the published config legal (unstated axes free). Then median, p90 and max |error| by source,
+    accelerator, precision and dense vs MoE. Unstated settings follow one rule per source (recorded per
+    row). Rows that cannot be projected are listed with the reason. Exit 0 whenever the report prints.
+
+    Example: primus validate ../shared/ground_truth/runs_dev.csv --format json
+    """
+    from primus.fidelity import read_runs, validate
+
+    rows = read_runs(runs_file)
+    report = validate(rows, runs_file, check_fit=not no_fit_check)
+    doc = report.to_json()
+    if fmt == "json":
+        emit_json(doc)
+    else:
+        print_validation(doc)
+
+
+@click.command("calibrate")
+@click.option("--runs", "runs_file", required=True, type=click.Path(dir_okay=False),
+              help="Published runs (the runs_dev.csv schema).")
+@click.option("--hardware", "hardware", required=True, help="Accelerator to fit (a hardware catalog name).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the fitted profile (default: ./<hardware>.yaml).")
+@click.option("--start", "start", type=click.Path(dir_okay=False), default=None,
+              help="Starting profile (default: the spec-derived hardware/profiles/spec/<hardware>.yaml).")
+@click.option("--exclude-source", "exclude", multiple=True, metavar="SOURCE",
+              help="Leave a source's runs out of the fit (repeatable).")
+@click.option("--date", "date", default=None, help="Date recorded in the provenance (default: today, UTC).")
+@format_option("table", "json")
+@guarded
+def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | None, exclude: tuple[str, ...],
+                  date: str | None, fmt: str) -> None:
+    """Fit the named parameters of one accelerator's profile to published runs and write it.
+
+    Fits a few parameter groups the runs can identify (GEMM plateau per format, attention, MoE host and
+    all-to-all, memory-bound efficiency, per software stack) by a deterministic robust fit (Huber on log
+    error, prior towards the spec-derived values) and writes the profile with its provenance: runs used,
+    date, residuals.
+
+    Example: primus calibrate --runs runs_dev.csv --hardware a100-80gb --out a100-80gb.yaml
+    """
+    from primus.catalog.hardware import catalog_hardware
+    from primus.fidelity import read_runs
+    from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml
+    from primus.fidelity.validate import prepare
+
+    if hardware not in catalog_hardware():
+        raise InputError("--hardware", None, f"unknown hardware {hardware!r}; see `primus hardware list`")
+    rows = [r for r in read_runs(runs_file) if r.source not in exclude]
+    prepared, _ = prepare(rows)
+    mine = [p for p in prepared if p.jobs.project.cluster.name == hardware]
+    stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file} ...")
+    result = calibrate(load_spec_profile(hardware, start), mine, runs_file=Path(runs_file).name, date=date)
+    target = Path(out or f"{hardware}.yaml")
+    header = (f"Calibration profile for {hardware}, fitted by `primus calibrate` (see calibration: for the runs, "
+              "date and residuals).\nEvery number not fitted keeps its spec-derived value and source.")
+    target.write_text(profile_yaml(result.profile, header))
+    rec = result.profile.calibration
+    assert rec is not None
+    if fmt == "json":
+        emit_json({"hardware": hardware, "out": str(target), "factors": result.factors, "runs": rec.runs,
+                   "residuals_pct": rec.residuals_pct, "summary": rec.summary, "date": rec.date})
+        return
+    con = stdout_console()
+    con.print(table(f"{hardware}: fitted parameter groups (factor on the spec-derived value)", ["group", "factor"],
+                    [(k, f"x{v:.3f}") for k, v in result.factors.items()]))
+    con.print(table("residuals", ["run", "error"], [(k, _pct(v)) for k, v in rec.residuals_pct.items()],
+                    justify_right=["error"]))
+    con.print(f"median |error| {rec.summary['median_abs_pct']:.1f}%, p90 {rec.summary['p90_abs_pct']:.1f}% over "
+              f"{len(rec.runs)} runs; written to {target}")

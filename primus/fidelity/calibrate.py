@@ -1,0 +1,247 @@
+"""`calibrate`: fit the named parameters of one accelerator's profile to published runs.
+
+Starting point: the spec-derived profile (`hardware/profiles/spec/<hw>.yaml`, every number from a
+datasheet or a published kernel/collective benchmark). Unknowns: a few groups of parameters, chosen
+from what the runs can identify (`parameter_groups`): the GEMM plateau of each format the runs use,
+attention efficiency, the MoE host overhead and all-to-all efficiency when there are MoE runs,
+memory-bound efficiency when there are many runs, and the same for each software stack the runs ran
+on. Never more than one group per three runs. The fit is `primus.fidelity.fitter.robust_fit`
+(Huber on log errors, Gaussian prior towards the spec values): deterministic, numpy only.
+
+The result is a profile with `fitted: true`, each fitted number's `source` saying so, and a
+`calibration` record: date, runs file, parameters, runs used, residuals and their summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primus.errors import InputError
+from primus.fidelity.fitter import HUBER_DELTA, PRIOR_SIGMA, FitOutcome, robust_fit, safe_log_ratio
+from primus.fidelity.stats import describe
+from primus.fidelity.validate import Prepared
+from primus.paths import data_dir
+from primus.projection.profile import Profile, bounds, gemm_format, profile_from_mapping
+from primus.yamlio import load_mapping
+
+#: A fit may move a parameter by at most this factor either way from its spec-derived value: the spec
+#: values come from kernel and collective benchmarks, and a factor beyond 2 would mean the model of that
+#: kernel is wrong, which a fit must not paper over.
+MAX_FACTOR = math.log(2.0)
+RUNS_PER_GROUP = 3
+#: Published ceilings no fitted efficiency may exceed: FlashAttention-3 (Shah et al. 2024) reaches 0.75
+#: of the H100 dense peak in the forward and about 0.6 in the backward at its best shapes; the best
+#: cuBLASLt / CUTLASS GEMMs reach about 0.9 of the dense peak of their format.
+CEILINGS: dict[str, float] = {"attention.fwd_efficiency": 0.75, "attention.bwd_efficiency": 0.6}
+GEMM_CEILING = 0.9
+
+
+def ceiling(name: str) -> float:
+    base = name.split(".", 2)[2] if name.startswith("stacks.") else name
+    if base in CEILINGS:
+        return CEILINGS[base]
+    if base.startswith("gemm.") and base.endswith(".efficiency"):
+        return GEMM_CEILING
+    return bounds(name)[1]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Profile parameters that move together by one fitted factor."""
+
+    name: str
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    profile: Profile
+    groups: tuple[Group, ...]
+    factors: dict[str, float]
+    residuals_pct: dict[str, float]
+    outcome: FitOutcome
+
+
+def spec_profile_path(hardware: str) -> Path:
+    return data_dir("hardware") / "profiles" / "spec" / f"{hardware}.yaml"
+
+
+def load_spec_profile(hardware: str, path: str | Path | None = None) -> Profile:
+    """The spec-derived starting profile of an accelerator (or the file `path`)."""
+    p = Path(path) if path is not None else spec_profile_path(hardware)
+    if not p.is_file():
+        raise InputError(str(p), None, f"no spec-derived profile for hardware {hardware!r}")
+    prof = profile_from_mapping(load_mapping(p), str(p))
+    if prof.hardware != hardware:
+        raise InputError(str(p), "hardware", f"profile is for {prof.hardware!r}, not {hardware!r}")
+    return prof
+
+
+def _row_facts(p: Prepared) -> tuple[str | None, str, bool, bool, bool]:
+    spec = p.jobs.project.spec
+    fmt = gemm_format(spec.precision, spec.effective_fp8_recipe)
+    ep = spec.parallel.ep or 1
+    return p.jobs.rule.stack, fmt, spec.kernels.flash_attention, p.jobs.project.model.is_moe, ep > 1
+
+
+def with_stack_overrides(profile: Profile, rows: Sequence[Prepared]) -> Profile:
+    """Give every stack the runs use its own entry for each GEMM format and attention it runs (starting
+    from the default stack's values), so the stack's runs fit their own kernels."""
+    data = profile.model_dump()
+    changed = False
+    for p in rows:
+        stack, fmt, flash, _, _ = _row_facts(p)
+        if stack is None or stack not in data["stacks"]:
+            continue
+        values = data["stacks"][stack]["values"]
+        names = [f"gemm.{fmt}.efficiency"] + (["attention.fwd_efficiency", "attention.bwd_efficiency"] if flash else [])
+        for name in names:
+            if name not in values and fmt in profile.gemm:
+                base = profile.parameters()[name]
+                values[name] = {"value": base, "unit": "fraction of dense peak",
+                                "source": f"starting value: the default stack's {base}. Not fitted."}
+                changed = True
+    return profile_from_mapping(data) if changed else profile
+
+
+def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group, ...]:
+    """What these runs can identify, most informative first: a group is fitted only when at least
+    RUNS_PER_GROUP runs depend on it, and there are never more groups than runs / RUNS_PER_GROUP. With
+    fewer than 4 × RUNS_PER_GROUP runs (or no format with enough runs of its own) the GEMM plateaus of
+    every format the runs use move by one joint factor; two runs suffice for that one."""
+    known = profile.parameters()
+    facts = [_row_facts(p) for p in rows]
+    stacks = [None, *sorted({f[0] for f in facts if f[0]})]
+    candidates: list[tuple[Group, int]] = []
+
+    def add(name: str, params: Sequence[str], n: int) -> None:
+        ps = tuple(x for x in params if x in known)
+        if ps and all(g.name != name for g, _ in candidates):
+            candidates.append((Group(name, ps), n))
+
+    def gemm_params(prefix: str, fmt: str) -> list[str]:
+        fmts = ("bf16", "fp16") if fmt in ("bf16", "fp16") else (fmt,)  # same tensor cores, same rate
+        return [f"{prefix}gemm.{f}.efficiency" for f in fmts]
+
+    def prefix(stack: str | None) -> str:
+        return f"stacks.{stack}." if stack else ""
+
+    for stack in stacks:
+        counts: dict[str, int] = {}
+        for f in facts:
+            if f[0] == stack:
+                key = "bf16" if f[1] == "fp16" else f[1]
+                counts[key] = counts.get(key, 0) + 1
+        for fmt in sorted(counts, key=lambda k: (-counts[k], k)):
+            add(f"{prefix(stack)}gemm.{fmt}", gemm_params(prefix(stack), fmt), counts[fmt])
+    for stack in stacks:
+        n = sum(1 for f in facts if f[0] == stack and f[2])
+        add(f"{prefix(stack)}attention", [f"{prefix(stack)}attention.fwd_efficiency",
+                                          f"{prefix(stack)}attention.bwd_efficiency"], n)
+    moe = [f for f in facts if f[3]]
+    add("host.moe_layer_us", ["host.moe_layer_us"], len(moe))
+    add("collectives.all_to_all", ["collectives.all_to_all.scaleup", "collectives.all_to_all.scaleout"],
+        sum(1 for f in moe if f[4]))
+    add("overlap.interference", ["overlap.interference"], len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
+    for stack in stacks:
+        n = sum(1 for f in facts if f[0] == stack)
+        add(f"{prefix(stack)}hbm.efficiency", [f"{prefix(stack)}hbm.efficiency"], n if n >= 4 * RUNS_PER_GROUP else 0)
+    gemm = [(g, n) for g, n in candidates if ".gemm." in f".{g.name}"]
+    joint = Group("gemm (joint)", tuple(dict.fromkeys(p for g, _ in gemm for p in g.params)))
+    if len(rows) < 4 * RUNS_PER_GROUP or not any(n >= RUNS_PER_GROUP for _, n in gemm):
+        # few runs: one factor on every GEMM plateau they use, then whatever else they identify
+        candidates = [(joint, len(rows)), *[(g, n) for g, n in candidates if (g, n) not in gemm]]
+    chosen = [g for g, n in candidates if n >= RUNS_PER_GROUP][:len(rows) // RUNS_PER_GROUP]
+    if not chosen and len(rows) >= 2 and joint.params:
+        chosen = [joint]
+    return tuple(chosen)
+
+
+def _limits(profile: Profile, groups: Sequence[Group]) -> list[tuple[float, float]]:
+    values = profile.parameters()
+    out = []
+    for g in groups:
+        hi = MAX_FACTOR
+        for name in g.params:
+            v = values[name]
+            if v > 0:
+                hi = min(hi, math.log(max(ceiling(name), v) / v))
+        out.append((-MAX_FACTOR, max(0.0, hi)))
+    return out
+
+
+def apply(profile: Profile, groups: Sequence[Group], theta: Sequence[float], source: str | None = None) -> Profile:
+    values = profile.parameters()
+    new: dict[str, float] = {}
+    for g, t in zip(groups, theta, strict=True):
+        for name in g.params:
+            lo, hi = bounds(name)
+            new[name] = min(hi, max(lo, values[name] * math.exp(t)))
+    if source is None:
+        return profile.with_parameters(new)
+    return profile.with_parameters(new, source=source)
+
+
+def residuals(profile: Profile, rows: Sequence[Prepared]) -> list[float]:
+    out = []
+    for p in rows:
+        proj = p.project(profile.for_stack(p.jobs.rule.stack), "fast")
+        measured = p.row.measured_tokens
+        assert measured is not None
+        out.append(safe_log_ratio(proj.tokens_per_s_per_gpu, measured))
+    return out
+
+
+def calibrate(start: Profile, rows: Sequence[Prepared], *, runs_file: str = "", date: str | None = None) -> Calibration:
+    """Fit `start` (a spec-derived profile) to `rows` (prepared runs on its accelerator)."""
+    rows = [p for p in rows if p.jobs.project.cluster.name.split("+")[0] == start.hardware]
+    if not rows:
+        raise InputError(runs_file or "runs", None, f"no complete, projectable runs on {start.hardware!r} to fit")
+    base = with_stack_overrides(start, rows)
+    groups = parameter_groups(base, rows)
+    limits = _limits(base, groups)
+    outcome = robust_fit(lambda th: residuals(apply(base, groups, th), rows), len(groups), limits)
+    when = date or datetime.now(UTC).date().isoformat()
+    note = (f"fitted by primus calibrate on {len(rows)} published runs of {start.hardware} ({when}; Huber on log "
+            f"error, prior towards the spec value)")
+    fitted = apply(base, groups, outcome.theta, source=note)
+    res_pct = {p.row.run_id: 100.0 * (math.exp(r) - 1.0) for p, r in zip(rows, outcome.residuals, strict=True)}
+    factors = {g.name: math.exp(t) for g, t in zip(groups, outcome.theta, strict=True)}
+    summary = describe(list(res_pct.values()))
+    record = {
+        "date": when,
+        "method": (f"robust Gauss-Newton (primus.fidelity.fitter): Huber(delta {HUBER_DELTA}) on "
+                   f"log(predicted/measured) tokens/s/GPU + Gaussian prior (sigma {PRIOR_SIGMA} in log) towards the "
+                   "spec-derived value; groups: "
+                   + "; ".join(f"{g.name} x{factors[g.name]:.3f}" for g in groups)),
+        "runs_file": runs_file,
+        "parameters": [name for g in groups for name in g.params],
+        "factors": {k: round(v, 4) for k, v in factors.items()},
+        "runs": [p.row.run_id for p in rows],
+        "residuals_pct": {k: round(v, 2) for k, v in res_pct.items()},
+        "summary": {k: (round(float(v), 3) if isinstance(v, float) else float(v)) for k, v in summary.items()},
+    }
+    data = fitted.model_dump()
+    data.update(fitted=True, calibration=record,
+                source=f"fitted to {len(rows)} published runs ({when}); starting point: {start.source}"[:2000],
+                provenance=(f"primus calibrate fitted {len(groups)} parameter group(s) "
+                            f"({', '.join(g.name for g in groups)}) to {len(rows)} complete published runs of "
+                            f"{start.hardware} from {runs_file or 'a runs file'} "
+                            f"on {when}; every other number is spec-derived (see its source). Residuals: median "
+                            f"|error| {summary['median_abs_pct']:.1f}%, p90 {summary['p90_abs_pct']:.1f}%.")[:2000])
+    return Calibration(profile_from_mapping(data), tuple(groups), factors, res_pct, outcome)
+
+
+def profile_yaml(profile: Profile, header: str) -> str:
+    """A profile as YAML (stable key order), with a comment header."""
+    data: dict[str, Any] = profile.model_dump(exclude_none=True)
+    body = yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
+    lines = "".join(f"# {line}\n" for line in header.splitlines())
+    return lines + body

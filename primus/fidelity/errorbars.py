@@ -1,0 +1,78 @@
+"""Error bars on projections, from how wrong the projection was on runs it had not been fitted to.
+
+`benchmarks/accuracy_tables.py` runs the leave-one-source-out procedure (`primus.fidelity.loso`):
+for every source, refit each accelerator's profile without that source's runs and predict them. The
+68th percentile of |error| of those held-out predictions, per accelerator and dense/MoE, is the bar
+("± 6%" reads: about two runs in three land within 6%). It writes them to `data/error_bars.yaml`;
+this module only reads that file. Fallbacks, each stated in `basis`:
+
+- an accelerator/kind with fewer than `MIN_RUNS` held-out runs uses the bar pooled over every fitted
+  accelerator for that kind;
+- an accelerator whose shipped profile is not fitted (no complete published runs, e.g. AMD today)
+  gets the spec-derived bar: the same percentile of the *uncalibrated* projection's error over all
+  complete runs, i.e. what a profile written from datasheets alone achieves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from primus.errors import InputError
+from primus.yamlio import load_mapping
+
+MIN_RUNS = 5
+DATA = Path(__file__).resolve().parent / "data" / "error_bars.yaml"
+
+
+@dataclass(frozen=True)
+class ErrorBar:
+    """± `pct` percent on tokens/s/GPU (and step time), with what it rests on."""
+
+    pct: float
+    basis: str
+    fitted: bool
+
+    def text(self) -> str:
+        return f"± {self.pct:.0f}%"
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    return load_mapping(p)
+
+
+def _bar(entry: dict[str, Any], fitted: bool, note: str = "") -> ErrorBar:
+    return ErrorBar(float(entry["pct"]), str(entry["basis"]) + note, fitted)
+
+
+def _profile_fitted(hardware: str) -> bool:
+    from primus.catalog.hardware import resolve_hardware
+    from primus.projection import load_profile
+
+    try:
+        return load_profile(resolve_hardware(hardware, "error bar")).fitted
+    except InputError:
+        return False
+
+
+def error_bar(job_or_cluster_name: str, is_moe: bool, *, path: str | Path | None = None) -> ErrorBar:
+    """The bar for projections on accelerator `job_or_cluster_name` (a hardware name; '<base>+custom'
+    counts as its base) of a dense (`is_moe` False) or MoE model."""
+    data = _load(str(path or DATA))
+    hw = job_or_cluster_name.split("+", 1)[0]
+    kind = "moe" if is_moe else "dense"
+    if not data:
+        return ErrorBar(50.0, "no error-bar data shipped (run benchmarks/accuracy_tables.py); 50% assumed", False)
+    if not _profile_fitted(hw):
+        return _bar(data["spec_derived"][kind], False, f"; {hw}'s profile is spec-derived (no published runs fitted)")
+    entry = data.get("accelerators", {}).get(hw, {}).get(kind)
+    if entry is not None and int(entry.get("n", 0)) >= MIN_RUNS:
+        return _bar(entry, True)
+    pooled = data["pooled"][kind]
+    return _bar(pooled, True, f"; pooled over fitted accelerators (fewer than {MIN_RUNS} held-out {kind} runs on {hw})")

@@ -1,0 +1,201 @@
+"""`validate`: project every complete published run and compare with what was measured.
+
+For each complete row: build its jobs (`primus.fidelity.jobs`), project the pinned layout with the
+accelerator's shipped profile (for the source's software stack), and report predicted against
+measured tokens/s/GPU (`error_pct` = 100 × (predicted / measured − 1)) and, where the source
+published it, the ledger's peak memory against the measured peak. Each row also carries `fits`: what
+`primus fit` says of the published config with the unstated axes free. A run that ran must fit, so a
+`False` there is a false out-of-memory verdict of the ledger, counted in the summary.
+
+Rows that cannot be projected are listed with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from primus.errors import InputError
+from primus.fidelity.jobs import RowJobs, Unprojectable, build
+from primus.fidelity.runs import RunRow
+from primus.fidelity.stats import summarise
+from primus.memory.evaluate import MemoryModel, pinned_layout
+from primus.parallel import Layout
+from primus.projection import Profile, Projector, load_profile
+from primus.projection.report import Projection
+from primus.solver.api import Question
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One projected run."""
+
+    run_id: str
+    source: str
+    accelerator: str
+    precision: str
+    moe: bool
+    model: str
+    num_gpus: int
+    measured: float
+    predicted: float
+    step_time_s: float
+    predicted_peak_gib: float
+    measured_peak_gib: float | None
+    fits: bool | None
+    layout: dict[str, Any]
+    rule: str
+    assumed: tuple[str, ...]
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted / self.measured - 1.0)
+
+    @property
+    def memory_error_pct(self) -> float | None:
+        if self.measured_peak_gib is None:
+            return None
+        return 100.0 * (self.predicted_peak_gib / self.measured_peak_gib - 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "run_id": self.run_id, "source": self.source, "accelerator": self.accelerator,
+            "precision": self.precision, "moe": self.moe, "model": self.model, "num_gpus": self.num_gpus,
+            "predicted_tokens_per_s_per_gpu": self.predicted, "measured_tokens_per_s_per_gpu": self.measured,
+            "error_pct": self.error_pct, "step_time_s": self.step_time_s, "fits": self.fits,
+            "predicted_peak_gib": self.predicted_peak_gib,
+        }
+        if self.measured_peak_gib is not None:
+            out["measured_peak_gib"] = self.measured_peak_gib
+            out["memory_error_pct"] = self.memory_error_pct
+        out["parallel"] = self.layout
+        out["rule"] = self.rule
+        out["assumed"] = list(self.assumed)
+        return out
+
+
+@dataclass(frozen=True)
+class Unprojected:
+    run_id: str
+    source: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "source": self.source, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    runs_file: str
+    complete: int
+    rows: tuple[RowResult, ...]
+    unprojected: tuple[Unprojected, ...]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready (statistics of empty groups are null, not NaN)."""
+        doc = {"runs_file": self.runs_file, "complete_rows": self.complete,
+               "rows": [r.to_json() for r in self.rows],
+               "unprojected": [u.to_json() for u in self.unprojected],
+               "summary": self.summary}
+        return _no_nan(doc)
+
+
+def _no_nan(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_no_nan(v) for v in obj]
+    return obj
+
+
+ProfileFor = Callable[[RowJobs], Profile]
+
+
+def shipped_profile(jobs: RowJobs) -> Profile:
+    """The accelerator's shipped profile as seen by the row's software stack."""
+    return load_profile(jobs.project.cluster).for_stack(jobs.rule.stack)
+
+
+@dataclass
+class Prepared:
+    """A row built once; projected under any profile (what a fitter does thousands of times). The
+    layout and the ledger's answer do not depend on the profile, so they are computed once."""
+
+    row: RunRow
+    jobs: RowJobs
+    _layout: Layout | None = None
+    _peak: tuple[int, bool] | None = None
+
+    def project(self, profile: Profile, method: str = "auto") -> Projection:
+        """`method` "fast" (closed form or the bottleneck bound, within 2% of the simulation) is what a
+        fitter uses; "auto" is what `primus project` reports."""
+        job = self.jobs.project
+        if self._layout is None or self._peak is None:
+            self._layout = pinned_layout(job)
+            report = MemoryModel(job).evaluate(self._layout, strict=False)
+            self._peak = (report.peak_bytes, report.fits)
+        return Projector(job, profile).project(self._layout, method, peak=self._peak, explain=False)
+
+
+def prepare(rows: Iterable[RunRow]) -> tuple[list[Prepared], list[Unprojected]]:
+    """Build the jobs of every complete row; the ones that cannot be built come back with the reason."""
+    ok: list[Prepared] = []
+    bad: list[Unprojected] = []
+    for row in rows:
+        if not row.complete:
+            continue
+        if row.measured_tokens is None:
+            bad.append(Unprojected(row.run_id, row.source, "no measured tokens/s/GPU (nor step time to derive it)"))
+            continue
+        try:
+            ok.append(Prepared(row, build(row)))
+        except Unprojectable as exc:
+            bad.append(Unprojected(row.run_id, row.source, exc.reason))
+    return ok, bad
+
+
+def fits_published(jobs: RowJobs) -> bool:
+    """What `primus fit` says of the published config, unstated axes free."""
+    return Question(jobs.fit).most_headroom() is not None
+
+
+def result_of(p: Prepared, projection: Projection, fits: bool | None) -> RowResult:
+    row, jobs = p.row, p.jobs
+    measured = row.measured_tokens
+    assert measured is not None
+    return RowResult(
+        run_id=row.run_id, source=row.source, accelerator=jobs.project.cluster.name, precision=row["precision"],
+        moe=jobs.project.model.is_moe, model=row["model"], num_gpus=jobs.project.num_gpus, measured=measured,
+        predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
+        predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
+        layout=projection.layout.as_parallel(), rule=jobs.rule.name, assumed=jobs.assumed)
+
+
+def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: ProfileFor = shipped_profile,
+             check_fit: bool = True) -> ValidationReport:
+    """Project every complete row; summarise the errors (see `primus.fidelity.stats.summarise`)."""
+    prepared, unprojected = prepare(rows)
+    results: list[RowResult] = []
+    for p in prepared:
+        try:
+            profile = profile_for(p.jobs)
+            projection = p.project(profile)
+        except InputError as exc:
+            unprojected.append(Unprojected(p.row.run_id, p.row.source, exc.reason))
+            continue
+        fits = fits_published(p.jobs) if check_fit else None
+        results.append(result_of(p, projection, fits))
+    complete = sum(1 for r in rows if r.complete)
+    summary = summarise(results, complete, len(unprojected))
+    return ValidationReport(runs_file, complete, tuple(results), tuple(unprojected), summary)
+
+
+def errors_by_id(results: Iterable[RowResult]) -> Mapping[str, float]:
+    return {r.run_id: r.error_pct for r in results}

@@ -1,0 +1,133 @@
+"""`primus calibrate`: a robust, deterministic fit of a few named profile parameters, written with its
+provenance; and the leave-one-source-out procedure built on it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from primus.cli.fidelity_cmds import calibrate_cmd
+from primus.fidelity import bundled_runs_path, read_runs
+from primus.fidelity.calibrate import (
+    RUNS_PER_GROUP,
+    apply,
+    calibrate,
+    load_spec_profile,
+    parameter_groups,
+    with_stack_overrides,
+)
+from primus.fidelity.fitter import robust_fit
+from primus.fidelity.loso import error_bar_table, leave_one_source_out
+from primus.fidelity.validate import Prepared, prepare
+from primus.projection import profile_from_mapping
+
+RUNS = bundled_runs_path()
+
+
+@pytest.fixture(scope="module")
+def prepared() -> list[Prepared]:
+    return prepare(read_runs(RUNS))[0]
+
+
+def _on(prepared: list[Prepared], hw: str) -> list[Prepared]:
+    return [p for p in prepared if p.jobs.project.cluster.name == hw]
+
+
+def test_the_fitter_recovers_known_factors_and_respects_its_box() -> None:
+    truth = (0.3, -0.2)
+    xs = [(1.0, 0.5), (0.2, 1.0), (0.7, 0.7), (1.0, 0.0), (0.0, 1.0)]
+
+    def residuals(theta: tuple[float, ...]) -> list[float]:  # log(pred/meas) of a model linear in log-factors
+        return [a * (theta[0] - truth[0]) + b * (theta[1] - truth[1]) for a, b in xs]
+
+    out = robust_fit(residuals, 2, [(-1.0, 1.0), (-1.0, 1.0)], sigma=100.0)
+    assert out.theta == pytest.approx(truth, abs=1e-3)
+    boxed = robust_fit(residuals, 2, [(-1.0, 0.1), (-1.0, 1.0)], sigma=100.0)
+    assert boxed.theta[0] == pytest.approx(0.1)
+    assert robust_fit(residuals, 2, [(-1.0, 1.0), (-1.0, 1.0)], sigma=100.0) == out  # deterministic
+
+
+def test_groups_are_only_what_the_runs_can_identify(prepared: list[Prepared]) -> None:
+    for hw in ("a100-80gb", "h100-80gb", "b200", "h200"):
+        rows = _on(prepared, hw)
+        start = with_stack_overrides(load_spec_profile(hw), rows)
+        groups = parameter_groups(start, rows)
+        assert 1 <= len(groups) <= max(1, len(rows) // RUNS_PER_GROUP)
+        assert all(set(g.params) <= set(start.parameters()) for g in groups)
+    few = parameter_groups(load_spec_profile("b200"), _on(prepared, "b200"))
+    assert [g.name for g in few] == ["gemm (joint)"]
+
+
+def test_calibration_lowers_the_error_and_records_its_provenance(prepared: list[Prepared]) -> None:
+    rows = _on(prepared, "b200")
+    start = load_spec_profile("b200")
+    result = calibrate(start, rows, runs_file="runs_dev.csv", date="2026-01-02")
+    prof = result.profile
+    assert prof.fitted and prof.calibration is not None
+    rec = prof.calibration
+    assert rec.date == "2026-01-02" and rec.runs_file == "runs_dev.csv"
+    assert sorted(rec.runs) == sorted(p.row.run_id for p in rows)
+    assert set(rec.residuals_pct) == set(rec.runs) and rec.parameters
+    spec_err = [abs(math.log(p.project(start).tokens_per_s_per_gpu / (p.row.measured_tokens or 1))) for p in rows]
+    fit_err = [abs(math.log(1 + v / 100)) for v in rec.residuals_pct.values()]
+    assert sum(fit_err) < sum(spec_err)
+    assert "b200" in prof.provenance and "fitted" in prof.source
+    # the written profile loads back as the same profile
+    assert profile_from_mapping(prof.model_dump()) == prof
+
+
+def test_the_cli_writes_the_same_profile_twice(tmp_path: Path) -> None:
+    outs = []
+    for name in ("a.yaml", "b.yaml"):
+        out = tmp_path / name
+        result = CliRunner().invoke(calibrate_cmd, ["--runs", str(RUNS), "--hardware", "b200", "--out", str(out),
+                                                    "--date", "2026-01-02", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["hardware"] == "b200" and doc["runs"] and doc["date"] == "2026-01-02"
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    data = yaml.safe_load(outs[0])
+    assert data["fitted"] is True and data["calibration"]["residuals_pct"]
+
+
+def test_the_cli_refuses_hardware_without_runs(tmp_path: Path) -> None:
+    result = CliRunner().invoke(calibrate_cmd, ["--runs", str(RUNS), "--hardware", "mi300x", "--out",
+                                                str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2 and "no complete" in result.output
+    unknown = CliRunner().invoke(calibrate_cmd, ["--runs", str(RUNS), "--hardware", "tpu"])
+    assert unknown.exit_code == 2
+
+
+def test_leave_one_source_out_fits_without_the_source_it_predicts(prepared: list[Prepared]) -> None:
+    a100 = [p for p in _on(prepared, "a100-80gb") if p.row.source in ("korthikanti2022", "bloom-tr11")]
+    held = leave_one_source_out(a100, sources=["bloom-tr11"])
+    assert [h.run_id for h in held] == ["BLOOM176B-full"]
+    others = [p for p in a100 if p.row.source != "bloom-tr11"]
+    assert held[0].fitted_on == len(others) == 7
+    refit = calibrate(load_spec_profile("a100-80gb"), others, date="loso").profile
+    bloom = next(p for p in a100 if p.row.source == "bloom-tr11")
+    expected = 100 * (bloom.project(refit).tokens_per_s_per_gpu / (bloom.row.measured_tokens or 1) - 1)
+    assert held[0].error_pct == pytest.approx(expected)
+    # a source alone on its accelerator is predicted by the spec-derived profile
+    alone = leave_one_source_out(_on(prepared, "h200"))
+    assert alone and all(h.fitted_on == 0 for h in alone)
+    bars = error_bar_table(held + alone)
+    assert bars["accelerators"]["a100-80gb"]["dense"]["n"] == 1
+
+
+def test_apply_moves_every_parameter_of_a_group_by_one_factor() -> None:
+    start = load_spec_profile("h100-80gb")
+    groups = parameter_groups(start, [])  # no runs: nothing to fit
+    assert groups == ()
+    from primus.fidelity.calibrate import Group
+
+    g = Group("attention", ("attention.fwd_efficiency", "attention.bwd_efficiency"))
+    moved = apply(start, [g], [math.log(0.5)])
+    assert moved.value("attention.fwd_efficiency") == pytest.approx(start.value("attention.fwd_efficiency") / 2)
+    assert moved.value("attention.bwd_efficiency") == pytest.approx(start.value("attention.bwd_efficiency") / 2)

@@ -1,0 +1,80 @@
+"""One rule per source for unstated settings: each source maps to its framework's defaults (with
+evidence), applied the same way to every row of that source, and the docs page keeps its measured
+section."""
+
+from __future__ import annotations
+
+from primus.fidelity.accuracy_doc import END, START, measured_section
+from primus.fidelity.defaults import MEGATRON_DEFAULT, RULES, rule_for
+from primus.fidelity.jobs import build, recipe_layout
+from primus.fidelity.runs import bundled_runs_path, read_runs
+from primus.schedule.layout import build_layout
+
+
+def test_every_source_of_the_development_set_has_a_documented_rule() -> None:
+    sources = {r.source for r in read_runs(bundled_runs_path()) if r.complete}
+    for source in sources:
+        rule = rule_for(source)
+        assert rule is not MEGATRON_DEFAULT, source
+        assert len(rule.evidence) > 80 and rule.describe().startswith(rule.name)
+    assert rule_for("some-new-lab") is MEGATRON_DEFAULT
+    assert len({r.name for r in RULES}) == len(RULES)
+
+
+def test_rules_set_the_framework_defaults_of_their_release() -> None:
+    mb = rule_for("megatron-bridge-26.06").job_keys(tp=4, scaleup_domain=8, is_moe=True)
+    assert mb["optimizer"]["main_grads_dtype"] == "bf16" and mb["kernels"]["cross_entropy_fusion"]
+    assert mb["overlap"]["tp_comm"] and mb["moe"]["token_dispatcher"] == "flex"
+    assert not rule_for("megatron-bridge-26.06").job_keys(tp=1, scaleup_domain=8, is_moe=False)["overlap"]["tp_comm"]
+    nemo = rule_for("dgxc-25.05")
+    assert nemo.job_keys(tp=2, scaleup_domain=72, is_moe=True)["moe"]["token_dispatcher"] == "alltoall"
+    assert nemo.job_keys(tp=2, scaleup_domain=8, is_moe=True)["moe"]["token_dispatcher"] == "flex"
+    assert nemo.etp_is_tp and not rule_for("megatron-bridge-25.11").etp_is_tp
+    kort = rule_for("korthikanti2022")
+    assert not kort.flash_attention and kort.sharding == "none" and kort.main_grads_dtype == "fp32"
+    tt = rule_for("torchtitan")
+    assert tt.framework == "torchtitan" and tt.stack == "pytorch-compile" and tt.sharding == "fsdp"
+    assert rule_for("mosaicml").stack == "pytorch-eager"
+
+
+def _row(run_id: str):  # type: ignore[no-untyped-def]
+    return next(r for r in read_runs(bundled_runs_path()) if r.run_id == run_id)
+
+
+def test_stated_cells_win_and_unstated_ones_are_recorded() -> None:
+    jobs = build(_row("Korthikanti22-A100-1T-SP+selective"))  # vp left empty by the source
+    spec = jobs.project.spec
+    assert spec.parallel.recompute == "selective" and spec.parallel.vp == 1 and not spec.kernels.flash_attention
+    assert any(a.startswith("vp 1") for a in jobs.assumed)
+    assert "vp" not in jobs.fit.spec.parallel.pinned()  # the fit check leaves it free
+    mb = build(_row("MB26.04.01-DGX-H100-Llama3-70B-FP8"))
+    assert mb.project.spec.fp8_recipe == "tensorwise" and mb.project.spec.optimizer.main_grads_dtype == "bf16"
+    assert "recompute" not in mb.fit.spec.parallel.pinned() and "sp" not in mb.fit.spec.parallel.pinned()
+
+
+def test_recompute_left_empty_is_the_lightest_that_fits() -> None:
+    small = build(_row("DGXC25.04.01-H100-Llama3-8B-BF16-128"))
+    assert small.project.spec.parallel.recompute == "none"
+    big = build(_row("MB26.02-DGX-H100-Llama3.1-405B-FP8"))
+    assert big.project.spec.parallel.recompute in ("selective", "full")
+    assert any("lightest" in a or "fewest" in a for a in big.assumed)
+
+
+def test_recipe_layouts_keep_the_extra_layers_off_the_ends() -> None:
+    for layers, pp, vp, mtp in ((61, 8, 4, 0), (61, 2, 8, 1), (94, 8, 4, 0), (61, 16, 1, 1)):
+        text = recipe_layout(layers, pp, vp, mtp)
+        layout = build_layout(layers, pp, vp, mtp_num_layers=mtp, layout=text)
+        per_rank = [layout.num_decoder_layers_on(r) for r in range(pp)]
+        assert sum(per_rank) == layers
+        assert max(per_rank) - min(per_rank) <= vp
+        assert per_rank[-1] == min(per_rank)
+
+
+def test_the_measured_section_survives_regeneration() -> None:
+    old = f"# Accuracy\n\nold table\n{START}\nCPU numbers by another generator\n{END}\ntrailer\n"
+    assert measured_section(old) == f"{START}\nCPU numbers by another generator\n{END}"
+    assert measured_section("no markers") == f"{START}\n{END}"
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "accuracy.md").read_text()
+    assert doc.count(START) == 1 and doc.count(END) == 1 and doc.index(START) < doc.index(END)

@@ -1,0 +1,155 @@
+"""`primus validate`: the projection against published runs nobody here produced, with the targets of
+issue 6 asserted on the real numbers (the development set shipped in primus/fidelity/data)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from primus.cli.fidelity_cmds import validate_cmd
+from primus.fidelity import ValidationReport, bundled_runs_path, read_runs, validate
+from primus.fidelity.runs import REQUIRED
+
+RUNS = bundled_runs_path()
+
+
+@pytest.fixture(scope="module")
+def report() -> ValidationReport:
+    start = time.perf_counter()
+    rep = validate(read_runs(RUNS), RUNS.name)
+    rep.summary["_seconds"] = time.perf_counter() - start
+    return rep
+
+
+def test_the_development_set_is_shipped_with_the_required_columns() -> None:
+    rows = read_runs(RUNS)
+    assert sum(1 for r in rows if r.complete) == 191
+    with RUNS.open() as fh:
+        assert set(REQUIRED) <= set(csv.DictReader(fh).fieldnames or [])
+
+
+def test_targets_on_the_complete_development_rows(report: ValidationReport) -> None:
+    s = report.summary
+    t = s["tokens_per_s_per_gpu"]
+    assert s["coverage_pct"] >= 90.0
+    assert t["median_abs_pct"] <= 10.0
+    assert t["p90_abs_pct"] <= 20.0
+    assert s["korthikanti2022_rows"] == 7 and s["korthikanti2022_a100_mean_abs_pct"] <= 5.0
+    assert s["fit_checked_rows"] == s["projected_rows"]
+    assert s["false_oom"] == 0, s["false_oom_runs"]
+
+
+def test_peak_memory_is_compared_where_measured(report: ValidationReport) -> None:
+    rows = [r for r in report.rows if r.measured_peak_gib is not None]
+    assert len(rows) == report.summary["peak_memory"]["n"] == 4
+    assert all(r.memory_error_pct is not None and r.predicted_peak_gib > 0 for r in rows)
+    # torchtitan's 2025 runs (H200) are reproduced to a few percent; see docs/accuracy.md for the 2024 ones
+    h200 = [r for r in rows if r.accelerator == "h200"]
+    assert h200 and all(abs(r.memory_error_pct or 0) <= 10.0 for r in h200)
+
+
+@pytest.mark.xfail(strict=True, reason="missed: torchtitan's 2024 Float8 runs (H100 96 GB) measure ~16 GiB more than "
+                   "the ledger, its 2025 runs (H200) match it to 1%; one rule per source cannot tell the releases "
+                   "apart (docs/accuracy.md)")
+def test_peak_memory_median_target(report: ValidationReport) -> None:
+    assert report.summary["peak_memory"]["median_abs_pct"] <= 10.0
+
+
+def test_it_runs_in_well_under_a_minute(report: ValidationReport) -> None:
+    assert report.summary["_seconds"] < 60.0
+
+
+def test_every_row_records_its_rule_and_what_was_assumed(report: ValidationReport) -> None:
+    by_id = {r.run_id: r for r in report.rows}
+    mb = by_id["MB26.04.01-DGX-H100-Llama3-70B-FP8"]
+    assert "Megatron-Bridge" in mb.rule and any("fp8 recipe" in a for a in mb.assumed)
+    assert any("recompute" in a for a in mb.assumed)  # left empty by the source
+    kort = by_id["Korthikanti22-A100-175B-SP+selective"]
+    assert "Megatron-LM papers" in kort.rule and kort.layout["recompute"] == "selective"
+    tt = by_id["TT-8B-8gpu-FSDP + torch.compile + Float8"]
+    assert "torchtitan" in tt.rule and tt.layout["sharding"] == "fsdp"
+
+
+def _json(rep: ValidationReport) -> dict[str, Any]:
+    return json.loads(json.dumps(rep.to_json()))
+
+
+def test_json_rows_carry_the_documented_fields(report: ValidationReport) -> None:
+    doc = _json(report)
+    assert set(doc) >= {"rows", "summary", "unprojected"}
+    for row in doc["rows"]:
+        assert {"run_id", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
+                "fits"} <= set(row)
+        assert row["error_pct"] == pytest.approx(
+            100 * (row["predicted_tokens_per_s_per_gpu"] / row["measured_tokens_per_s_per_gpu"] - 1))
+        if "measured_peak_gib" in row:
+            assert {"predicted_peak_gib", "memory_error_pct"} <= set(row)
+    for key in ("by_source", "by_accelerator", "by_precision", "by_kind"):
+        assert doc["summary"][key]
+    assert set(doc["summary"]["by_kind"]) == {"dense", "moe"}
+
+
+def _write(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
+    with RUNS.open() as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        base = next(r for r in reader if r["run_id"] == "DGXC25.04.01-H100-Llama3-8B-BF16-8")
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        for i, over in enumerate(rows):
+            w.writerow({**base, "run_id": f"row-{i}", **over})
+    return path
+
+
+def test_rows_that_cannot_be_projected_are_listed_with_the_reason(tmp_path: Path) -> None:
+    path = _write(tmp_path, [
+        {},
+        {"gpu": "tpu-v5p"},
+        {"gbs": ""},
+        {"model": "mystery-moe-9b", "experts": "16", "topk": "2"},
+        {"complete": "false"},
+    ])
+    rep = validate(read_runs(path), str(path), check_fit=False)
+    assert [r.run_id for r in rep.rows] == ["row-0"]
+    reasons = {u.run_id: u.reason for u in rep.unprojected}
+    assert set(reasons) == {"row-1", "row-2", "row-3"}
+    assert "tpu-v5p" in reasons["row-1"] and "gbs" in reasons["row-2"] and "ambiguous" in reasons["row-3"]
+    assert rep.summary["coverage_pct"] == pytest.approx(25.0)
+
+
+def test_a_model_outside_the_catalog_is_built_from_its_architecture_columns(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{"model": "llama3.1-8b-renamed"}, {"model": "llama-3-9b", "layers": "36"}])
+    rep = validate(read_runs(path), str(path), check_fit=False)
+    assert len(rep.rows) == 2
+    assert any("same dimensions" in a for a in rep.rows[0].assumed)
+    assert any("architecture columns" in a for a in rep.rows[1].assumed)
+    assert rep.rows[1].predicted < rep.rows[0].predicted  # 36 layers are slower than 32
+
+
+def test_the_cli_prints_the_report_and_exits_0(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{}, {"gpu": "tpu-v5p"}])
+    result = CliRunner().invoke(validate_cmd, [str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert len(doc["rows"]) == 1 and doc["rows"][0]["fits"] is True
+    assert doc["unprojected"][0]["run_id"] == "row-1"
+    table = CliRunner().invoke(validate_cmd, [str(path), "--no-fit-check"])
+    assert table.exit_code == 0
+    assert "could not be projected" in table.output and "by source" in table.output
+
+
+def test_a_file_without_the_schema_is_refused_with_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("run_id,source\nx,y\n")
+    result = CliRunner().invoke(validate_cmd, [str(bad)])
+    assert result.exit_code == 2 and "missing column" in result.output
+    missing = CliRunner().invoke(validate_cmd, [str(tmp_path / "nope.csv")])
+    assert missing.exit_code == 2
