@@ -164,6 +164,7 @@ def test_precision_changes_only_when_allowed(run_cli, write_job, tmp_path):
     assert json.loads(out)["job"]["precision"] == "bf16" and "allowed_changes" not in json.loads(out)
     code, out, _ = run_cli("tune", path, "--llm", "none", "--allow", "precision", "--out", str(tmp_path / "b"),
                            "--format", "json")
+    assert code == 0
     doc = json.loads(out)
     tried = {p["precision"]: p["tokens_per_s_per_gpu"] for p in doc["allowed_changes"]["precision"]["per_precision"]}
     assert set(tried) == {"bf16", "fp8"}
