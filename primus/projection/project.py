@@ -125,7 +125,8 @@ class Projector:
                          self.low, self.job.spec.moe.token_dispatcher)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
-        ck = (key, self._intern(ctx), self.group_id(groups), layout.sharding)
+        # block costs differ only between FSDP (per-block gathers) and everything else
+        ck = (key, self._intern(ctx), self.group_id(groups), layout.sharding == "fsdp")
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
@@ -195,7 +196,7 @@ class Projector:
         chunks: list[ChunkWork] = []
         ctx_id, gid = self._intern(ctx), self.group_id(groups)
         for kid, ks in keys:
-            ck = (kid, ctx_id, gid, layout.sharding, rec)
+            ck = (kid, ctx_id, gid, layout.sharding == "fsdp", rec)
             w = self._chunks.get(ck)
             if w is None:
                 w = chunk_work(ks, cost, *rec, op_sac=self.op_sac)
