@@ -34,8 +34,8 @@ def interrupt_after(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """Test hook: the checkpoint raises once it has written n candidates."""
     original = Checkpoint.append
 
-    def append(self: Checkpoint, entry: dict) -> None:
-        original(self, entry)
+    def append(self: Checkpoint, entry: dict, line: str | None = None) -> None:
+        original(self, entry, line)
         if entry["seq"] + 1 >= n:
             raise Interrupted()
 

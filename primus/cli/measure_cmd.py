@@ -66,17 +66,21 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto", show_default=True,
               help="Kernel dtype: auto is the job's bf16/fp16 on GPUs and fp32 on CPU (bf16 is emulated there).")
 @click.option("--hardware", default=None, help="The hardware entry this device is (default: detected from its name).")
+@click.option("--colocate", is_flag=True,
+              help="On CPU with --procs N: time every kernel in all N processes at once (a profile for N ranks "
+                   "sharing this host's caches and memory bandwidth).")
 @click.option("--no-memory-check", is_flag=True, help="Skip the activation-memory check of the measured layers.")
 @guarded
 def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budget_s: float, dtype: str,
-                hardware: str | None, no_memory_check: bool) -> None:
+                hardware: str | None, colocate: bool, no_memory_check: bool) -> None:
     """Measure the target's kernels (GEMMs, grouped expert GEMMs, attention, norms, activations, the
     optimizer step) and in-node collectives on this machine, within a time budget; write a profile.
 
     The target is the job's layout (free axes: the fastest legal completion). Each unique kernel shape
     of one rank is timed once, forward and backward (warm-up, repetitions, median), collectives at the
-    target's message sizes on up to --procs local processes. What the local devices cannot run
-    (inter-node collectives, groups larger than --procs, the pipeline schedule) is left to the
+    target's message sizes on up to --procs local processes; on CPU, one thread per process (with
+    --colocate, every kernel runs in all --procs processes at once). What the local devices cannot
+    run (inter-node collectives, groups larger than --procs, the pipeline schedule) is left to the
     analytic model at projection time: primus project JOB.yaml --profile PROFILE.
 
     Example: primus measure job.yaml --device cpu --procs 2 --budget-s 60 --out cpu.profile.json
@@ -93,7 +97,7 @@ def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budg
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     opt = MeasureOptions(device=device, procs=procs, budget_s=budget_s, dtype=dtype, hardware=hardware,
-                         memory_check=not no_memory_check)
+                         memory_check=not no_memory_check, colocate=colocate)
     err = stderr_console()
     res = run_measure(job, layout, out, opt, log=lambda s: err.print(f"[dim]{s}[/dim]"))
     comparison = _comparison(job, res.plan.layout, out)
@@ -110,13 +114,14 @@ def _print(res: MeasureResult, out: str, how: str, comparison: dict[str, Any] | 
     d = res.profile.device
     job = res.plan.job
     con.print(f"[bold]{job.model.name}: measured on {d.name} ({d.kind}, as {d.hardware}), torch {d.torch}, "
-              f"{d.dtype}" + (f", {d.threads} thread per process" if d.threads else "") + "[/bold]")
+              f"{d.dtype}" + (f", {d.threads} thread per process" if d.threads else "")
+              + (f", kernels timed in {d.colocated} processes at once" if d.colocated > 1 else "") + "[/bold]")
     con.print("target layout: " + " ".join(f"{k}={v}" for k, v in res.plan.layout.as_parallel().items())
               + f" ({how})")
     con.print(f"local devices: {res.downscale.devices}")
     for line in res.downscale.describe():
         con.print(f"  - {line}")
-    con.print(f"{len(res.plan.items)} calls: {res.measured} measured, {res.reused} reused from the profile, "
+    con.print(f"{res.items} calls: {res.measured} measured, {res.reused} reused from the profile, "
               f"{res.exact_zero} exact zeros, {sum(res.left.values())} left modelled; "
               f"{res.elapsed_s:.1f} s of the {res.profile.runs[-1]['budget_s']:g} s budget"
               + ("" if res.complete else " (budget spent: the rest is modelled)"))

@@ -209,7 +209,7 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
     doc["log"] = str(target / "audit.jsonl")
     if allowed_changes is not None:
         doc["allowed_changes"] = allowed_changes
-    write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs)
+    write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs, tuner.log.lines)
     checkpoint.discard()
     if fmt == "json":
         emit_json(doc)

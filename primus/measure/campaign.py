@@ -15,7 +15,7 @@ from __future__ import annotations
 import platform
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.measure.collectives import CollectiveSpec, measure_collectives
 from primus.measure.downscale import Downscale, downscale
-from primus.measure.kernels import KernelTimer, Unsupported, median
+from primus.measure.kernels import KernelBench, Unsupported, median
 from primus.measure.measured_profile import (
     DeviceInfo,
     Entry,
@@ -54,13 +54,22 @@ class MeasureOptions:
     hardware: str | None = None  # the hardware entry this device is (default: detected)
     memory_check: bool = True
     bound_bytes: int | None = None
+    target_s: float = 0.15  # repetitions per kernel: enough for ~this many seconds (3 to 25 of them)
+    colocate: bool = False  # on CPU with procs > 1: time every kernel in all processes at once
+
+    @property
+    def colocated(self) -> int:
+        """Processes that run each kernel at once: all of them on CPU (the ranks share this host's
+        cores, caches and memory bandwidth), one on GPUs (each rank has its own device)."""
+        return self.procs if self.device == "cpu" and self.colocate and self.procs > 1 else 1
 
 
 @dataclass
 class MeasureResult:
     profile: MeasuredProfile
-    plan: Plan
+    plan: Plan  # the first target's plan
     downscale: Downscale
+    items: int = 0  # distinct calls over every target
     measured: int = 0
     reused: int = 0
     exact_zero: int = 0
@@ -121,7 +130,7 @@ def device_info(opt: MeasureOptions, dtype: str, where: str) -> DeviceInfo:
     except OSError:
         pass
     return DeviceInfo("cpu", name, opt.hardware or "cpu", torch.__version__,
-                      str(DTYPES[dtype]).removeprefix("torch."), 1, opt.procs)
+                      str(DTYPES[dtype]).removeprefix("torch."), 1, opt.procs, opt.colocated)
 
 
 def _open_profile(out: Path, device: DeviceInfo) -> MeasuredProfile:
@@ -147,31 +156,47 @@ def _entry(item: PlanItem, runs: list[tuple[Recipe, int, list[float], float, str
 
 
 def run_measure(job: Job, layout: Layout, out: str | Path, opt: MeasureOptions,
-                log: Callable[[str], None] = lambda s: None) -> MeasureResult:
-    """Measure what `out` does not hold yet of the target (job, layout) and save it to `out`."""
+                log: Callable[[str], None] = lambda s: None, also: Sequence[tuple[Job, Layout]] = ()) -> MeasureResult:
+    """Measure what `out` does not hold yet of the target (job, layout) — and of the `also` targets, in
+    the same campaign (one start of the collective processes, one budget) — and save it to `out`.
+    The downscale and the memory check are the first target's."""
     start = time.monotonic()
     deadline = start + opt.budget_s
     threads = torch.get_num_threads()
     if opt.device == "cpu":
         torch.set_num_threads(1)  # one "device" = one process with one thread (stated in the profile)
     try:
-        return _run(job, layout, Path(out), opt, start, deadline, log)
+        return _run(job, layout, list(also), Path(out), opt, start, deadline, log)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(job: Job, layout: Layout, out: Path, opt: MeasureOptions, start: float, deadline: float,
-         log: Callable[[str], None]) -> MeasureResult:
+def _merged(plans: list[Plan]) -> list[PlanItem]:
+    """Every distinct call of the plans once, most projected seconds first (priorities add up)."""
+    merged: dict[object, PlanItem] = {}
+    for plan in plans:
+        for item in plan.items:
+            seen = merged.get(item.call)
+            merged[item.call] = item if seen is None else \
+                PlanItem(seen.call, seen.recipes, seen.analytic_s, seen.priority + item.priority, seen.skip)
+    return sorted(merged.values(), key=lambda i: -i.priority)
+
+
+def _run(job: Job, layout: Layout, also: list[tuple[Job, Layout]], out: Path, opt: MeasureOptions, start: float,
+         deadline: float, log: Callable[[str], None]) -> MeasureResult:
     dtype = measure_dtype(opt, job)
     device = device_info(opt, dtype, job.where)
     prof = _open_profile(out, device)
-    plan = build_plan(job, layout, procs=opt.procs, device_kind=opt.device,
-                      has_fp8=hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"))
+    fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    plans = [build_plan(j, lay, procs=opt.procs, device_kind=opt.device, has_fp8=fp8)
+             for j, lay in [(job, layout), *also]]
+    plan = plans[0]
     ds = downscale(job.model, plan.layout, opt.procs)
-    res = MeasureResult(prof, plan, ds)
+    items = _merged(plans)
+    res = MeasureResult(prof, plan, ds, len(items))
     bound = opt.bound_bytes or BOUND[opt.device]
     pending: list[PlanItem] = []
-    for item in plan.by_priority():
+    for item in items:
         if prof.has(item.call):
             res.reused += 1
         elif item.trivial:
@@ -181,7 +206,7 @@ def _run(job: Job, layout: Layout, out: Path, opt: MeasureOptions, start: float,
             res.left[item.skip] += 1
         else:
             pending.append(item)
-    log(f"{len(plan.items)} calls: {res.reused} already in the profile, {len(pending)} to measure, "
+    log(f"{len(items)} calls: {res.reused} already in the profile, {len(pending)} to measure, "
         f"{sum(res.left.values())} not measurable here")
 
     colls = [i for i in pending if i.is_collective]
@@ -209,27 +234,11 @@ def _run(job: Job, layout: Layout, out: Path, opt: MeasureOptions, start: float,
                 else:
                     res.left["collective workers failed: modelled" if err else BUDGET] += 1
 
-    timer = KernelTimer(opt.device, DTYPES[dtype], bound)
-    cache: dict[Recipe, tuple[list[float], float, str]] = {}
-    for item in (i for i in pending if not i.is_collective):
-        if time.monotonic() + 3 * max(item.analytic_s, 1e-4) > deadline:
-            res.left[BUDGET] += 1
-            continue
-        runs = []
-        try:
-            for recipe, n in item.recipes:
-                if recipe not in cache:
-                    cache[recipe] = timer.time_recipe(recipe, deadline)
-                samples, scale, note = cache[recipe]
-                runs.append((recipe, n, samples, scale, note))
-        except Unsupported as exc:
-            res.left[f"{exc}: modelled"] += 1
-            continue
-        prof.add(_entry(item, runs))
-        res.measured += 1
-    del timer, cache
-    if opt.device == "cuda":
-        torch.cuda.empty_cache()
+    kernels = [i for i in pending if not i.is_collective]
+    if opt.colocated > 1:
+        _colocated_kernels(kernels, prof, res, opt, dtype, bound, deadline, log)
+    else:
+        _kernels(kernels, prof, res, opt, dtype, bound, deadline)
 
     if opt.memory_check:
         if time.monotonic() < deadline:
@@ -244,21 +253,79 @@ def _run(job: Job, layout: Layout, out: Path, opt: MeasureOptions, start: float,
         else:
             res.memory_skipped.append("budget spent before the memory check")
     res.elapsed_s = time.monotonic() - start
-    prof.runs.append(_record(job, res, opt))
+    prof.runs.append(_record(job, res, opt, also))
     prof.save(out)
     return res
 
 
-def _record(job: Job, res: MeasureResult, opt: MeasureOptions) -> dict[str, Any]:
+def _job_summary(job: Job) -> dict[str, Any]:
     spec = job.spec
+    return {"where": job.where, "model": job.model.name, "hardware": job.cluster.name, "gpus": job.num_gpus,
+            "seq_len": spec.seq_len, "global_batch_size": spec.global_batch_size, "precision": spec.precision}
+
+
+def _kernels(items: list[PlanItem], prof: MeasuredProfile, res: MeasureResult, opt: MeasureOptions, dtype: str,
+             bound: int, deadline: float) -> None:
+    """Time the kernels in this process, most projected seconds first, until the deadline."""
+    bench = KernelBench(opt.device, DTYPES[dtype], bound, opt.target_s)
+    cache: dict[Recipe, tuple[list[float], float, str]] = {}
+    for item in items:
+        if time.monotonic() + 3 * max(item.analytic_s, 1e-4) > deadline:
+            res.left[BUDGET] += 1
+            continue
+        runs = []
+        try:
+            for recipe, n in item.recipes:
+                if recipe not in cache:
+                    cache[recipe] = bench.time_recipe(recipe, deadline)
+                samples, scale, note = cache[recipe]
+                runs.append((recipe, n, samples, scale, note))
+        except Unsupported as exc:
+            res.left[f"{exc}: modelled"] += 1
+            continue
+        prof.add(_entry(item, runs))
+        res.measured += 1
+    del bench, cache
+    if opt.device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _colocated_kernels(items: list[PlanItem], prof: MeasuredProfile, res: MeasureResult, opt: MeasureOptions,
+                       dtype: str, bound: int, deadline: float, log: Callable[[str], None]) -> None:
+    """Time the kernels in all `procs` CPU processes at once (`primus.measure.colocated`)."""
+    from primus.measure.colocated import measure_colocated
+
+    recipes = list(dict.fromkeys(r for i in items for r, _ in i.recipes))
+    left_s = deadline - time.monotonic()
+    if left_s < SPAWN_S["cpu"]:
+        res.left[BUDGET] += len(items)
+        return
+    log(f"kernels: {len(recipes)} recipes, each run by {opt.colocated} processes at once")
+    got, err = measure_colocated(recipes, opt.colocated, DTYPES[dtype], bound, opt.target_s, left_s)
+    if err:
+        res.notes.append(err)
+    for item in items:
+        results = [got.get(r) for r, _ in item.recipes]
+        failed = next((x for x in results if isinstance(x, str)), None)
+        if failed is not None:
+            res.left[f"{failed}: modelled"] += 1
+        elif any(x is None for x in results):
+            res.left["co-located kernel workers failed: modelled" if err else BUDGET] += 1
+        else:
+            prof.add(_entry(item, [(r, n, *x) for (r, n), x in zip(item.recipes, results, strict=True)
+                                   if not isinstance(x, str) and x is not None]))
+            res.measured += 1
+
+
+def _record(job: Job, res: MeasureResult, opt: MeasureOptions, also: list[tuple[Job, Layout]]) -> dict[str, Any]:
     return {
         "date": now(),
-        "job": {"where": job.where, "model": job.model.name, "hardware": job.cluster.name, "gpus": job.num_gpus,
-                "seq_len": spec.seq_len, "global_batch_size": spec.global_batch_size, "precision": spec.precision},
+        "job": _job_summary(job),
+        "also": [{**_job_summary(j), "layout": lay.as_parallel()} for j, lay in also],
         "layout": res.plan.layout.as_parallel(),
         "downscale": res.downscale.to_json(),
         "budget_s": opt.budget_s, "elapsed_s": round(res.elapsed_s, 3), "procs": opt.procs,
-        "calls": len(res.plan.items), "measured": res.measured, "reused": res.reused, "exact_zero": res.exact_zero,
+        "calls": res.items, "measured": res.measured, "reused": res.reused, "exact_zero": res.exact_zero,
         "left_modelled": dict(res.left), "complete": res.complete, "notes": res.notes,
         "memory_skipped": res.memory_skipped,
     }

@@ -84,29 +84,17 @@ def _op(kind: str, nbytes: int, size: int, rank: int, group: Any, device: torch.
     raise ValueError(f"unknown collective {kind!r}")
 
 
-def _worker(rank: int, procs: int, port: int, device_kind: str, specs: list[dict[str, Any]], bound: int,
-            deadline: float, out_path: str) -> None:
+def _worker(rank: int, cfg: dict[str, Any]) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
-    if device_kind == "cpu":
-        torch.set_num_threads(1)
-        device = torch.device("cpu")
-        backend = "gloo"
-    else:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
-        backend = "nccl"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=procs,
-                            timeout=timedelta(seconds=120))
+    device = init_workers(rank, cfg)
+    procs, bound, deadline = cfg["procs"], cfg["bound"], cfg["deadline"]
     groups: dict[int, Any] = {procs: None}
     results: dict[str, Any] = {}
-    flag = torch.zeros(1, device=device)
-    for spec in specs:
+    for spec in cfg["specs"]:
         size = int(spec["size"])
         if size not in groups:  # every rank must take part in creating a sub-group
             groups[size] = dist.new_group(list(range(size)))
-        flag.fill_(1.0 if rank != 0 or time.time() < deadline else 0.0)
-        dist.broadcast(flag, 0)
-        if flag.item() == 0.0:
+        if not rank0_decides(rank, time.time() < deadline, device):
             break
         nbytes = int(spec["nbytes"])
         run = min(nbytes, bound)
@@ -134,29 +122,23 @@ def _worker(rank: int, procs: int, port: int, device_kind: str, specs: list[dict
         results[spec["key"]] = {"samples": samples, "scale": nbytes / run, "ran_bytes": run}
     dist.barrier()
     if rank == 0:
-        Path(out_path).write_text(json.dumps(results))
+        Path(cfg["out"]).write_text(json.dumps(results))
     dist.destroy_process_group()
 
 
-def measure_collectives(specs: list[CollectiveSpec], procs: int, device_kind: str, budget_s: float,
-                        bound: int) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """Samples per spec key (and the linear scale applied), plus an error line if the workers failed.
-    Specs cut by the deadline are simply absent from the result.
-
-    Workers are separate interpreters (`python -m primus.measure.collectives`), not multiprocessing
-    children, so this works from any caller (a CLI, a test runner, a script read from stdin)."""
-    if not specs or procs < 2:
-        return {}, None
-    with tempfile.TemporaryDirectory(prefix="primus-coll-") as tmp:
+def spawn_workers(module: str, cfg: dict[str, Any], procs: int, device_kind: str, budget_s: float
+                  ) -> tuple[Any, str | None]:
+    """Run `python -m module ARGS RANK` for each rank, wait (budget + a margin for start-up), and return
+    what rank 0 wrote to cfg["out"] (JSON), or an error line. Workers are separate interpreters, not
+    multiprocessing children, so this works from any caller (a CLI, a test runner, a script on stdin);
+    they get a wall-clock deadline, so their start-up (importing torch) counts against the budget."""
+    with tempfile.TemporaryDirectory(prefix="primus-workers-") as tmp:
         out = os.path.join(tmp, "rank0.json")
         args = os.path.join(tmp, "args.json")
-        # a wall-clock deadline, so the start-up (each worker imports torch) counts against the budget
-        Path(args).write_text(json.dumps({
-            "procs": procs, "port": _free_port(), "device": device_kind, "bound": bound,
-            "deadline": time.time() + budget_s, "out": out,
-            "specs": [{"key": s.key, "kind": s.kind, "nbytes": s.nbytes, "size": s.size} for s in specs]}))
+        Path(args).write_text(json.dumps({**cfg, "procs": procs, "port": _free_port(), "device": device_kind,
+                                          "deadline": time.time() + budget_s, "out": out}))
         env = dict(os.environ, OMP_NUM_THREADS="1") if device_kind == "cpu" else dict(os.environ)
-        workers = [subprocess.Popen([sys.executable, "-m", "primus.measure.collectives", args, str(r)],
+        workers = [subprocess.Popen([sys.executable, "-m", module, args, str(r)],
                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                    for r in range(procs)]
         limit = time.monotonic() + budget_s + 180.0
@@ -171,15 +153,47 @@ def measure_collectives(specs: list[CollectiveSpec], procs: int, device_kind: st
                 lines = (err or b"").decode(errors="replace").strip().splitlines()
                 errors.append(lines[-1] if lines else f"exit {w.returncode}")
         if errors or not os.path.exists(out):
-            why = "; ".join(errors)[:300] or "no result"
-            return {}, f"collective workers failed ({why}); collectives left modelled"
+            return None, "; ".join(errors)[:300] or "no result"
         return json.loads(Path(out).read_text()), None
+
+
+def init_workers(rank: int, cfg: dict[str, Any]) -> torch.device:
+    """A worker's process group (gloo on CPU with one torch thread, NCCL on its own GPU otherwise)."""
+    if cfg["device"] == "cpu":
+        torch.set_num_threads(1)
+        device, backend = torch.device("cpu"), "gloo"
+    else:
+        torch.cuda.set_device(rank)
+        device, backend = torch.device("cuda", rank), "nccl"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank,
+                            world_size=cfg["procs"], timeout=timedelta(seconds=120))
+    return device
+
+
+def rank0_decides(rank: int, ok: bool, device: torch.device) -> bool:
+    """Rank 0's decision (e.g. "time is left"), the same on every rank, so all run the same list."""
+    flag = torch.tensor([1.0 if rank != 0 or ok else 0.0], device=device)
+    dist.broadcast(flag, 0)
+    return bool(flag.item())
+
+
+def measure_collectives(specs: list[CollectiveSpec], procs: int, device_kind: str, budget_s: float,
+                        bound: int) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Samples per spec key (and the linear scale applied), plus an error line if the workers failed.
+    Specs cut by the deadline are simply absent from the result."""
+    if not specs or procs < 2:
+        return {}, None
+    payload = {"bound": bound, "specs": [{"key": s.key, "kind": s.kind, "nbytes": s.nbytes, "size": s.size}
+                                         for s in specs]}
+    got, err = spawn_workers("primus.measure.collectives", payload, procs, device_kind, budget_s)
+    if err is not None:
+        return {}, f"collective workers failed ({err}); collectives left modelled"
+    return dict(got), None
 
 
 def _main(argv: list[str]) -> None:
     cfg = json.loads(Path(argv[0]).read_text())
-    _worker(int(argv[1]), cfg["procs"], cfg["port"], cfg["device"], cfg["specs"], cfg["bound"], cfg["deadline"],
-            cfg["out"])
+    _worker(int(argv[1]), cfg)
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ class Unsupported(Exception):
     """This recipe cannot run on this device / torch build; the message says why (it stays modelled)."""
 
 
-class KernelTimer:
-    """Prepares and times recipes on one device in one dtype."""
+class KernelBench:
+    """Prepares and times recipes on one device in one dtype (not the projection's KernelTimer protocol:
+    this one runs torch kernels; that one answers calls with seconds)."""
 
     def __init__(self, device: str, dtype: torch.dtype, bound_bytes: int, target_s: float = 0.15) -> None:
         self.device = torch.device(device)
@@ -137,7 +138,6 @@ class KernelTimer:
             for _ in range(count):  # a grouped FP8 GEMM as `count` launches
                 torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-        run()
         return Prepared(run)
 
     def _r_attention(self, r: Recipe) -> Prepared:

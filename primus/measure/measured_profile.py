@@ -109,10 +109,19 @@ def call_from_dict(data: Mapping[str, Any], where: str) -> Call:
     raise InputError(where, "type", f"unknown call type {kind!r}; expected gemm, attention, memory or collective")
 
 
+def _text(value: Any) -> str:
+    """A field as key text; equal numbers give equal text (calls compare 2 == 2.0, so must their keys)."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def call_key(call: Call, dtype: str) -> str:
     """A stable, readable key: the call's fields in a fixed order, and the dtype it was measured in."""
     d = call_to_dict(call)
-    body = " ".join(f"{k}={d[k]!r}" if isinstance(d[k], str) else f"{k}={d[k]}" for k in d if k != "type")
+    body = " ".join(f"{k}={_text(d[k])}" for k in d if k != "type")
     return f"{d['type']} {body} dtype={dtype}"
 
 
@@ -129,10 +138,11 @@ class DeviceInfo:
     dtype: str  # torch dtype the kernels ran in (float32 on CPU, see docs/measurement.md)
     threads: int | None  # torch threads per process on CPU (one "device" = one process, one thread)
     procs: int  # processes the collectives ran across
+    colocated: int = 1  # processes that ran every kernel at once (CPU ranks sharing this host), else 1
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "hardware": self.hardware, "torch": self.torch,
-                "dtype": self.dtype, "threads": self.threads, "procs": self.procs}
+                "dtype": self.dtype, "threads": self.threads, "procs": self.procs, "colocated": self.colocated}
 
     @staticmethod
     def from_json(data: Any, where: str) -> DeviceInfo:
@@ -144,16 +154,20 @@ class DeviceInfo:
         threads = data.get("threads")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InputError(where, "device.threads", "must be a positive integer or null")
-        procs = data.get("procs")
-        if not isinstance(procs, int) or procs < 1:
-            raise InputError(where, "device.procs", "must be a positive integer")
-        return DeviceInfo(data["kind"], data["name"], data["hardware"], data["torch"], data["dtype"], threads, procs)
+        counts: dict[str, int] = {}
+        for key, default in (("procs", None), ("colocated", 1)):
+            value = data.get(key, default)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(where, f"device.{key}", "must be a positive integer")
+            counts[key] = value
+        return DeviceInfo(data["kind"], data["name"], data["hardware"], data["torch"], data["dtype"], threads,
+                          counts["procs"], counts["colocated"])
 
     def same_device(self, other: DeviceInfo) -> bool:
         """Whether numbers from `other` may be merged with these (processes may differ: they only
-        bound which collective groups could be measured)."""
-        return (self.kind, self.name, self.hardware, self.dtype, self.threads) == \
-            (other.kind, other.name, other.hardware, other.dtype, other.threads)
+        bound which collective groups could be measured; co-location changes every kernel's time)."""
+        return (self.kind, self.name, self.hardware, self.dtype, self.threads, self.colocated) == \
+            (other.kind, other.name, other.hardware, other.dtype, other.threads, other.colocated)
 
 
 @dataclass(frozen=True)
@@ -204,12 +218,21 @@ class MeasuredProfile:
                 "entries": len(self.entries), "by_type": kinds,
                 "complete": all(r.get("complete", False) for r in self.runs) if self.runs else False}
 
+    def mismatch(self, cluster: ClusterSpec) -> str | None:
+        """A warning line when this profile was measured on another device than `cluster`'s, else None."""
+        want = base_hardware(cluster.name)
+        if self.device.hardware == want:
+            return None
+        return (f"measured profile is from {self.device.name} ({self.device.hardware}) but the job runs on {want}: "
+                "its measured times describe the other device")
+
     def describe(self) -> str:
         s = self.summary()
         d = self.device
         parts = ", ".join(f"{n} {t}" for t, n in sorted(s["by_type"].items()))
+        where = f", kernels timed with {d.colocated} processes at once" if d.colocated > 1 else ""
         return (f"measured profile {self.path or '(in memory)'}: {d.name} as {d.hardware}, torch {d.torch}, "
-                f"{d.dtype}, {s['entries']} calls ({parts}); calls it does not hold are modelled")
+                f"{d.dtype}{where}, {s['entries']} calls ({parts}); calls it does not hold are modelled")
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "device": self.device.to_json(), "created": self.created,
@@ -333,8 +356,7 @@ def rescale(prof: MeasuredProfile, source: ClusterSpec, target: ClusterSpec, cal
     """
     src = AnalyticTimer(source, calibration)
     dst = AnalyticTimer(target, calibration)
-    device = DeviceInfo(prof.device.kind, prof.device.name, base_hardware(target.name), prof.device.torch,
-                        prof.device.dtype, prof.device.threads, prof.device.procs)
+    device = DeviceInfo(**{**prof.device.__dict__, "hardware": base_hardware(target.name)})
     out = MeasuredProfile(device, prof.created, runs=list(prof.runs), memory=list(prof.memory))
     note = {"from": base_hardware(source.name), "to": base_hardware(target.name),
             "rule": "× analytic(target) / analytic(source), same calibration profile (datasheet ratio)"}

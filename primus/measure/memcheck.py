@@ -61,7 +61,8 @@ def layer_kinds(model: ModelSpec) -> list[str]:
 def _cuda_row(model: ModelSpec, kind: str, seq: int, mbs: int, device: torch.device) -> MemoryRow:
     dtype = torch.bfloat16
     torch.cuda.synchronize(device)
-    layer = ReferenceLayer(model, kind, moe_probs="activation", dtype=dtype).to(device)
+    with device:  # build the weights on the GPU directly (initialising billions of them on the host is slow)
+        layer = ReferenceLayer(model, kind, moe_probs="activation", dtype=dtype)
     rope = None
     if model.position_embedding_type == "rope":
         rope = tuple(t.to(device) for t in rope_tables(seq, model.head_dim, dtype))

@@ -118,10 +118,10 @@ class Checkpoint:
 
     # ---- writing ----
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: dict[str, Any], line: str | None = None) -> None:
         if entry["seq"] < self.recorded or self._audit is None:
             return
-        self._audit.write(dumps_line(entry))
+        self._audit.write(line if line is not None else dumps_line(entry))
 
     def record_llm(self, call: dict[str, Any]) -> None:
         """One LLM call, written through at once (calls are few and cost money to repeat)."""

@@ -67,10 +67,14 @@ def render(run: RunDir) -> dict[str, str]:
     return out
 
 
-def write_report(root: Path) -> list[Path]:
+def write_report(root: Path, entries: list[dict[str, Any]] | None = None) -> list[Path]:
     """Render the report of the run directory `root` into it. Each file is written to a temporary name
-    and renamed, so a reader never sees half a file; returns the paths written."""
-    files = render(RunDir.open(root))
+    and renamed, so a reader never sees half a file; returns the paths written. `entries`, when given,
+    are the audit lines just written there (saves reading them back; JSON round-trips them exactly)."""
+    run = RunDir.open(root)
+    if entries is not None:
+        run._entries = entries
+    files = render(run)
     written = []
     for rel, text in files.items():
         path = root / rel

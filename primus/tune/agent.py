@@ -21,7 +21,7 @@ from primus.job import Job
 from primus.parallel import Layout, normalise
 from primus.projection import BREAKDOWN_ORDER, Projector
 from primus.projection.profile import Profile, load_profile
-from primus.report.audit import Checkpoint
+from primus.report.audit import Checkpoint, dumps_line
 from primus.rules.model import Rule
 from primus.tune.investigate import Investigation
 from primus.tune.llm import CallOutcome, LlmClient, LlmSettings
@@ -55,7 +55,8 @@ class SearchLog:
     entries: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     round: int = 0
-    sink: Callable[[dict[str, Any]], None] | None = None
+    sink: Callable[[dict[str, Any], str], None] | None = None
+    lines: list[str] = field(default_factory=list)  # each entry serialised once, for the checkpoint and the file
 
     def candidate(self, proposer: str, layout: Layout, scored: Scored | None, violated: Sequence[str] = ()) -> None:
         entry: dict[str, Any] = {"seq": len(self.entries), "round": self.round, "proposer": proposer,
@@ -66,8 +67,10 @@ class SearchLog:
             entry.update(tokens_per_s_per_gpu=scored.tokens_per_s_per_gpu, step_time_s=scored.step_time_s,
                          peak_bytes=scored.peak_bytes, breakdown=scored.breakdown)
         self.entries.append(entry)
+        line = dumps_line(entry)
+        self.lines.append(line)
         if self.sink is not None:
-            self.sink(entry)
+            self.sink(entry, line)
 
     def event(self, kind: str, **info: Any) -> None:
         self.events.append({"round": self.round, "kind": kind, "seq": len(self.entries), **info})

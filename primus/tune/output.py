@@ -42,7 +42,7 @@ def versions() -> dict[str, str]:
 
 
 def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str, Any]],
-                  transcripts: list[str], inputs: dict[str, str]) -> None:
+                  transcripts: list[str], inputs: dict[str, str], lines: list[str] | None = None) -> None:
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -50,7 +50,7 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
     try:
         _dump(tmp / "result.json", json.dumps(result, indent=1, sort_keys=False) + "\n")
         with (tmp / "audit.jsonl").open("w", encoding="utf-8") as fh:
-            fh.writelines(dumps_line(entry) for entry in entries)
+            fh.writelines(lines if lines is not None else (dumps_line(entry) for entry in entries))
         for i, text in enumerate(transcripts, start=1):
             _dump(tmp / "llm" / f"call-{i:03d}.json", text + "\n")
         sums = []
@@ -61,7 +61,7 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
         _dump(tmp / "versions.json", json.dumps(versions(), indent=1, sort_keys=True) + "\n")
         from primus.report.render import write_report
 
-        write_report(tmp)
+        write_report(tmp, entries)
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old")
             if old.exists():
