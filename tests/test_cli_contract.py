@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,9 +24,11 @@ def test_models_show_json_gives_llama31_70b_total_exactly(run_cli):
     assert isinstance(doc["active_params"], int)
 
 
-@pytest.mark.skipif(shutil.which("primus") is None, reason="console script not on PATH (not installed)")
 def test_console_script_prints_total_params():
-    out = subprocess.run(["primus", "models", "show", "llama3.1-70b", "--format", "json"], capture_output=True,
+    # the script pip installed beside this interpreter (a venv need not be activated)
+    script = Path(sys.executable).parent / "primus"
+    exe = str(script) if script.exists() else shutil.which("primus") or "primus"
+    out = subprocess.run([exe, "models", "show", "llama3.1-70b", "--format", "json"], capture_output=True,
                          text=True, check=True).stdout
     assert '"total_params": 70553706496' in out
 

@@ -26,14 +26,19 @@ def ctx(m: ModelSpec, *, tp: int = 1, cp: int = 1, sp: bool = False, ep: int = 1
     return OpContext(act, ep, m.padded_vocab_size(tp), precision != "bf16")
 
 
-@pytest.mark.parametrize("name", ["llama3.1-70b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b"])
-@pytest.mark.parametrize(("tp", "ep", "etp"), [(1, 1, 1), (2, 2, 1), (4, 8, 2), (8, 8, 1)])
+# Megatron needs num_query_groups divisible by TP: qwen3-30b-a3b (4 query groups) stops at TP 4
+GEMM_CASES = [(name, tp, ep, etp)
+              for name in ("llama3.1-70b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b")
+              for tp, ep, etp in ((1, 1, 1), (2, 2, 1), (4, 8, 2), (8, 8, 1))
+              if not (name == "qwen3-30b-a3b" and tp == 8)]
+
+
+@pytest.mark.parametrize(("name", "tp", "ep", "etp"), GEMM_CASES)
 def test_gemm_weights_equal_the_parameter_counter(name: str, tp: int, ep: int, etp: int) -> None:
     m = model(name)
     if not m.is_moe:
         ep = etp = 1
-    if not m.multi_latent_attention and m.query_groups % tp:
-        pytest.skip("Megatron needs num_query_groups divisible by TP")
+    assert m.multi_latent_attention or m.query_groups % tp == 0
     pu = param_units(m, tp, ep, etp)
     c = ctx(m, tp=tp, sp=tp > 1, ep=ep, etp=etp)
     if m.has_dense_layers:

@@ -8,6 +8,7 @@ from primus import __version__
 from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
 from primus.cli.fidelity_cmds import calibrate_cmd, validate_cmd
 from primus.cli.launch_cmds import export_cmd, import_cmd
+from primus.cli.measure_cmd import measure_cmd
 from primus.cli.memory_cmd import memory_cmd
 from primus.cli.project_cmd import project_cmd
 from primus.cli.report_cmds import audit_group, report_cmd
@@ -35,6 +36,7 @@ cli.add_command(enumerate_cmd)
 schema_group.add_command(schema_rule)
 cli.add_command(trace_cmd)
 cli.add_command(project_cmd)
+cli.add_command(measure_cmd)
 cli.add_command(tune_cmd)
 cli.add_command(export_cmd)
 cli.add_command(import_cmd)

@@ -7,11 +7,13 @@ from typing import Any
 import click
 
 from primus.cli.common import Negative, format_option, guarded
+from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.output import emit_json, gib, stdout_console, table
 from primus.fidelity.errorbars import ErrorBar, error_bar
-from primus.job import Job, load_job
-from primus.projection import BREAKDOWN_ORDER, NothingFits, Projection, complete_and_project, load_profile
-from primus.projection.report import FLOP_CONVENTION
+from primus.job import Job
+from primus.measure.measured_profile import MeasuredProfile, resolve_profile_option
+from primus.projection import BREAKDOWN_ORDER, NothingFits, Projection, complete_and_project
+from primus.projection.report import FLOP_CONVENTION, tflops_text
 
 ALWAYS = ("gemm", "attention", "memory_bound", "bubble", "optimizer")
 
@@ -25,7 +27,13 @@ def with_uncertainty(doc: dict[str, Any], bar: ErrorBar) -> dict[str, Any]:
     return {**doc, "uncertainty_pct": bar.pct, "uncertainty_basis": bar.basis, "uncertainty_fitted": bar.fitted}
 
 
-def print_projection(p: Projection, title: str, bar: ErrorBar | None = None) -> None:
+def measured_note(prof: MeasuredProfile, job: Job) -> dict[str, Any]:
+    """What the JSON says about a measured profile: its device, and whether it is another device."""
+    return {**prof.summary(), "mismatch": prof.mismatch(job.cluster)}
+
+
+def print_projection(p: Projection, title: str, bar: ErrorBar | None = None,
+                     measured: MeasuredProfile | None = None, job: Job | None = None) -> None:
     con = stdout_console()
     par = p.layout.as_parallel()
     con.print(f"[bold]{title}[/bold]")
@@ -34,9 +42,14 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None) -> 
         con.print(f"completion: {p.completion}")
     pm = f" {bar.text()}" if bar is not None else ""
     con.print(f"step time {p.step_time_s:,.3f} s | {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU{pm} | "
-              f"{p.model_tflops_per_gpu:,.0f} model TFLOP/s/GPU | MFU {p.mfu * 100:.1f}%")
+              f"{tflops_text(p.model_tflops_per_gpu)} model TFLOP/s/GPU | MFU {p.mfu * 100:.1f}%")
     if bar is not None:
         con.print(f"uncertainty {bar.text()}: {bar.basis}")
+    if measured is not None:
+        con.print(measured.describe())
+        mismatch = measured.mismatch(job.cluster) if job is not None else None
+        if mismatch:
+            con.print(f"[yellow]warning:[/yellow] {mismatch} (--allow-device-mismatch)")
     con.print(f"peak memory {gib(p.peak_bytes)} of {gib(p.capacity_bytes)} capacity: "
               f"{'fits' if p.fits else 'DOES NOT FIT'}")
     rows = []
@@ -58,37 +71,49 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None) -> 
 
 
 @click.command("project")
-@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False))
+@launch_options
 @format_option("table", "json")
 @click.option("--profile", "profile_file", type=click.Path(dir_okay=False), default=None,
-              help="Calibration profile YAML (default: hardware/profiles/<hardware>.yaml).")
+              help="Calibration profile YAML (default: hardware/profiles/<hardware>.yaml), or a measured "
+                   "profile JSON written by `primus measure` (measured times where it has them).")
+@click.option("--allow-device-mismatch", "allow_device_mismatch", is_flag=True,
+              help="Use a measured profile taken on another device than the job's accelerator.")
 @guarded
-def project_cmd(job_file: str, fmt: str, profile_file: str | None) -> None:
+def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
+                launch_nodes: int | None, launch_gpus: int | None, fmt: str, profile_file: str | None,
+                allow_device_mismatch: bool) -> None:
     """Projected step time, tokens/s/GPU, model TFLOP/s/GPU, MFU and an exposed-time breakdown.
 
     Free parallel axes are completed with the fastest legal layout that fits (the output says which).
     Exit 1, with the reason, when no legal layout fits (a fully pinned layout is still projected).
 
+    With a measured profile (primus measure), the breakdown's source column says which terms are
+    measured and which are modelled (inter-node collectives, the pipeline schedule at the target).
+
+    JOB_FILE, or --from KIND FILE (megatron | primus | torchtitan launch config).
+
     Example: primus project examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = load_job(job_file)
-    profile = load_profile(job.cluster, profile_file)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
+    profile, timer, measured = resolve_profile_option(job.cluster, profile_file, allow_device_mismatch)
+    extra = {"measured_profile": measured_note(measured, job)} if measured is not None else {}
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
     bar = uncertainty(job)
     try:
-        p = complete_and_project(job, profile)
+        p = complete_and_project(job, profile, timer=timer)
     except NothingFits as exc:
         pinned = exc.projection
         if fmt == "json":
             doc = with_uncertainty(pinned.to_json(), bar) if pinned is not None else {}
-            emit_json({**doc, "fits": False, "reason": exc.reason})
+            emit_json({**doc, **extra, "fits": False, "reason": exc.reason})
         else:
             if pinned is not None:
-                print_projection(pinned, title, bar)
+                print_projection(pinned, title, bar, measured, job)
             stdout_console().print(f"nothing fits: {exc.reason}")
         raise Negative() from None
     if fmt == "json":
-        emit_json(with_uncertainty(p.to_json(), bar))
+        emit_json({**with_uncertainty(p.to_json(), bar), **extra})
     else:
-        print_projection(p, title, bar)
+        print_projection(p, title, bar, measured, job)

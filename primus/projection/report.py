@@ -15,6 +15,11 @@ FLOP_CONVENTION = ("model FLOPs in Megatron's convention: 6 per GEMM weight per 
                    "attention counted over the full sequence, recompute not counted")
 
 
+def tflops_text(tflops: float) -> str:
+    """Thousands separators for GPUs; three significant digits below 10 (a CPU's peak is about 0.05)."""
+    return f"{tflops:,.0f}" if tflops >= 10 else f"{tflops:.3g}"
+
+
 def peak_dtype(precision: str) -> str:
     """The dense peak MFU is measured against: the job's own precision (FP4 for nvfp4)."""
     return {"nvfp4": "fp4"}.get(precision, precision)
@@ -88,7 +93,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     peak = acc.peak_flops(PEAK_DTYPE[p.fmt]) / 1e12
     out = [
         f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
-        f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {peak:,.0f} TFLOP/s, half-efficiency at "
+        f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {tflops_text(peak)} TFLOP/s, half-efficiency at "
         f"{half:.3g} FLOPs; router and output layer in {p.high_fmt}",
     ]
     if spec.kernels.flash_attention:
@@ -129,7 +134,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     if layout.cp > 1:
         out.append("context parallel: ring attention (P2P KV exchange per step, pipelined with attention)")
     out.append(f"{FLOP_CONVENTION}; MFU against the dense {peak_dtype(spec.precision)} peak "
-               f"{p.peak_flops / 1e12:,.0f} TFLOP/s")
+               f"{tflops_text(p.peak_flops / 1e12)} TFLOP/s")
     out.append("peak memory from the byte ledger (primus memory)")
     return tuple(out)
 
