@@ -171,3 +171,18 @@ def test_job_or_launch_is_what_fit_memory_project_use() -> None:
         job_or_launch(None, None, None, None, None)
     with pytest.raises(InputError, match="go with --from only"):
         job_or_launch("job.yaml", None, "h100-80gb", None, None)
+
+
+def test_project_takes_a_published_launch_line() -> None:
+    # the same published H200 recipe as above (8 x H200, TP1 PP1 CP1, MBS 1, GBS 128, seq 8192), projected
+    # straight from its launch line: every axis is pinned by the script, so nothing is completed
+    import json
+
+    from primus.cli.project_cmd import project_cmd
+
+    result = CliRunner().invoke(project_cmd, ["--from", "megatron", str(H200_BF16), "--hardware", "h200",
+                                              "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["parallel"]["tp"] == 1 and doc["parallel"]["dp"] == 8 and doc["fits"]
+    assert doc["tokens_per_s_per_gpu"] > 0
