@@ -32,8 +32,15 @@ def measured_note(prof: MeasuredProfile, job: Job) -> dict[str, Any]:
     return {**prof.summary(), "mismatch": prof.mismatch(job.cluster)}
 
 
-def print_projection(p: Projection, title: str, bar: ErrorBar | None = None,
-                     measured: MeasuredProfile | None = None, job: Job | None = None) -> None:
+def measured_lines(note: dict[str, Any] | None, prof: MeasuredProfile | None) -> tuple[str, ...]:
+    """The same, as lines of the table output."""
+    if note is None or prof is None:
+        return ()
+    warning = (f"[yellow]warning:[/yellow] {note['mismatch']} (--allow-device-mismatch)",) if note["mismatch"] else ()
+    return (prof.describe(), *warning)
+
+
+def print_projection(p: Projection, title: str, bar: ErrorBar | None = None, notes: tuple[str, ...] = ()) -> None:
     con = stdout_console()
     par = p.layout.as_parallel()
     con.print(f"[bold]{title}[/bold]")
@@ -45,11 +52,8 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None,
               f"{tflops_text(p.model_tflops_per_gpu)} model TFLOP/s/GPU | MFU {p.mfu * 100:.1f}%")
     if bar is not None:
         con.print(f"uncertainty {bar.text()}: {bar.basis}")
-    if measured is not None:
-        con.print(measured.describe())
-        mismatch = measured.mismatch(job.cluster) if job is not None else None
-        if mismatch:
-            con.print(f"[yellow]warning:[/yellow] {mismatch} (--allow-device-mismatch)")
+    for line in notes:
+        con.print(line)
     con.print(f"peak memory {gib(p.peak_bytes)} of {gib(p.capacity_bytes)} capacity: "
               f"{'fits' if p.fits else 'DOES NOT FIT'}")
     rows = []
@@ -97,7 +101,9 @@ def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launc
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
     profile, timer, measured = resolve_profile_option(job.cluster, profile_file, allow_device_mismatch)
-    extra = {"measured_profile": measured_note(measured, job)} if measured is not None else {}
+    note = measured_note(measured, job) if measured is not None else None
+    extra = {"measured_profile": note} if note is not None else {}
+    notes = measured_lines(note, measured)
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
     bar = uncertainty(job)
@@ -110,10 +116,10 @@ def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launc
             emit_json({**doc, **extra, "fits": False, "reason": exc.reason})
         else:
             if pinned is not None:
-                print_projection(pinned, title, bar, measured, job)
+                print_projection(pinned, title, bar, notes)
             stdout_console().print(f"nothing fits: {exc.reason}")
         raise Negative() from None
     if fmt == "json":
         emit_json({**with_uncertainty(p.to_json(), bar), **extra})
     else:
-        print_projection(p, title, bar, measured, job)
+        print_projection(p, title, bar, notes)

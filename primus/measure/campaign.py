@@ -42,6 +42,7 @@ from primus.parallel import Layout
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BOUND = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}  # bounded buffers for memory-bound kernels and messages
 SPAWN_S = {"cpu": 8.0, "cuda": 20.0}  # starting processes (each imports torch) before any collective runs
+COLLECTIVE_SHARE = 0.5  # of the budget left, what the collectives may use when kernels still wait
 BUDGET = "budget spent: modelled"
 
 
@@ -213,7 +214,7 @@ def _run(job: Job, layout: Layout, also: list[tuple[Job, Layout]], out: Path, op
     if colls:
         left_s = deadline - time.monotonic()
         kernels_left = len(pending) - len(colls)
-        share = left_s if not kernels_left else 0.5 * left_s
+        share = left_s if not kernels_left else COLLECTIVE_SHARE * left_s
         if share < SPAWN_S[opt.device]:
             res.left[BUDGET] += len(colls)
             res.notes.append(f"no time left to start {opt.procs} processes for the collectives")

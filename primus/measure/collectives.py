@@ -36,6 +36,9 @@ import torch
 import torch.distributed as dist
 
 MIN_REPS, MAX_REPS = 3, 15
+REPS_TARGET_S = 0.2  # repetitions per collective: enough for about this many seconds, within the bounds above
+WORKER_GRACE_S = 180.0  # past the budget, how long the parent waits for workers (start-up, NCCL set-up)
+GROUP_TIMEOUT_S = 120  # torch.distributed's own timeout for a worker's collectives (a hang fails, not waits)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def _worker(rank: int, cfg: dict[str, Any]) -> None:
             if i >= 0:
                 samples.append(float(dt.item()) / (2 if spec["kind"] == "p2p" else 1))
                 if i == 0:
-                    reps = int(min(MAX_REPS, max(MIN_REPS, 0.2 / max(samples[0], 1e-6))))
+                    reps = int(min(MAX_REPS, max(MIN_REPS, REPS_TARGET_S / max(samples[0], 1e-6))))
             i += 1
         results[spec["key"]] = {"samples": samples, "scale": nbytes / run, "ran_bytes": run}
     dist.barrier()
@@ -141,7 +144,7 @@ def spawn_workers(module: str, cfg: dict[str, Any], procs: int, device_kind: str
         workers = [subprocess.Popen([sys.executable, "-m", module, args, str(r)],
                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                    for r in range(procs)]
-        limit = time.monotonic() + budget_s + 180.0
+        limit = time.monotonic() + budget_s + WORKER_GRACE_S
         errors: list[str] = []
         for w in workers:
             try:
@@ -166,7 +169,7 @@ def init_workers(rank: int, cfg: dict[str, Any]) -> torch.device:
         torch.cuda.set_device(rank)
         device, backend = torch.device("cuda", rank), "nccl"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank,
-                            world_size=cfg["procs"], timeout=timedelta(seconds=120))
+                            world_size=cfg["procs"], timeout=timedelta(seconds=GROUP_TIMEOUT_S))
     return device
 
 

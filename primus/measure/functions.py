@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd import Function
 
-_RECORDERS: list[SavedRecorder] = []
+# The recorders active in this context: set and reset by `recording()` only, so nothing outlives its block.
+_ACTIVE: ContextVar[tuple[SavedRecorder, ...]] = ContextVar("primus_saved_recorders", default=())
 
 
 class SavedRecorder:
@@ -60,11 +62,11 @@ class SavedRecorder:
 def recording() -> Iterator[SavedRecorder]:
     """Record the named saves of the functions in this module for the duration of the block."""
     rec = SavedRecorder()
-    _RECORDERS.append(rec)
+    token = _ACTIVE.set((*_ACTIVE.get(), rec))
     try:
         yield rec
     finally:
-        _RECORDERS.remove(rec)
+        _ACTIVE.reset(token)
 
 
 def save_named(ctx: Any, named: Sequence[tuple[str | None, Tensor | None]]) -> None:
@@ -72,7 +74,7 @@ def save_named(ctx: Any, named: Sequence[tuple[str | None, Tensor | None]]) -> N
     ctx.save_for_backward(*(t for _, t in named))
     for name, t in named:
         if name is not None and t is not None:
-            for rec in _RECORDERS:
+            for rec in _ACTIVE.get():
                 rec.add(name, t)
 
 
