@@ -18,7 +18,6 @@ can call it thousands of times.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -332,19 +331,10 @@ BREAKDOWN_ORDER: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recomp
                                     "ep_a2a", "host", "fsdp_comm", "pp_p2p", "bubble", "dp_grad_reduce",
                                     "dp_param_gather", "optimizer")
 
-_CACHE: dict[int, tuple[weakref.ref[Job], Profile | None, KernelTimer | None, Projector]] = {}
-
-
 def projector_for(job: Job, profile: Profile | None = None, timer: KernelTimer | None = None) -> Projector:
-    """A cached Projector for (job, profile, timer) — the same objects give the same projector."""
-    hit = _CACHE.get(id(job))
-    if hit is not None and hit[0]() is job and hit[1] is profile and hit[2] is timer:
-        return hit[3]
-    proj = Projector(job, profile, timer=timer)
-    if len(_CACHE) > 32:
-        _CACHE.clear()
-    _CACHE[id(job)] = (weakref.ref(job), profile, timer, proj)
-    return proj
+    """A Projector for (job, profile, timer). Callers that project many layouts of one job keep it: its
+    caches (block and chunk costs, per sharding) are what makes the second projection cheap."""
+    return Projector(job, profile, timer=timer)
 
 
 def project(job: Job, layout: Layout, profile: Profile | None = None, *, timer: KernelTimer | None = None,
