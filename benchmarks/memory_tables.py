@@ -9,10 +9,11 @@ checkpointing). The torch-trace table comes from benchmarks/trace_memory_table.p
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
+from primus.fidelity.jobs import build
+from primus.fidelity.runs import read_runs
 from primus.job import job_from_mapping
 from primus.memory.evaluate import MemoryModel, pinned_layout
 
@@ -67,27 +68,24 @@ def korthikanti_table() -> None:
 
 
 def measured_table() -> None:
+    """The complete published rows with a measured peak, each built exactly as `primus validate` builds it
+    (the source's rule for its release: framework, sharding, cross-entropy form)."""
     if not GT.exists():
         print("(ground truth not available)")
         return
-    print("| run | GPU | GPUs | layout | framework | primus peak GiB | measured GiB | error | fits |")
+    print("| run | GPU | GPUs | layout | loss | primus peak GiB | measured GiB | error | fits |")
     print("|---|---|---:|---|---|---:|---:|---:|---|")
-    for row in csv.DictReader(GT.open()):
-        if row["complete"] != "true" or not row["peak_memory_gib"]:
+    for row in read_runs(GT):
+        if not row.complete or row.measured_peak_gib is None:
             continue
-        framework = "torchtitan" if row["source"] == "torchtitan" else "megatron"
-        job = job_from_mapping({
-            "model": row["model"], "hardware": row["gpu"], "gpus": int(row["num_gpus"]),
-            "seq_len": int(row["seq_len"]), "global_batch_size": int(row["gbs"]), "precision": row["precision"],
-            "framework": framework,
-            "parallel": {"tp": int(row["tp"]), "pp": int(row["pp"]), "cp": int(row["cp"]), "mbs": int(row["mbs"]),
-                         "vp": int(row["vp"] or 1), "sp": row["sp"] == "true", "recompute": row["recompute"],
-                         "sharding": row["sharding"]}}, row["run_id"])
+        job = build(row).project
         report = MemoryModel(job).evaluate(pinned_layout(job))
         ours = report.peak_bytes / 2**30
-        meas = float(row["peak_memory_gib"])
+        meas = row.measured_peak_gib
+        k = job.spec.kernels
+        loss = "fused" if k.cross_entropy_fusion else "eager" if k.eager_cross_entropy else "in place"
         layout = f"TP{row['tp']} PP{row['pp']} CP{row['cp']} MBS{row['mbs']} {row['sharding']} {row['recompute']}"
-        print(f"| {row['run_id']} | {row['gpu']} | {row['num_gpus']} | {layout} | {framework} | {ours:.2f} | "
+        print(f"| {row.run_id} | {row['gpu']} | {row['num_gpus']} | {layout} | {loss} | {ours:.2f} | "
               f"{meas:.2f} | {100 * (ours / meas - 1):+.1f}% | {'yes' if report.fits else 'NO'} |")
 
 

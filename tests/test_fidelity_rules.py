@@ -37,6 +37,19 @@ def test_rules_set_the_framework_defaults_of_their_release() -> None:
     assert rule_for("mosaicml").stack == "pytorch-eager"
 
 
+def test_torchtitan_rows_get_the_rule_of_their_release() -> None:
+    # benchmarks/llama3_h100_202412_torchtitan.md ran torchtitan 9dec370 (2024-12-26), before PR #1033
+    # (2025-04-01) compiled the loss; llama3-8b_h200_202506_trainy-whitefiber.md ran e7c0cae (2025-06-13)
+    old = _row("TT-8B-128gpu-FSDP + torch.compile + Float8")
+    new = _row("TT-Trainy-H200-8B-8node")
+    assert (old.published, new.published) == ("2024-12", "2025-06")
+    assert rule_for(old.source, old.published).eager_cross_entropy
+    assert not rule_for(new.source, new.published).eager_cross_entropy
+    assert not rule_for("torchtitan").eager_cross_entropy  # undated: the current release
+    assert build(old).project.spec.kernels.eager_cross_entropy
+    assert not build(new).project.spec.kernels.eager_cross_entropy
+
+
 def _row(run_id: str):  # type: ignore[no-untyped-def]
     return next(r for r in read_runs(bundled_runs_path()) if r.run_id == run_id)
 

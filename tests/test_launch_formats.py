@@ -58,6 +58,8 @@ def test_published_torchtitan_llama3_70b_config() -> None:
     assert job.spec.global_batch_size == 64  # global -1 = local batch x DP
     assert 'optimizer.lr = 0.00015' in config.unmodelled and 'float8.filter_fqns = ["output"]' in config.unmodelled
     assert config.release == TORCHTITAN_RELEASE
+    # `[compile] enable=false`: the loss runs as eager F.cross_entropy, whose backward peak the ledger holds
+    assert job.spec.kernels.eager_cross_entropy
 
 
 def _toml(tmp_path: Path, body: str) -> Path:
@@ -86,6 +88,18 @@ def test_torchtitan_semantics(tmp_path: Path) -> None:
                             hardware="h100-80gb", gpus=8)
     assert (rowwise.job["precision"], rowwise.job["fp8_recipe"]) == ("fp8", "blockwise")
     assert rowwise.unmodelled == ()
+
+
+@pytest.mark.parametrize(("body", "eager"), [
+    ("", True),  # compile off by default
+    ("[compile]\nenable = true\n", False),  # components default to model and loss
+    ('[compile]\nenable = true\ncomponents = ["model"]\n', True),
+    ("[training]\ncompile = true\n", False),  # the v0.1 spelling
+])
+def test_torchtitan_loss_is_eager_unless_compiled(tmp_path: Path, body: str, eager: bool) -> None:
+    config = import_launch("torchtitan", _toml(tmp_path, body), hardware="h100-80gb", gpus=8)
+    assert config.job.get("kernels", {}).get("eager_cross_entropy", False) is eager
+    assert config.unmodelled == ()
 
 
 @pytest.mark.parametrize(("body", "message"), [

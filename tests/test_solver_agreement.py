@@ -27,6 +27,10 @@ JOBS = {
     "fp8-mla-mtp": {"model": {"base": "deepseek-v3", "num_layers": 8, "moe_layer_freq": "([0]*1+[1]*7)"},
                     "hardware": "h100-80gb", "nodes": 4, "seq_len": 4096, "global_batch_size": 64,
                     "precision": "fp8", "fp8_param_gather": True},
+    # the eager loss's backward transient (two fp32 logit tensors) competes with the layers' in the max
+    "torchtitan-eager-loss": {"model": "llama3.1-8b", "hardware": "h100-96gb-500w", "nodes": 2, "seq_len": 8192,
+                              "global_batch_size": 32, "framework": "torchtitan",
+                              "kernels": {"eager_cross_entropy": True}},
 }
 
 

@@ -59,15 +59,21 @@ class SourceRule:
     dispatcher_scaleup: str | None = None  # dispatcher on NVL72-class hardware (scale-up domain > 8 GPUs)
     flash_attention: bool = True
     cross_entropy_fusion: bool = False
+    eager_cross_entropy: bool = False  # PyTorch eager F.cross_entropy (loss not compiled)
+    released_before: str | None = None  # "YYYY-MM": the rule covers runs published before this month only
     etp_is_tp: bool = False  # expert TP left empty = TP (Megatron-Core's default before MB presets set 1)
     stack: str | None = None  # software stack (profile `stacks.<name>`); None = Megatron-Core + TE
     grad_reduce_overlap: bool = True
     param_gather_overlap: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    def matches(self, source: str) -> bool:
+    def matches(self, source: str, published: str | None = None) -> bool:
+        """Whether this rule is the one for `source` (name prefix) published in `published` ("YYYY-MM",
+        None when the row does not say): a release-bounded rule needs a date before its bound."""
         s = source.lower()
-        return any(s == p or s.startswith(p) for p in self.prefixes)
+        if not any(s == p or s.startswith(p) for p in self.prefixes):
+            return False
+        return self.released_before is None or (published is not None and published < self.released_before)
 
     def describe(self) -> str:
         """One line: what this rule assumes for unstated settings."""
@@ -81,7 +87,9 @@ class SourceRule:
                 f"{'on' if self.tp_comm_overlap else 'off'}; MoE dispatcher "
                 f"{disp}, all-to-all overlap {'on' if self.moe_a2a_overlap else 'off'}; flash attention "
                 f"{'on' if self.flash_attention else 'off'}; fused cross-entropy "
-                f"{'on' if self.cross_entropy_fusion else 'off'}; expert TP {'= TP' if self.etp_is_tp else '1'}; "
+                f"{'on' if self.cross_entropy_fusion else 'off'}"
+                + ("; eager (uncompiled) PyTorch cross-entropy" if self.eager_cross_entropy else "")
+                + f"; expert TP {'= TP' if self.etp_is_tp else '1'}; "
                 "kernels "
                 f"{self.stack or 'Megatron-Core + Transformer Engine'}")
 
@@ -93,7 +101,8 @@ class SourceRule:
                           "exp_avg_dtype": self.state_dtype, "exp_avg_sq_dtype": self.state_dtype},
             "overlap": {"grad_reduce": self.grad_reduce_overlap, "param_gather": self.param_gather_overlap,
                         "tp_comm": self.tp_comm_overlap and tp > 1, "moe_a2a": self.moe_a2a_overlap and is_moe},
-            "kernels": {"flash_attention": self.flash_attention, "cross_entropy_fusion": self.cross_entropy_fusion},
+            "kernels": {"flash_attention": self.flash_attention, "cross_entropy_fusion": self.cross_entropy_fusion,
+                        "eager_cross_entropy": self.eager_cross_entropy},
         }
         if is_moe:
             big = scaleup_domain > 8
@@ -152,19 +161,42 @@ NEMO_AUTOMODEL = SourceRule(
     sp_with_tp=False,
 )
 
+_TORCHTITAN_EVIDENCE = ("torchtitan docs/performance.md: FSDP2 (reduce_dtype float32 by default), torch.compile, "
+                        "Float8 with dynamic tensorwise scaling, op-level selective activation checkpointing; async TP "
+                        "only where a run says so")
+
 TORCHTITAN = SourceRule(
     name="torchtitan (FSDP2 + torch.compile + Float8)",
     prefixes=("torchtitan",),
     framework="torchtitan",
-    evidence=("torchtitan docs/performance.md: FSDP2 (reduce_dtype float32 by default), torch.compile, Float8 "
-              "with dynamic tensorwise scaling, op-level selective activation checkpointing; async TP only where a "
-              "run says so"),
+    evidence=(f"{_TORCHTITAN_EVIDENCE}; since April 2025 (pytorch/torchtitan PR #1033, build_loss_fn) "
+              "--training.compile compiles the cross-entropy loss too"),
     sharding="fsdp",
     recompute="selective",
     fp8_recipe="tensorwise",
     main_grads_dtype="fp32",
     sp_with_tp=True,
     stack="pytorch-compile",
+)
+
+#: The same framework before the loss was compiled: runs published before April 2025 (the release the
+#: row's benchmark file name dates, e.g. llama3_h100_202412_torchtitan.md at torchtitan 9dec370).
+TORCHTITAN_EAGER_LOSS = SourceRule(
+    name="torchtitan before April 2025 (FSDP2 + torch.compile of the blocks, eager loss)",
+    prefixes=("torchtitan",),
+    framework="torchtitan",
+    evidence=(f"{_TORCHTITAN_EVIDENCE}; before pytorch/torchtitan PR #1033 (merged 2025-04-01) only the "
+              "transformer blocks were compiled: the model returned fp32 logits (`self.output(h).float()`) and "
+              "train.py called torch.nn.functional.cross_entropy eagerly; PR #996 (2025-03-20) names that eager "
+              "loss as the Llama-3-8B memory peak"),
+    sharding="fsdp",
+    recompute="selective",
+    fp8_recipe="tensorwise",
+    main_grads_dtype="fp32",
+    sp_with_tp=True,
+    stack="pytorch-compile",
+    eager_cross_entropy=True,
+    released_before="2025-04",
 )
 
 MOSAICML = SourceRule(
@@ -237,13 +269,15 @@ MEGATRON_DEFAULT = SourceRule(
     evidence="Megatron-LM argument defaults (primus/specs/job.py), distributed optimizer as most published runs",
 )
 
-RULES: tuple[SourceRule, ...] = (MEGATRON_BRIDGE, NEMO_AUTOMODEL, NEMO, TORCHTITAN, MOSAICML, MEGATRON_2021_22,
-                                 MEGATRON_CORE, MEGATRON_DEEPSPEED, AMD_PRIMUS)
+RULES: tuple[SourceRule, ...] = (MEGATRON_BRIDGE, NEMO_AUTOMODEL, NEMO, TORCHTITAN_EAGER_LOSS, TORCHTITAN, MOSAICML,
+                                 MEGATRON_2021_22, MEGATRON_CORE, MEGATRON_DEEPSPEED, AMD_PRIMUS)
 
 
-def rule_for(source: str) -> SourceRule:
-    """The rule of a source (by name prefix); Megatron-LM defaults for any source not listed."""
+def rule_for(source: str, published: str | None = None) -> SourceRule:
+    """The rule of a source (by name prefix, then release: the first rule whose release bound the
+    publication month `published` meets); Megatron-LM defaults for any source not listed. A row that
+    gives no date gets the source's current rule."""
     for rule in RULES:
-        if rule.matches(source):
+        if rule.matches(source, published):
             return rule
     return MEGATRON_DEFAULT

@@ -151,7 +151,7 @@ def _int(row: RunRow, key: str) -> int | None:
 
 def build(row: RunRow) -> RowJobs:
     """Both jobs of a row (Unprojectable with the reason when the row cannot be built)."""
-    rule = rule_for(row.source)
+    rule = rule_for(row.source, row.published)
     assumed: list[str] = []
     gpus, gbs, seq, mbs = (_int(row, k) for k in ("num_gpus", "gbs", "seq_len", "mbs"))
     if not (gpus and gbs and seq and mbs):

@@ -9,6 +9,7 @@ an unparsable cell makes only that row unprojectable (with the reason), never th
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ REQUIRED: tuple[str, ...] = (
 )
 MAX_BYTES = 64 * 2**20  # a runs file is a table of measurements, not a data set
 MAX_ROWS = 100_000
+#: `_202412_`, `_2025-06_`, `_20250613_` between the hardware and entity parts of a benchmark file name
+_DATED_FILE = re.compile(r"_(20\d\d)-?(0[1-9]|1[0-2])(?:-?\d\d)?_[^_/]+\.md$")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,14 @@ class RunRow:
     @property
     def measured_peak_gib(self) -> float | None:
         return self.number("peak_memory_gib")
+
+    @property
+    def published(self) -> str | None:
+        """Year and month ("2024-12") the run was published, from the file name of its `url` when that
+        follows torchtitan's benchmark naming rule `[model/theme]_[hardware]_[date/time]_[entity].md`
+        (pytorch/torchtitan benchmarks/README.md); None otherwise."""
+        match = _DATED_FILE.search(self["url"].rsplit("/", 1)[-1])
+        return f"{match.group(1)}-{match.group(2)}" if match else None
 
     @property
     def is_moe(self) -> bool:

@@ -122,14 +122,25 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
         backend = t.get("parallelism.expert_parallel_comm_backend", "standard")
         job["moe"] = {"token_dispatcher": "flex" if backend == "deepep" else "alltoall"}
     tp_comm = bool(t.get("parallelism.enable_async_tensor_parallel", False))
-    if tp_comm:
-        t.get("compile.enable")
     job["overlap"] = {"tp_comm": tp_comm}
+    if not _loss_compiled(t):
+        job["kernels"] = {"eager_cross_entropy": True}
+        out.note("loss not compiled: eager PyTorch cross-entropy (its backward holds two more fp32 logit tensors)")
     for key, value in t.flat.items():
         if key not in t.used:
             out.skip(f"{key} = {json.dumps(value)}")
     out.note(f"model {slug} from torchtitan flavor {name} {flavor}")
     return finish("torchtitan", TORCHTITAN_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _loss_compiled(t: _Toml) -> bool:
+    """torchtitan compiles the loss when compile is on and "loss" is among `compile.components` (the
+    default); v0.1's `training.compile` compiled model and loss alike."""
+    enabled = t.get("compile.enable")
+    if enabled is None:
+        enabled = t.get("training.compile", False)
+    components = t.get("compile.components", ["model", "loss"])
+    return enabled is True and isinstance(components, list) and "loss" in components
 
 
 def _precision(t: _Toml, out: Collector) -> dict[str, Any]:
@@ -279,9 +290,12 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
             par["expert_parallel_comm_backend"] = "deepep"
         elif spec.moe.token_dispatcher == "allgather":
             notes.append("moe.token_dispatcher allgather has no torchtitan equivalent: all-to-all written")
-    if spec.overlap.tp_comm and layout.tp > 1:
-        par["enable_async_tensor_parallel"] = True
-        tables["compile"] = {"enable": True}
+    async_tp = spec.overlap.tp_comm and layout.tp > 1
+    if async_tp:
+        par["enable_async_tensor_parallel"] = True  # needs torch.compile
+    eager_loss = spec.kernels.eager_cross_entropy
+    tables["compile"] = ({"enable": True, "components": ["model"]} if async_tp else {"enable": False}) \
+        if eager_loss else {"enable": True, "components": ["model", "loss"]}
     tables["activation_checkpoint"] = _checkpoint(job, layout)
     tables.update(_quantize(job, tables["model"], notes))
     opt = spec.optimizer
@@ -291,10 +305,11 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     elif dtypes != {"fp32"}:
         raise InputError(where, "optimizer", "torchtitan keeps optimizer state all fp32 or all bf16 (training.dtype)")
     written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
-               "overlap.tp_comm", "framework", "pipeline.account_for_embedding_in_pipeline_split",
+               "overlap.tp_comm", "framework", "kernels.eager_cross_entropy",
+               "pipeline.account_for_embedding_in_pipeline_split",
                "pipeline.account_for_loss_in_pipeline_split"} if layout.pp > 1 else {
         "seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
-        "overlap.tp_comm", "framework"}
+        "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
     lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
              f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "

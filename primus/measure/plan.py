@@ -32,7 +32,7 @@ from typing import Any
 
 from primus.job import Job
 from primus.parallel import Layout, normalise
-from primus.projection.ends import CE_FUSED, CE_UNFUSED, embedding_block, loss_block, mtp_block
+from primus.projection.ends import cross_entropy_traffic, embedding_block, loss_block, mtp_block
 from primus.projection.ops import ACT, Block, OpContext, layer_block
 from primus.projection.profile import Profile, load_profile
 from primus.projection.project import Projector
@@ -140,7 +140,7 @@ def _memop_recipe(model: ModelSpec, ctx: OpContext, name: str, nbytes: float, fw
         if d and elems % d == 0:
             return Recipe("rope", (elems // d, d), backward)
     elif name == "cross_entropy":
-        per = (CE_FUSED if ctx.act.cross_entropy_fusion else CE_UNFUSED)[0]
+        per = cross_entropy_traffic(ctx.act)[0]
         logits = int(fwd_bytes // per)
         if ctx.T and logits % ctx.T == 0:
             return Recipe("cross_entropy", (ctx.T, logits // ctx.T), backward)

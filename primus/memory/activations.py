@@ -62,6 +62,7 @@ class ActContext:
     numerics: Numerics
     flash_attention: bool = True
     cross_entropy_fusion: bool = False
+    eager_cross_entropy: bool = False
     moe_capacity_factor: float | None = None
     moe_imbalance: float = 1.0
     framework: str = "megatron"
@@ -277,9 +278,17 @@ def loss_bytes(model: ModelSpec, ctx: ActContext, padded_vocab: int) -> int:
 
 
 def loss_working_bytes(ctx: ActContext, padded_vocab: int) -> int:
-    """Transient of the loss: the bf16 logits before the fp32 cast (forward) or the bf16 logit gradient
-    handed to the output layer (backward)."""
-    return nbytes(ctx.tokens * padded_vocab // ctx.tp, ctx.numerics.activation)
+    """Transient of the loss beyond what `loss_bytes` keeps. Megatron's vocab-parallel cross-entropy
+    works in place on its fp32 softmax, and a fused one on the bf16 logits, so the transient is one bf16
+    logit tensor: the logits before the fp32 cast (forward) or their gradient handed to the output
+    layer (backward). PyTorch's eager `F.cross_entropy` is out of place: its backward allocates the
+    fp32 gradient of the log-softmax output (nll_loss backward) and then the fp32 gradient of the
+    logits (log_softmax backward) while the kept log-softmax is still alive, so two fp32 logit tensors
+    (torchtitan PR #996, 2025: its eager loss was the Llama-3-8B peak and chunking it saved 7.3 GiB)."""
+    logits = ctx.tokens * padded_vocab // ctx.tp
+    if ctx.eager_cross_entropy and not ctx.cross_entropy_fusion:
+        return 2 * nbytes(logits, FP32)
+    return nbytes(logits, ctx.numerics.activation)
 
 
 def mtp_extra_bytes(model: ModelSpec, ctx: ActContext) -> int:

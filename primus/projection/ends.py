@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from primus.memory.activations import ActContext
 from primus.projection.ops import (
     ACT,
     FP32,
@@ -48,6 +49,18 @@ CE_UNFUSED = (38, 14)
 #: Fused cross-entropy (`--cross-entropy-loss-fusion`): two passes over the bf16 logits (max, then
 #: sum-exp and the target logit) = 4; backward reads the logits and writes their gradient = 4.
 CE_FUSED = (4, 4)
+#: PyTorch eager `F.cross_entropy` over fp32 logits (torchtitan with the loss not compiled): forward =
+#: cast bf16→fp32 (2+4) + log_softmax (max pass 4, sum-exp pass 4, write pass 4+4) = 22; backward =
+#: nll_loss's zero-filled fp32 gradient (4) + log_softmax backward (sum pass 4, then 4+4 read, 4 write)
+#: + cast back to bf16 (4+2) = 26.
+CE_EAGER = (22, 26)
+
+
+def cross_entropy_traffic(act: ActContext) -> tuple[int, int]:
+    """Bytes per logit (forward, backward) of the cross-entropy the job runs."""
+    if act.cross_entropy_fusion:
+        return CE_FUSED
+    return CE_EAGER if act.eager_cross_entropy else CE_UNFUSED
 
 
 @lru_cache(maxsize=1024)
@@ -56,7 +69,7 @@ def loss_block(model: ModelSpec, ctx: OpContext) -> Block:
     T, Tn, h = ctx.T, ctx.Tn, model.hidden_size
     vocab = ctx.padded_vocab // ctx.act.tp
     logits = T * vocab
-    fwd, bwd = CE_FUSED if ctx.act.cross_entropy_fusion else CE_UNFUSED
+    fwd, bwd = cross_entropy_traffic(ctx.act)
     mem = (norm_op("final_layernorm", Tn, h, ctx, fused_cast=False),
            MemOp("cross_entropy", logits * fwd, logits * bwd))
     comms: tuple[Comm, ...] = ()

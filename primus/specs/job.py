@@ -86,8 +86,22 @@ class OverlapOptions(Spec):
 
 
 class KernelOptions(Spec):
+    """Which kernels run. The cross-entropy comes in three forms with different peak memory: Megatron's
+    vocab-parallel cross-entropy (the default: fp32 softmax kept, computed in place), a fused
+    cross-entropy (`cross_entropy_fusion`, Megatron's --cross-entropy-loss-fusion: bf16 logits kept) and
+    PyTorch's eager `F.cross_entropy` over fp32 logits (`eager_cross_entropy`, torchtitan when the loss
+    is not compiled: log-softmax kept, and in backward its gradient and the logits' gradient as two
+    more fp32 buffers)."""
+
     flash_attention: Bool = True
     cross_entropy_fusion: Bool = False
+    eager_cross_entropy: Bool = False
+
+    @model_validator(mode="after")
+    def _one_loss(self) -> KernelOptions:
+        if self.cross_entropy_fusion and self.eager_cross_entropy:
+            raise ValueError("cross_entropy_fusion and eager_cross_entropy exclude each other")
+        return self
 
 
 class JobSpec(Spec):
