@@ -7,8 +7,10 @@ import json
 import pytest
 
 from primus.job import job_from_mapping
+from primus.projection.complete import rank_layouts, speed_of
 from primus.solver.api import Question
 from primus.solver.core import certify, minimal_core, violations
+from primus.solver.fit import fit
 from tests.conftest import EXAMPLES
 
 H100_TP1 = {"model": "llama3.1-70b", "hardware": "h100-80gb", "nodes": 4, "seq_len": 8192, "global_batch_size": 128,
@@ -45,6 +47,30 @@ def test_every_alternative_is_accepted_back_by_fit_verbatim(run_cli, write_job):
         code, out2, _ = run_cli("fit", write_job({**H100_TP1, "parallel": alt["parallel"]}, "alt.yaml"),
                                 "--format", "json")
         assert code == 0 and json.loads(out2)["fits"] is True
+
+
+def test_each_suggestion_is_the_fastest_completion_of_its_pins():
+    # the job pins TP1 PP1 MBS1, no SP, selective recompute, dist_opt and leaves CP (so DP) and VP free:
+    # a suggestion changes some pins and completes the free axes with the projected-fastest legal choice
+    job = job_from_mapping(H100_TP1, "h100")
+    result = fit(Question(job), speed=speed_of(job))
+    assert not result.fits and result.alternatives
+    pinned = ("tp", "pp", "mbs", "sp", "recompute", "sharding")
+    for alt in result.alternatives:
+        p = alt.layout.as_parallel()
+        legal = Question(job, pins={k: p[k] for k in pinned}).legal()
+        fastest = rank_layouts(job, legal)[0]
+        assert alt.tokens_per_s_per_gpu == pytest.approx(fastest.tokens_per_s_per_gpu)
+    changed = [len(a.changed) for a in result.alternatives]
+    assert changed == sorted(changed)  # nearest first
+    # least memory would have completed the first suggestion with CP 32 (one DP rank); the fastest does not
+    assert result.alternatives[0].layout.cp < 32
+
+
+def test_without_a_projection_suggestions_complete_by_least_memory():
+    result = fit(Question(job_from_mapping(H100_TP1, "h100")))
+    assert all(a.tokens_per_s_per_gpu is None for a in result.alternatives)
+    assert result.alternatives[0].layout.cp == 32
 
 
 def test_the_core_is_minimal_and_certified_by_cpsat():

@@ -12,6 +12,7 @@ from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
 from primus.job import load_job
+from primus.projection.complete import speed_of
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, fit
@@ -66,9 +67,14 @@ def _print_fit(q: Question, result: FitResult) -> None:
                 con.print(f"  stage {s.stage}: {gib(s.bytes)} is {gib(over)} over capacity {gib(capacity)}; "
                           f"largest: " + ", ".join(f"{k} {gib(v)}" for k, v in top))
     if result.alternatives:
+        ranked = all(a.tokens_per_s_per_gpu is not None for a in result.alternatives)
         rows = [(i + 1, _layout_text(a.layout.as_parallel()), ", ".join(a.changed) or "-", gib(a.peak_bytes),
-                 gib(a.headroom_bytes)) for i, a in enumerate(result.alternatives)]
-        con.print(table("nearest legal layouts", ["#", "parallel", "changed", "peak", "headroom"], rows))
+                 gib(a.headroom_bytes), *([f"{a.tokens_per_s_per_gpu:,.0f}"] if ranked else []))
+                for i, a in enumerate(result.alternatives)]
+        how = "free axes completed by projected throughput" if ranked else "free axes completed by least memory"
+        con.print(table(f"nearest legal layouts ({how})",
+                        ["#", "parallel", "changed", "peak", "headroom", *(["tokens/s/GPU"] if ranked else [])],
+                        rows))
     elif result.min_nodes is not None:
         con.print(f"no layout fits on {q.job.num_nodes} node(s); the smallest node count at which one does: "
                   f"{result.min_nodes}")
@@ -105,7 +111,7 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
     q = Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
-    result = fit(q)
+    result = fit(q, speed=speed_of(job))  # the projection oracle ranks the suggested completions
     if fmt == "json":
         emit_json(result.to_json(q.space.reserves.capacity_bytes))
     else:

@@ -8,7 +8,7 @@ simulation and the fastest of those is the answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from primus.errors import InputError
 from primus.job import Job
@@ -73,6 +73,21 @@ def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: 
             out.append(proj.project(cand, method, explain=False))
     order = sorted(range(len(out)), key=lambda i: (-out[i].tokens_per_s_per_gpu, i))
     return [out[i] for i in order]
+
+
+def speed_of(job: Job, profile: Profile | None = None) -> Callable[[Layout, int], float] | None:
+    """Projected tokens/s/GPU of a legal layout given its peak bytes (the fast path), for ranking the
+    completions `primus fit` suggests; None when the job cannot be projected (e.g. its precision has no
+    GEMM efficiency in the accelerator's profile), and the suggestions fall back to least memory."""
+    try:
+        proj = projector_for(job, profile)
+    except InputError:
+        return None
+
+    def speed(layout: Layout, peak_bytes: int) -> float:
+        return proj.project(layout, "fast", peak=(peak_bytes, True), explain=False).tokens_per_s_per_gpu
+
+    return speed
 
 
 def _describe(job: Job, layout: Layout, n: int) -> str:

@@ -153,9 +153,10 @@ def pin_columns_idx(v: Violations) -> list[int]:
     return [i for i, name in enumerate(v.names) if name.startswith("pin:")]
 
 
-def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
-    """Rows legal under every rule, fewest pins violated first, then least memory, then canonical;
-    one row per distinct assignment of the pinned axes."""
+def nearest_groups(v: Violations, limit: int) -> list[tuple[list[int], list[str]]]:
+    """The legal rows grouped by their assignment of the pinned axes, at most `limit` groups: fewest pins
+    violated first, then the group's least memory, then canonical. Each group lists every legal
+    completion of the free axes for that assignment (least memory first) and the pins it changes."""
     rules = rule_columns(v)
     pins = pin_columns_idx(v)
     idx = v.passing(rules)
@@ -166,19 +167,24 @@ def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
     canon = np.empty(v.cands.n, dtype=np.int64)
     canon[v.cands.canonical_order()] = np.arange(v.cands.n)
     order = np.lexsort((canon[idx], peak, distance))
-    out: list[tuple[int, list[str]]] = []
-    seen: set[tuple[int, ...]] = set()
-    pinned_axes = [v.names[i][4:] for i in pins]
-    for k in order:
-        row = int(idx[k])
-        key = tuple(int(v.cands.cols[a][row]) if a in v.cands.cols else 0 for a in pinned_axes)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((row, [v.names[i] for i in pins if v.matrix[row, i]]))
-        if len(out) >= limit:
-            break
+    rows = idx[order]
+    pinned_axes = [v.names[i][4:] for i in pins if v.names[i][4:] in v.cands.cols]
+    if pinned_axes:
+        keys = np.stack([np.asarray(v.cands.cols[a])[rows] for a in pinned_axes], axis=1)
+        _, first, group_of = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        group_of = group_of.reshape(-1)
+    else:
+        first, group_of = np.zeros(1, dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+    out: list[tuple[list[int], list[str]]] = []
+    for g in np.argsort(first, kind="stable")[:limit]:  # groups in the order their best row comes
+        members = [int(r) for r in rows[group_of == g]]
+        out.append((members, [v.names[i] for i in pins if v.matrix[members[0], i]]))
     return out
+
+
+def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
+    """One row per distinct assignment of the pinned axes (`nearest_groups`): its least-memory completion."""
+    return [(rows[0], names) for rows, names in nearest_groups(v, limit)]
 
 
 def closest_request_row(v: Violations) -> int | None:

@@ -6,10 +6,17 @@ assumptions. A refusal is a minimal set of conflicting rules and pins: CP-SAT's 
 assumptions for infeasibility, shrunk by deletion until removing any member makes the question
 feasible; plus the bytes over capacity, the nearest legal layouts (fewest pinned axes changed) and,
 when nothing at all fits, the smallest node count at which something would.
+
+A nearest layout changes some pins; the axes the job leaves free are then completed. Least memory is
+the wrong completion to suggest (it picks CP 32 over DP 32 for a 70B model), so when the caller gives a
+`speed` (projected tokens/s/GPU of a layout; the CLI passes the projection oracle's) each suggestion is
+the fastest completion of its pin assignment, and says how fast. The solver itself knows nothing of
+projection: without `speed` the completion with the least memory is shown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +28,18 @@ from primus.solver.core import (
     closest_request_row,
     explain_structural,
     minimal_core,
-    nearest_rows,
+    nearest_groups,
     violations,
 )
 from primus.solver.space import divisors
 
 MAX_ALTERNATIVES = 5
+#: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
+#: next): a search budget that keeps a refusal well under a second, not a modelling constant.
+SCORED_GROUPS = 4 * MAX_ALTERNATIVES
 MIN_NODES_SCAN = 256
+#: Projected tokens/s/GPU of a legal layout, given its peak bytes (the ranking key for completions).
+Speed = Callable[[Layout, int], float]
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,7 @@ class Alternative:
     peak_bytes: int
     headroom_bytes: int
     changed: tuple[str, ...]
+    tokens_per_s_per_gpu: float | None = None  # when completed by projected speed
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,9 @@ class FitResult:
         doc["violated_rules"] = list(self.violated_rules)
         doc["alternatives"] = [
             {"parallel": a.layout.as_parallel(), "peak_bytes": a.peak_bytes, "headroom_bytes": a.headroom_bytes,
-             "changed": list(a.changed)} for a in self.alternatives]
+             "changed": list(a.changed),
+             **({"tokens_per_s_per_gpu": a.tokens_per_s_per_gpu} if a.tokens_per_s_per_gpu is not None else {})}
+            for a in self.alternatives]
         if self.min_nodes is not None or self.min_nodes_note:
             doc["min_nodes"] = self.min_nodes
             if self.min_nodes_note:
@@ -90,7 +105,7 @@ def meaningful_free_axes(question: Question) -> tuple[str, ...]:
     return tuple(a for a in axes if a not in question.pins)
 
 
-def fit(question: Question, certify_core: bool = False) -> FitResult:
+def fit(question: Question, certify_core: bool = False, speed: Speed | None = None) -> FitResult:
     job = question.job
     hard_ids = tuple(r.id for r, _ in question.ruleset.hard())
     free = meaningful_free_axes(question)
@@ -110,15 +125,31 @@ def fit(question: Question, certify_core: bool = False) -> FitResult:
     request = v.cands.layout(row) if row is not None else None
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
-    alternatives = tuple(
-        Alternative(v.cands.layout(r), int(v.peak[r]), capacity - int(v.peak[r]), tuple(p[4:] for p in changed))
-        for r, changed in nearest_rows(v, MAX_ALTERNATIVES))
+    groups = nearest_groups(v, MAX_ALTERNATIVES if speed is None else SCORED_GROUPS)
+    alternatives = tuple(_alternative(v, rows, tuple(p[4:] for p in changed), capacity, speed)
+                         for rows, changed in groups)
+    if speed is not None:  # fewest pins changed first, then fastest
+        alternatives = tuple(sorted(alternatives, key=lambda a: (len(a.changed), -(a.tokens_per_s_per_gpu or 0.0)))
+                             [:MAX_ALTERNATIVES])
     min_nodes: int | None = None
     note: str | None = None
     if not alternatives:
         min_nodes, note = smallest_nodes(question)
     return FitResult(False, request, report, violated_rules=core, alternatives=alternatives, completed_axes=free,
                      min_nodes=min_nodes, min_nodes_note=note, notes=tuple(notes))
+
+
+def _alternative(v: Any, rows: list[int], changed: tuple[str, ...], capacity: int,
+                 speed: Speed | None) -> Alternative:
+    """One pin assignment's suggestion: its fastest completion when `speed` is given (ties keep the
+    least-memory order), else its least-memory one."""
+    best, tokens = rows[0], None
+    if speed is not None:
+        scores = [speed(v.cands.layout(r), int(v.peak[r])) for r in rows]
+        k = max(range(len(rows)), key=lambda i: (scores[i], -i))
+        best, tokens = rows[k], scores[k]
+    peak = int(v.peak[best])
+    return Alternative(v.cands.layout(best), peak, capacity - peak, changed, tokens)
 
 
 def smallest_nodes(question: Question) -> tuple[int | None, str | None]:

@@ -12,6 +12,7 @@ from primus.job import Job
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout, normalise
 from primus.paths import data_dir
+from primus.projection.complete import speed_of
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, fit
 from primus.yamlio import load_mapping
@@ -56,7 +57,7 @@ def find_reference(job: Job) -> Reference:
         if recipe is not None:
             pins, source = dict(recipe[0]), recipe[1]
             origin = f"recipe: {source}"
-    result = fit(Question(job, pins=pins))
+    result = fit(Question(job, pins=pins), speed=speed_of(job))
     if layout is None and result.layout is not None and (result.fits or origin.startswith("recipe")):
         layout = normalise(result.layout, is_moe=job.model.is_moe)
     return Reference(layout, origin, result)
