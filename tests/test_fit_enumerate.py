@@ -44,6 +44,7 @@ def test_every_alternative_is_accepted_back_by_fit_verbatim(run_cli, write_job):
     _, out, _ = run_cli("fit", write_job(H100_TP1), "--format", "json")
     for alt in json.loads(out)["alternatives"]:
         assert None not in alt["parallel"].values()
+        assert alt["tokens_per_s_per_gpu"] > 0  # the CLI completes suggestions by projected throughput
         code, out2, _ = run_cli("fit", write_job({**H100_TP1, "parallel": alt["parallel"]}, "alt.yaml"),
                                 "--format", "json")
         assert code == 0 and json.loads(out2)["fits"] is True
