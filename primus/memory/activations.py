@@ -277,6 +277,13 @@ def loss_bytes(model: ModelSpec, ctx: ActContext, padded_vocab: int) -> int:
     return out
 
 
+#: fp32 logit-sized buffers alive beside the kept log-softmax at the peak of an eager cross-entropy's
+#: backward: PyTorch's F.cross_entropy (2), and under DTensor loss_parallel on vocabulary shards (3).
+#: Counted, not fitted: tests/test_trace_loss.py traces both with MemTracker.
+EAGER_LOSS_BUFFERS = 2
+EAGER_LOSS_PARALLEL_BUFFERS = 3
+
+
 def loss_working_bytes(ctx: ActContext, padded_vocab: int) -> int:
     """Transient of the loss beyond what `loss_bytes` keeps. Megatron's vocab-parallel cross-entropy
     works in place on its fp32 softmax, and a fused one on the bf16 logits, so the transient is one bf16
@@ -284,10 +291,13 @@ def loss_working_bytes(ctx: ActContext, padded_vocab: int) -> int:
     layer (backward). PyTorch's eager `F.cross_entropy` is out of place: its backward allocates the
     fp32 gradient of the log-softmax output (nll_loss backward) and then the fp32 gradient of the
     logits (log_softmax backward) while the kept log-softmax is still alive, so two fp32 logit tensors
-    (torchtitan PR #996, 2025: its eager loss was the Llama-3-8B peak and chunking it saved 7.3 GiB)."""
+    (torchtitan PR #996, 2025: its eager loss was the Llama-3-8B peak and chunking it saved 7.3 GiB).
+    Across TP it runs under DTensor's `loss_parallel` on the vocabulary shards, whose log-softmax
+    backward holds one more fp32 shard-sized temporary (three in all; tests/test_trace_loss.py measures
+    both forms with torch's MemTracker)."""
     logits = ctx.tokens * padded_vocab // ctx.tp
     if ctx.eager_cross_entropy and not ctx.cross_entropy_fusion:
-        return 2 * nbytes(logits, FP32)
+        return (EAGER_LOSS_PARALLEL_BUFFERS if ctx.tp > 1 else EAGER_LOSS_BUFFERS) * nbytes(logits, FP32)
     return nbytes(logits, ctx.numerics.activation)
 
 

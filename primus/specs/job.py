@@ -91,7 +91,7 @@ class KernelOptions(Spec):
     cross-entropy (`cross_entropy_fusion`, Megatron's --cross-entropy-loss-fusion: bf16 logits kept) and
     PyTorch's eager `F.cross_entropy` over fp32 logits (`eager_cross_entropy`, torchtitan when the loss
     is not compiled: log-softmax kept, and in backward its gradient and the logits' gradient as two
-    more fp32 buffers)."""
+    more fp32 buffers; three under TP, where torchtitan runs it as DTensor's loss_parallel)."""
 
     flash_attention: Bool = True
     cross_entropy_fusion: Bool = False
