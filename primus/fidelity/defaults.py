@@ -21,7 +21,7 @@ inductor-fused elementwise kernels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: Recompute tried in order when a source leaves it unstated and the rule says "lightest that fits"
@@ -181,20 +181,13 @@ TORCHTITAN = SourceRule(
 
 #: The same framework before the loss was compiled: runs published before April 2025 (the release the
 #: row's benchmark file name dates, e.g. llama3_h100_202412_torchtitan.md at torchtitan 9dec370).
-TORCHTITAN_EAGER_LOSS = SourceRule(
+TORCHTITAN_EAGER_LOSS = replace(
+    TORCHTITAN,
     name="torchtitan before April 2025 (FSDP2 + torch.compile of the blocks, eager loss)",
-    prefixes=("torchtitan",),
-    framework="torchtitan",
     evidence=(f"{_TORCHTITAN_EVIDENCE}; before pytorch/torchtitan PR #1033 (merged 2025-04-01) only the "
               "transformer blocks were compiled: the model returned fp32 logits (`self.output(h).float()`) and "
               "train.py called torch.nn.functional.cross_entropy eagerly; PR #996 (2025-03-20) names that eager "
               "loss as the Llama-3-8B memory peak"),
-    sharding="fsdp",
-    recompute="selective",
-    fp8_recipe="tensorwise",
-    main_grads_dtype="fp32",
-    sp_with_tp=True,
-    stack="pytorch-compile",
     eager_cross_entropy=True,
     released_before="2025-04",
 )

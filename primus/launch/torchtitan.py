@@ -293,9 +293,10 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     async_tp = spec.overlap.tp_comm and layout.tp > 1
     if async_tp:
         par["enable_async_tensor_parallel"] = True  # needs torch.compile
-    eager_loss = spec.kernels.eager_cross_entropy
-    tables["compile"] = ({"enable": True, "components": ["model"]} if async_tp else {"enable": False}) \
-        if eager_loss else {"enable": True, "components": ["model", "loss"]}
+    if not spec.kernels.eager_cross_entropy:
+        tables["compile"] = {"enable": True, "components": ["model", "loss"]}
+    else:  # the loss stays eager; async TP still needs the blocks compiled
+        tables["compile"] = {"enable": True, "components": ["model"]} if async_tp else {"enable": False}
     tables["activation_checkpoint"] = _checkpoint(job, layout)
     tables.update(_quantize(job, tables["model"], notes))
     opt = spec.optimizer
@@ -305,11 +306,9 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     elif dtypes != {"fp32"}:
         raise InputError(where, "optimizer", "torchtitan keeps optimizer state all fp32 or all bf16 (training.dtype)")
     written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
-               "overlap.tp_comm", "framework", "kernels.eager_cross_entropy",
-               "pipeline.account_for_embedding_in_pipeline_split",
-               "pipeline.account_for_loss_in_pipeline_split"} if layout.pp > 1 else {
-        "seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
-        "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
+               "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
+    if layout.pp > 1:
+        written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
     lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
              f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "

@@ -182,11 +182,6 @@ def nearest_groups(v: Violations, limit: int) -> list[tuple[list[int], list[str]
     return out
 
 
-def nearest_rows(v: Violations, limit: int) -> list[tuple[int, list[str]]]:
-    """One row per distinct assignment of the pinned axes (`nearest_groups`): its least-memory completion."""
-    return [(rows[0], names) for rows, names in nearest_groups(v, limit)]
-
-
 def closest_request_row(v: Violations) -> int | None:
     """The row satisfying every pin (rules aside) with the least memory: what was asked for, evaluated."""
     idx = v.passing(pin_columns_idx(v))
