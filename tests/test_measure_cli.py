@@ -1,7 +1,8 @@
 """`primus measure` on CPU and a measured profile in `primus project`: the mechanics, not the speed.
 
-A small Hugging Face config at seq 512 is measured within its budget; a second run reuses every shape;
-a budget too small to finish leaves the rest modelled and says so; the projection marks the terms the
+A small Hugging Face config at seq 512 is measured in full (no budget: no test may depend on the machine's
+speed); a second run reuses every shape; a budget that is spent before anything runs leaves the rest
+modelled and says so; the projection marks the terms the
 profile answered as measured; a profile from another device is refused (exit 2) unless allowed.
 """
 
@@ -11,7 +12,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,24 +50,21 @@ def write_job(folder: Path, gpus: int = 1, hardware: str = "cpu", hidden: int = 
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, dict[str, Any], float]:
-    """One `primus measure` run shared by the tests below: (job, profile, JSON output, wall seconds)."""
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, dict[str, Any]]:
+    """One `primus measure` run shared by the tests below: (job, profile, JSON output)."""
     folder = tmp_path_factory.mktemp("measure")
     job = write_job(folder)
     out = str(folder / "profile.json")
-    t0 = time.monotonic()
-    result = CliRunner().invoke(measure_cmd, [job, "--device", "cpu", "--out", out, "--budget-s", "30",
-                                              "--format", "json"])
-    wall = time.monotonic() - t0
+    result = CliRunner().invoke(measure_cmd, [job, "--device", "cpu", "--out", out, "--no-budget", "--format", "json"])
     assert result.exit_code == 0, result.output
-    return job, out, json.loads(result.stdout), wall
+    return job, out, json.loads(result.stdout)
 
 
-def test_measure_writes_a_profile_within_its_budget(measured: tuple[str, str, dict[str, Any], float]) -> None:
-    _, out, doc, wall = measured
+def test_measure_without_a_budget_measures_every_call(measured: tuple[str, str, dict[str, Any]]) -> None:
+    _, out, doc = measured
     run = doc["run"]
     assert run["complete"] and run["measured"] > 10 and not run["left_modelled"]
-    assert run["elapsed_s"] <= run["budget_s"] and wall <= run["budget_s"] + 15
+    assert run["budget_s"] is None
     prof = load_measured_profile(out)
     assert prof.device.kind == "cpu" and prof.device.threads == 1 and prof.device.dtype == "float32"
     assert prof.device.torch == torch.__version__ and prof.created
@@ -77,8 +74,8 @@ def test_measure_writes_a_profile_within_its_budget(measured: tuple[str, str, di
     assert doc["memory"] and doc["memory"][0]["kind"] == "dense"  # the trace-memory path on CPU
 
 
-def test_a_second_run_measures_nothing_new(measured: tuple[str, str, dict[str, Any], float]) -> None:
-    job, out, first, _ = measured
+def test_a_second_run_measures_nothing_new(measured: tuple[str, str, dict[str, Any]]) -> None:
+    job, out, first = measured
     result = CliRunner().invoke(measure_cmd, [job, "--device", "cpu", "--out", out, "--budget-s", "30",
                                               "--format", "json", "--no-memory-check"])
     assert result.exit_code == 0, result.output
@@ -87,8 +84,8 @@ def test_a_second_run_measures_nothing_new(measured: tuple[str, str, dict[str, A
     assert len(load_measured_profile(out).runs) == 2
 
 
-def test_projection_marks_measured_terms(measured: tuple[str, str, dict[str, Any], float]) -> None:
-    job_path, out, doc, _ = measured
+def test_projection_marks_measured_terms(measured: tuple[str, str, dict[str, Any]]) -> None:
+    job_path, out, doc = measured
     job = load_job(job_path)
     calib, timer, prof = resolve_profile_option(job.cluster, out)
     p = project(job, pinned_layout(job), calib, timer=timer)
@@ -99,19 +96,18 @@ def test_projection_marks_measured_terms(measured: tuple[str, str, dict[str, Any
     assert prof is not None and "calls it does not hold are modelled" in prof.describe()
 
 
-def test_a_budget_too_small_leaves_the_rest_modelled(tmp_path: Path) -> None:
+def test_a_spent_budget_leaves_the_rest_modelled(tmp_path: Path) -> None:
     job = load_job(write_job(tmp_path, hidden=512))
     res = run_measure(job, pinned_layout(job), tmp_path / "p.json",
-                      MeasureOptions(device="cpu", budget_s=1.0, memory_check=False))
-    assert not res.complete and res.left["budget spent: modelled"] > 0
-    assert res.elapsed_s < 8
+                      MeasureOptions(device="cpu", budget_s=0.0, memory_check=False))
+    assert not res.complete and res.measured == 0 and res.left["budget spent: modelled"] > 0
     run = load_measured_profile(tmp_path / "p.json").runs[-1]
     assert run["complete"] is False and run["left_modelled"]["budget spent: modelled"] > 0
 
 
 def test_a_profile_of_another_device_is_not_extended(tmp_path: Path,
-                                                     measured: tuple[str, str, dict[str, Any], float]) -> None:
-    job, out, _, _ = measured
+                                                     measured: tuple[str, str, dict[str, Any]]) -> None:
+    job, out, _ = measured
     result = CliRunner().invoke(measure_cmd, [job, "--device", "cpu", "--dtype", "bf16", "--out", out,
                                               "--budget-s", "5"])
     assert result.exit_code == 2 and "write to another --out" in result.output
@@ -143,7 +139,7 @@ def test_collectives_and_colocated_kernels_run_across_two_gloo_processes(tmp_pat
     with colocate, every kernel ran in both processes at once and the profile says so."""
     job = load_job(write_job(tmp_path, gpus=2))
     res = run_measure(job, pinned_layout(job), tmp_path / "p.json",
-                      MeasureOptions(device="cpu", procs=2, budget_s=60, memory_check=False, colocate=True,
+                      MeasureOptions(device="cpu", procs=2, budget_s=None, memory_check=False, colocate=True,
                                      target_s=0.01, bound_bytes=16 * 2**20))
     assert res.complete and not res.left, (res.left, res.notes)
     prof = load_measured_profile(tmp_path / "p.json")
@@ -160,8 +156,8 @@ def test_collectives_and_colocated_kernels_run_across_two_gloo_processes(tmp_pat
 # ---- `primus project --profile` ---------------------------------------------------------------------
 
 def test_project_cli_uses_a_measured_profile_and_refuses_another_device(
-        tmp_path: Path, measured: tuple[str, str, dict[str, Any], float]) -> None:
-    job, out, _, _ = measured
+        tmp_path: Path, measured: tuple[str, str, dict[str, Any]]) -> None:
+    job, out, _ = measured
     ok = CliRunner().invoke(project_cmd, [job, "--profile", out, "--format", "json"])
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.stdout)

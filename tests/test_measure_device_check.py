@@ -41,7 +41,7 @@ def test_device_check_dry_run_completes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "device_check.sh"), "--dry-run"], capture_output=True,
-                            text=True, timeout=180, env=env, cwd=tmp_path)
+                            text=True, timeout=1800, env=env, cwd=tmp_path)  # a hang guard only
     assert result.returncode == 0, result.stderr[-2000:]
     assert "DRY RUN" in result.stdout and "median |error|" in result.stdout
     doc = json.loads((tmp_path / "device_check.json").read_text())

@@ -63,6 +63,8 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
               help="Profile to write; an existing one (same device) is extended, shapes it holds are not re-measured.")
 @click.option("--budget-s", "budget_s", type=click.FloatRange(1, 86_400), default=60.0, show_default=True,
               help="Wall-clock budget; what is not measured by then stays modelled (the profile says so).")
+@click.option("--no-budget", is_flag=True,
+              help="No wall-clock budget: measure every call, however long it takes (overrides --budget-s).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto", show_default=True,
               help="Kernel dtype: auto is the job's bf16/fp16 on GPUs and fp32 on CPU (bf16 is emulated there).")
 @click.option("--hardware", default=None, help="The hardware entry this device is (default: detected from its name).")
@@ -71,8 +73,8 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
                    "sharing this host's caches and memory bandwidth).")
 @click.option("--no-memory-check", is_flag=True, help="Skip the activation-memory check of the measured layers.")
 @guarded
-def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budget_s: float, dtype: str,
-                hardware: str | None, colocate: bool, no_memory_check: bool) -> None:
+def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budget_s: float, no_budget: bool,
+                dtype: str, hardware: str | None, colocate: bool, no_memory_check: bool) -> None:
     """Measure the target's kernels (GEMMs, grouped expert GEMMs, attention, norms, activations, the
     optimizer step) and in-node collectives on this machine, within a time budget; write a profile.
 
@@ -96,8 +98,8 @@ def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budg
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    opt = MeasureOptions(device=device, procs=procs, budget_s=budget_s, dtype=dtype, hardware=hardware,
-                         memory_check=not no_memory_check, colocate=colocate)
+    opt = MeasureOptions(device=device, procs=procs, budget_s=None if no_budget else budget_s, dtype=dtype,
+                         hardware=hardware, memory_check=not no_memory_check, colocate=colocate)
     err = stderr_console()
     res = run_measure(job, layout, out, opt, log=lambda s: err.print(f"[dim]{s}[/dim]"))
     comparison = _comparison(job, res.plan.layout, out)
@@ -107,6 +109,10 @@ def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budg
                    "memory": res.memory_rows, "projection": comparison})
         return
     _print(res, out, how, comparison)
+
+
+def _spent(elapsed_s: float, budget_s: float | None) -> str:
+    return f"{elapsed_s:.1f} s" + (" (no budget)" if budget_s is None else f" of the {budget_s:g} s budget")
 
 
 def _print(res: MeasureResult, out: str, how: str, comparison: dict[str, Any] | None) -> None:
@@ -123,7 +129,7 @@ def _print(res: MeasureResult, out: str, how: str, comparison: dict[str, Any] | 
         con.print(f"  - {line}")
     con.print(f"{res.items} calls: {res.measured} measured, {res.reused} reused from the profile, "
               f"{res.exact_zero} exact zeros, {sum(res.left.values())} left modelled; "
-              f"{res.elapsed_s:.1f} s of the {res.profile.runs[-1]['budget_s']:g} s budget"
+              + _spent(res.elapsed_s, res.profile.runs[-1]["budget_s"])
               + ("" if res.complete else " (budget spent: the rest is modelled)"))
     if res.left:
         con.print(table("left modelled", ["reason", "calls"], sorted(res.left.items(), key=lambda kv: -kv[1])))

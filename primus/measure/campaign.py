@@ -12,6 +12,7 @@ Torch is imported by this module; the CLI imports it only after checking torch i
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from collections import Counter
@@ -50,7 +51,7 @@ BUDGET = "budget spent: modelled"
 class MeasureOptions:
     device: str = "cpu"  # cpu | cuda
     procs: int = 1
-    budget_s: float = 60.0
+    budget_s: float | None = 60.0  # None: no budget, every call is measured however long it takes
     dtype: str = "auto"  # auto | bf16 | fp16 | fp32
     hardware: str | None = None  # the hardware entry this device is (default: detected)
     memory_check: bool = True
@@ -162,7 +163,7 @@ def run_measure(job: Job, layout: Layout, out: str | Path, opt: MeasureOptions,
     the same campaign (one start of the collective processes, one budget) — and save it to `out`.
     The downscale and the memory check are the first target's."""
     start = time.monotonic()
-    deadline = start + opt.budget_s
+    deadline = math.inf if opt.budget_s is None else start + opt.budget_s
     threads = torch.get_num_threads()
     if opt.device == "cpu":
         torch.set_num_threads(1)  # one "device" = one process with one thread (stated in the profile)

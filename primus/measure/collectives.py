@@ -19,6 +19,7 @@ left, and broadcasts the decision so every rank runs the same list.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -134,7 +135,8 @@ def spawn_workers(module: str, cfg: dict[str, Any], procs: int, device_kind: str
     """Run `python -m module ARGS RANK` for each rank, wait (budget + a margin for start-up), and return
     what rank 0 wrote to cfg["out"] (JSON), or an error line. Workers are separate interpreters, not
     multiprocessing children, so this works from any caller (a CLI, a test runner, a script on stdin);
-    they get a wall-clock deadline, so their start-up (importing torch) counts against the budget."""
+    they get a wall-clock deadline, so their start-up (importing torch) counts against the budget. An
+    infinite budget (no budget) waits for them as long as they run."""
     with tempfile.TemporaryDirectory(prefix="primus-workers-") as tmp:
         out = os.path.join(tmp, "rank0.json")
         args = os.path.join(tmp, "args.json")
@@ -148,7 +150,7 @@ def spawn_workers(module: str, cfg: dict[str, Any], procs: int, device_kind: str
         errors: list[str] = []
         for w in workers:
             try:
-                _, err = w.communicate(timeout=max(1.0, limit - time.monotonic()))
+                _, err = w.communicate(timeout=max(1.0, limit - time.monotonic()) if math.isfinite(limit) else None)
             except subprocess.TimeoutExpired:
                 w.kill()  # our own child, by its handle
                 _, err = w.communicate()
