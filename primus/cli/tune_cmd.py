@@ -54,6 +54,12 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     if "speedup_vs_reference" in doc:
         con.print(f"best is {doc['speedup_vs_reference']:.2f}x the reference" +
                   ("" if ref["fits"] else "'s nearest legal variant"))
+    if ref.get("claim"):
+        claim = ref["claim"]
+        projected = doc.get("speedup_vs_reference")
+        con.print(f"published claim: {claim['gain_pct']:+g}% over this reference ({claim['source']}); primus "
+                  + ("projects no gain: no legal reference" if projected is None else
+                     f"projects {100 * (projected - 1):+.0f}%"))
     if doc.get("why"):
         con.print(table("why it wins (exposed seconds per step)", ["term", "reference", "best", "change"],
                         [(r["term"], f"{r['reference_s']:.3f}", f"{r['best_s']:.3f}", f"{r['delta_s']:+.3f}")

@@ -91,7 +91,7 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
         "mfu": num(best["mfu"] * 100, 1), "tflops": num(best["model_tflops_per_gpu"], 0),
         "peak": gib(best["peak_bytes"]), "capacity": gib(capacity), "headroom": gib(capacity - best["peak_bytes"]),
         "speedup": f"{doc['speedup_vs_reference']:.2f}×" if "speedup_vs_reference" in doc else None,
-        "certificate": None,
+        "certificate": None, "claim": _claim(doc),
     }
     if cert:
         margin = cert.get("margin_to_runner_up_pct")
@@ -102,6 +102,17 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
             + ("" if cert.get("margin_exceeds_error_bar") else "; the top of the ranking is within the projection's "
                "uncertainty"))
     return out
+
+
+def _claim(doc: dict[str, Any]) -> str | None:
+    """A published claim of what tuning gains over this reference, beside the gain primus projects."""
+    claim = doc["reference"].get("claim")
+    if not claim:
+        return None
+    projected = doc.get("speedup_vs_reference")
+    ours = "no projected gain (no legal reference)" if projected is None else \
+        f"primus projects {100 * (projected - 1):+.0f}% for its best layout"
+    return f"{claim['source']} claims {claim['gain_pct']:+g}% over this reference; {ours}"
 
 
 def _axes(parallel: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,5 +1,9 @@
 """The reference a tuned layout is compared with: the user's pinned config, or a published recipe for
-that model and hardware, or (neither) the legal completion of the job's pins with the most headroom."""
+that model and hardware, or (neither) the legal completion of the job's pins with the most headroom.
+
+A job whose pins are exactly a published recipe's layout is that recipe: the reference names its source,
+and carries what a publication claims a tuned layout gains over it (`claim`), so a report can put the
+claim beside the gain primus projects."""
 
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ from primus.yamlio import load_mapping
 @dataclass(frozen=True)
 class Reference:
     layout: Layout | None
-    origin: str  # "job", "recipe: <source>", "completion"
+    origin: str  # "job", "job = recipe: <source>", "recipe: <source>", "completion"
     fit: FitResult
+    claim: dict[str, Any] | None = None  # {"gain_pct": ..., "source": ...} of a published recipe
 
 
 @lru_cache(maxsize=1)
@@ -34,13 +39,14 @@ def recipes() -> tuple[dict[str, Any], ...]:
     return tuple(data.get("recipes", []))
 
 
-def recipe_for(job: Job) -> tuple[dict[str, Any], str] | None:
+def recipe_entry(job: Job) -> dict[str, Any] | None:
+    """The published recipe for this model, hardware, GPU count and convergence settings, if any."""
     for r in recipes():
         if (r["model"] == job.model.name and r["hardware"] == job.cluster.name and r.get("gpus", job.num_gpus)
                 == job.num_gpus and r["seq_len"] == job.spec.seq_len
                 and r["global_batch_size"] == job.spec.global_batch_size
                 and r.get("precision", "bf16") == job.spec.precision):
-            return r["parallel"], r["source"]
+            return r
     return None
 
 
@@ -52,12 +58,16 @@ def find_reference(job: Job) -> Reference:
         layout = None
         origin = "completion"
     pins = dict(job.spec.parallel.pinned())
-    if layout is None:
-        recipe = recipe_for(job)
-        if recipe is not None:
-            pins, source = dict(recipe[0]), recipe[1]
-            origin = f"recipe: {source}"
+    entry = recipe_entry(job)
+    claim = None
+    if layout is None and entry is not None:
+        pins = dict(entry["parallel"])
+        origin = f"recipe: {entry['source']}"
+        claim = entry.get("claim")
+    elif layout is not None and entry is not None and pins == dict(entry["parallel"]):
+        origin = f"job = recipe: {entry['source']}"
+        claim = entry.get("claim")
     result = fit(Question(job, pins=pins), speed=speed_of(job))
     if layout is None and result.layout is not None and (result.fits or origin.startswith("recipe")):
         layout = normalise(result.layout, is_moe=job.model.is_moe)
-    return Reference(layout, origin, result)
+    return Reference(layout, origin, result, claim)

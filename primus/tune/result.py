@@ -96,6 +96,8 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
             ref_p = tuner.projector.project(near.layout, "simulate", peak=(near.peak_bytes, True))
             ref_entry["nearest_legal"] = {**_entry(ref_p, None, True, []), "changed": list(near.changed)}
     ref_entry["origin"] = reference.origin
+    if reference.claim is not None:
+        ref_entry["claim"] = dict(reference.claim)
     doc["reference"] = ref_entry
     doc["top"] = [_entry(p, None, True, []) for p, _ in timed[: tuner.settings.top_k]]
     if len(order) > len(timed):
