@@ -1,7 +1,8 @@
 """The report in a real browser (issue 9, part 4): headless Chromium loads report.html from a file:// URL
 and, through the DevTools protocol, we check that every chart has a non-empty drawing (elements with a
 non-zero rendered box, on screen and in print), that nothing was fetched, and that the console has no
-errors. CI installs Debian's `chromium`; without one the test is skipped, saying so.
+errors; and that a report whose every input text carries markup shows it as text and runs none of it.
+CI installs Debian's `chromium`; without one the tests are skipped, saying so.
 
 The DevTools client is a few lines of standard library: an HTTP upgrade and RFC 6455 frames."""
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_report_escaping import PAYLOADS, hostile_run, visible
 from tests.test_report_files import CHARTS, tune
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -204,3 +206,46 @@ def test_every_chart_draws_and_the_console_is_clean(report: Path, page: DevTools
     time.sleep(0.3)
     page.call("Runtime.evaluate", expression="1")  # drain events that arrived meanwhile
     assert _errors(page.events) == []
+
+
+# ---- markup from input (issue 17, item 1): escaped, and a Content-Security-Policy behind the escaping ----
+
+PWNED = "document.documentElement.hasAttribute('data-pwned')"
+VISIBLE_TEXT = "document.body.innerText.toLowerCase()"
+ACTIVE = "document.querySelectorAll('script,img,iframe,object,embed,a[href],form,base').length"
+
+
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hostile_run(tmp_path_factory.mktemp("hostile")) / "report.html"
+
+
+def _load(page: DevTools, path: Path) -> None:
+    page.call("Runtime.enable")
+    page.call("Log.enable")
+    page.call("Page.enable")
+    page.call("Page.navigate", url=path.as_uri())
+    page.wait_for("Page.loadEventFired")
+    time.sleep(0.5)  # an image's error handler would fire after the load event
+    page.call("Runtime.evaluate", expression="1")
+
+
+def test_markup_in_every_input_field_is_shown_as_text_and_never_runs(hostile_report: Path, page: DevTools):
+    _load(page, hostile_report)
+    assert page.evaluate(PWNED) is False
+    assert page.evaluate(ACTIVE) == 0
+    shown = page.evaluate(VISIBLE_TEXT)
+    for field in PAYLOADS:
+        assert visible(field) in shown, field
+    assert _errors(page.events) == []
+
+
+def test_the_content_security_policy_stops_markup_that_got_into_the_page(hostile_report: Path, page: DevTools):
+    """Should escaping ever miss a field, the policy still refuses inline handlers and scripts."""
+    _load(page, hostile_report)
+    page.evaluate("document.body.insertAdjacentHTML('beforeend', '<img src=\"x\" onerror=\"document.documentElement"
+                  ".setAttribute(\\'data-pwned\\', \\'csp\\')\">'); 1")
+    time.sleep(0.5)
+    page.call("Runtime.evaluate", expression="1")
+    assert page.evaluate(PWNED) is False
+    assert any("Content Security Policy" in e for e in _errors(page.events))

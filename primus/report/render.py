@@ -2,6 +2,12 @@
 network), `report.md` (the same sections, for review in a pull request) and `charts/*.svg` (the charts
 the Markdown shows). Templates are jinja2 files shipped in the package (`primus/report/templates`).
 
+Much of what a report shows is text from input (rule files, LLM replies, model and hardware files, the
+job file with its comments), so nothing a template prints is trusted: the HTML environment escapes
+every value, the Markdown one escapes every value as Markdown (`primus.report.markdown`), and the SVG
+writer escapes every text it draws. `report.html` also carries a Content-Security-Policy that allows
+no script, no fetch and no form, so markup that escaped all of that still could not run.
+
 Rendering is a pure function of the directory: `primus tune` renders from the files it has just
 written, `primus report DIR` re-renders from the same files and gets the same bytes.
 """
@@ -19,32 +25,31 @@ from markupsafe import Markup
 
 from primus.errors import InputError
 from primus.report.context import build_context
+from primus.report.markdown import md_code, md_fence, md_text
 from primus.report.rundir import RunDir
 
 CHARTS = ("memory", "timeline", "scatter", "progress")
 
 
-def md_cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell (no pipes, no line breaks, no raw HTML)."""
-    text = " ".join(str(value).split())
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def md_code(value: Any) -> str:
-    """Inline code that survives backticks in the text."""
-    text = " ".join(str(value).split()).replace("|", "\\|")
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+@lru_cache(maxsize=1)
+def _html_env() -> jinja2.Environment:
+    """Every value escaped as HTML, whatever the template's name: autoescape is on for the whole
+    environment (choosing by extension would miss `report.html.j2`). The charts are the only markup
+    placed as is, and `Svg` escapes every text it draws."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("primus.report", "templates"), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
 @lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def _md_env() -> jinja2.Environment:
+    """Every value escaped as Markdown (`finalize`), except what the `code` and `fence` filters build."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("primus.report", "templates"),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=False),
+        loader=jinja2.PackageLoader("primus.report", "templates"), autoescape=False, finalize=md_text,
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["md"] = md_cell
+    env.filters["md"] = md_text
     env.filters["code"] = md_code
+    env.filters["fence"] = md_fence
     return env
 
 
@@ -56,11 +61,10 @@ def render(run: RunDir) -> dict[str, str]:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise InputError(str(run.root), None, f"result.json or audit.jsonl is not as `primus tune` writes it "
                          f"({type(exc).__name__}: {exc})") from None
-    env = _env()
     html_ctx = {**ctx, "svg": {k: Markup(v["svg"]) for k, v in ctx["charts"].items()}}
     out = {
-        "report.html": env.get_template("report.html.j2").render(html_ctx),
-        "report.md": env.get_template("report.md.j2").render(ctx),
+        "report.html": _html_env().get_template("report.html.j2").render(html_ctx),
+        "report.md": _md_env().get_template("report.md.j2").render(ctx),
     }
     for name, chart in sorted(ctx["charts"].items()):
         out[f"charts/{name}.svg"] = chart["svg"]
