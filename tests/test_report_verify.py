@@ -1,8 +1,11 @@
 """`primus audit verify DIR` (issue 9): a fresh report passes; an edited number, verdict, input or report
-fails with exit 1, naming the candidate; adopted rules are replayed at the seq they were adopted."""
+fails with exit 1, naming the candidate; adopted rules are replayed at the seq they were adopted. Every
+file of the run is on its list (`SHA256SUMS`), and the report is compared with this primus's render
+whatever version wrote it (issue 17)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -11,9 +14,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from primus.cli.report_cmds import audit_group
+from primus.cli.report_cmds import audit_group, report_cmd
 from primus.job import job_from_mapping
 from primus.report.audit import Checkpoint
+from primus.report.manifest import write_manifest
 from primus.report.rundir import RunDir, layout_of, layout_text
 from primus.report.verify import verify_run
 from primus.solver.check import violated_rules
@@ -173,3 +177,86 @@ def test_rules_adopted_during_a_guided_search_are_replayed_at_their_seq(tmp_path
     outcome = verify_run(out)
     assert any(d.seq == len(lines) and "recomputed illegal" in d.what and adopted[0]["id"] in d.what
                for d in outcome.differences)
+
+
+# ---- every file of the run is covered, and the report is compared whatever the version (issue 17, item 2) ----
+
+def _headline(run: Path) -> str:
+    return f"{json.loads((run / 'result.json').read_text())['best']['tokens_per_s_per_gpu']:,.0f} ± "
+
+
+def test_a_forged_headline_with_versions_json_deleted_fails_naming_each_file(copy: Path):
+    """The review's forgery: another tokens/s/GPU in both report bodies, and versions.json deleted."""
+    real = _headline(copy)
+    for name in ("report.html", "report.md"):
+        body = (copy / name).read_text()
+        assert body.count(real) == 1, name
+        (copy / name).write_text(body.replace(real, "99,999 ± "))
+    (copy / "versions.json").unlink()
+    code, out = verify(copy)
+    assert code == 1 and "no difference" not in out
+    assert "versions.json: missing" in out
+    for name in ("report.html", "report.md"):
+        assert f"{name}: sha256" in out
+        line = next(x for x in out.splitlines() if x.strip().startswith(f"{name} differs from a fresh render"))
+        assert "99,999 ± " in line and real in line  # the forged number, and the one a fresh render gives
+
+
+def test_the_run_lists_every_file_it_wrote_with_its_sha256(fresh: Path):
+    listed = {}
+    for line in (fresh / "SHA256SUMS").read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    present = {p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file()} - {"SHA256SUMS"}
+    assert set(listed) == present
+    assert {"versions.json", "result.json", "audit.jsonl", "report.html", "report.md", "inputs/SHA256SUMS"} <= present
+    for rel, digest in listed.items():
+        assert hashlib.sha256((fresh / rel).read_bytes()).hexdigest() == digest, rel
+
+
+def test_an_edited_file_the_audit_does_not_recompute_is_named(copy: Path):
+    versions = json.loads((copy / "versions.json").read_text())
+    (copy / "versions.json").write_text(json.dumps({**versions, "numpy": "0.0"}))
+    code, out = verify(copy)
+    assert code == 1 and "versions.json: sha256" in out and "edited since the run" in out
+
+
+def test_a_deleted_list_of_files_fails(copy: Path):
+    (copy / "SHA256SUMS").unlink()
+    code, out = verify(copy)
+    assert code == 1 and "SHA256SUMS: missing" in out
+
+
+def test_a_users_file_beside_the_report_is_a_note_not_a_difference(copy: Path):
+    (copy / "NOTES.txt").write_text("reviewed by me\n")
+    code, out = verify(copy)
+    assert code == 0, out
+    assert "note: NOTES.txt: not part of the run" in out
+
+
+def test_an_unlisted_file_in_a_folder_the_report_reads_is_a_difference(copy: Path):
+    (copy / "llm").mkdir()
+    (copy / "llm" / "call-001.json").write_text("{}\n")
+    code, out = verify(copy)
+    assert code == 1 and "llm/call-001.json: not part of the run" in out
+    assert "report.md differs" in out  # the report lists the transcripts it finds
+
+
+def _as_written_by(run: Path, version: str) -> None:
+    """What a run directory from another primus version looks like (its list of files consistent)."""
+    versions = json.loads((run / "versions.json").read_text())
+    (run / "versions.json").write_text(json.dumps({**versions, "primus": version}, indent=1, sort_keys=True) + "\n")
+    write_manifest(run)
+
+
+def test_a_run_from_another_version_is_rendered_with_this_one_and_compared(copy: Path):
+    _as_written_by(copy, "0.0.1")
+    code, out = verify(copy)
+    assert code == 1
+    assert "report.md differs from what primus" in out and "written by primus 0.0.1" in out
+    assert "`primus report DIR` re-renders it" in out
+    rendered = CliRunner().invoke(report_cmd, [str(copy)], catch_exceptions=False)
+    assert rendered.exit_code == 0
+    code, out = verify(copy)
+    assert code == 0, out
+    assert "written by primus 0.0.1" in out

@@ -46,10 +46,11 @@ def audit_group() -> None:
 @format_option("table", "json")
 @guarded
 def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
-    """Recompute every candidate in DIR/audit.jsonl from the recorded inputs (checked first against
-    inputs/SHA256SUMS): legality and the rules broken, the ledger peak, the projected throughput, step
-    time and breakdown; then result.json's best layout and the report. Each difference names the
-    candidate (seq and layout); exit 1 if there is any.
+    """Check every file of DIR against its list (DIR/SHA256SUMS), then recompute every candidate in
+    DIR/audit.jsonl from the recorded inputs (checked first against inputs/SHA256SUMS): legality and
+    the rules broken, the ledger peak, the projected throughput, step time and breakdown; then
+    result.json's best layout, and the report against a fresh render by this primus. Each difference
+    names the file or the candidate (seq and layout); exit 1 if there is any.
 
     Example: primus audit verify primus-tune
     """
@@ -66,7 +67,7 @@ def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
     else:
         con = stdout_console()
         for note in outcome.notes:
-            con.print(f"note: {note}", highlight=False)
+            con.print(f"note: {note}", highlight=False, markup=False)  # notes name user files
         if outcome.ok:
             con.print(f"[bold green]verified[/]: {outcome.checked:,} candidates recomputed from the recorded inputs "
                       f"with no difference ({elapsed:.1f} s)", highlight=False)

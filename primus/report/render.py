@@ -25,6 +25,7 @@ from markupsafe import Markup
 
 from primus.errors import InputError
 from primus.report.context import build_context
+from primus.report.manifest import update_manifest
 from primus.report.markdown import md_code, md_fence, md_text
 from primus.report.rundir import RunDir
 
@@ -74,7 +75,8 @@ def render(run: RunDir) -> dict[str, str]:
 def write_report(root: Path, entries: list[dict[str, Any]] | None = None) -> list[Path]:
     """Render the report of the run directory `root` into it. Each file is written to a temporary name
     and renamed, so a reader never sees half a file; returns the paths written. `entries`, when given,
-    are the audit lines just written there (saves reading them back; JSON round-trips them exactly)."""
+    are the audit lines just written there (saves reading them back; JSON round-trips them exactly).
+    The run's list of files (`SHA256SUMS`), when there is one, records the new files' sha256."""
     run = RunDir.open(root)
     if entries is not None:
         run._entries = entries
@@ -93,4 +95,5 @@ def write_report(root: Path, entries: list[dict[str, Any]] | None = None) -> lis
             if os.path.exists(tmp):
                 os.unlink(tmp)
         written.append(path)
+    update_manifest(root, files)
     return written

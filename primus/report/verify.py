@@ -1,7 +1,9 @@
 """`primus audit verify DIR`: recompute every recorded candidate of a run from its recorded inputs.
 
-A report is only as good as someone else's ability to re-check it. The check is independent of the
-machine's catalogs and rule files: the inputs are first checked against `inputs/SHA256SUMS`, then the
+A report is only as good as someone else's ability to re-check it. Every file of the directory is first
+checked against the run's list of files (`SHA256SUMS`, `primus.report.manifest`). The check is
+independent of the machine's catalogs and rule files: the inputs are checked against `inputs/SHA256SUMS`,
+then the
 job, profile and exact rule set are rebuilt from them (`RunDir`), and for every line of `audit.jsonl`:
 
 - legality: a line recorded legal must be in the enumerated legal set under the rules in force at its
@@ -11,9 +13,11 @@ job, profile and exact rule set are rebuilt from them (`RunDir`), and for every 
   ledger's peak, no assumptions text) must give the recorded tokens/s/GPU and step time, and every
   breakdown term, within `REL_TOL` (relative; breakdown terms relative to the step time).
 
-Then `result.json` is checked against the log (its scored count; its best layout, re-simulated) and, when
-the same primus version wrote it, the report files against a fresh render. Every difference names the
-candidate (seq and layout) and the field.
+Then `result.json` is checked against the log (its scored count; its best layout, re-simulated) and the
+report files against a fresh render, whichever primus version wrote them: a directory from another
+version is rendered with this one and compared (`primus report DIR` re-renders it to this version's
+wording; its numbers are recomputed either way). Every difference names the candidate (seq and layout)
+and the field, or the file and its first differing line.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from primus import __version__
 from primus.errors import InputError
 from primus.parallel import Layout, normalise
 from primus.projection import Projector
+from primus.report.manifest import check_manifest
 from primus.report.rundir import RunDir, layout_of, layout_text
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
@@ -95,6 +100,9 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     say = progress or (lambda _m: None)
     run = RunDir.open(root)
     out = Verification()
+    listed, extra = check_manifest(run.root)
+    out.differences += [Difference(d) for d in listed]
+    out.notes += extra
     problems = run.input_problems()
     if problems:
         out.differences += [Difference(p) for p in problems]
@@ -229,23 +237,44 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
 
 
 def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:
-    """The report files against a fresh render (only when this primus version wrote them: another
-    version's templates may differ in wording without the numbers differing)."""
+    """The report files against a fresh render with this primus, whatever version wrote them: a forged
+    number in the report is caught even when versions.json is gone or names another version."""
     from primus.report.render import render
 
-    if not (run.root / "report.md").exists():
+    if not (run.root / "report.md").exists() and not (run.root / "report.html").exists():
         notes.append("no report in the directory: nothing to compare")
         return []
-    if run.versions.get("primus") != __version__:
-        notes.append(f"report written by primus {run.versions.get('primus')}, this is {__version__}: not compared")
-        return []
-    diffs = []
+    written_by = run.versions.get("primus")
+    other = written_by is not None and written_by != __version__
     try:
         files = render(run)
     except InputError as exc:
         return [Difference(f"the report cannot be re-rendered: {exc.reason}")]
+    diffs = []
     for rel, text in files.items():
         path = run.root / rel
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            diffs.append(Difference(f"{rel} differs from a fresh render of this directory"))
+        if not path.is_file():
+            diffs.append(Difference(f"{rel}: missing (a fresh render writes it)"))
+            continue
+        old = path.read_text(encoding="utf-8", errors="replace")
+        if old != text:
+            how = (f"what primus {__version__} renders from this directory (written by primus {written_by}: "
+                   "`primus report DIR` re-renders it with this version)" if other
+                   else "a fresh render of this directory")
+            diffs.append(Difference(f"{rel} differs from {how}, {first_difference(old, text)}"))
+    if other and not diffs:
+        notes.append(f"written by primus {written_by}; the report is what primus {__version__} renders from it")
     return diffs
+
+
+def first_difference(old: str, new: str, width: int = 100) -> str:
+    """Where two texts first differ: the line number and both lines there (shortened, quoted)."""
+    a, b = old.splitlines(), new.splitlines()
+    for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            k = next((i for i, (c, d) in enumerate(zip(x, y, strict=False)) if c != d), min(len(x), len(y)))
+            start = max(0, k - width // 2)
+            return f"first at line {n}: recorded {x[start:start + width]!r}, rendered {y[start:start + width]!r}"
+    if len(a) != len(b):
+        return f"lengths differ: {len(a)} line(s) recorded, {len(b)} rendered"
+    return "in line endings or the final newline"

@@ -4,8 +4,9 @@ Everything is written into a sibling temporary directory which is renamed over t
 Contents: `report.html` and `report.md` (the report, rendered from the other files by `primus.report`),
 `result.json` (the answer), `audit.jsonl` (one line per candidate, in search order), `llm/` (every
 prompt and reply verbatim), `inputs/` (the job, the resolved model, hardware, rules and profile, with
-`SHA256SUMS`) and `versions.json`. The report is rendered from the files just written, exactly as
-`primus report DIR` re-renders it later, so the two cannot differ.
+`SHA256SUMS`), `versions.json` and, written last, `SHA256SUMS`: every file above with its sha256. The
+report is rendered from the files just written, exactly as `primus report DIR` re-renders it later, so
+the two cannot differ.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
             sums.append(f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {name}")
         _dump(tmp / "inputs" / "SHA256SUMS", "\n".join(sums) + "\n")
         _dump(tmp / "versions.json", json.dumps(versions(), indent=1, sort_keys=True) + "\n")
+        from primus.report.manifest import write_manifest
         from primus.report.render import write_report
 
         write_report(tmp, entries)
+        write_manifest(tmp)  # last: lists every file written above, with its sha256
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old")
             if old.exists():
