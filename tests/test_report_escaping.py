@@ -166,6 +166,7 @@ def test_a_rule_id_from_a_file_cannot_hold_markup(tmp_path: Path, run_cli):
     ("# heading", "\\# heading"),
     ("- item", "\\- item"),
     ("1. item", "1\\. item"),
+    ("tp_comm __init__ a_ _b", "tp_comm \\_\\_init\\_\\_ a\\_ \\_b"),
     ("-0.123", "-0.123"),
     ("+1.5", "+1.5"),
 ])

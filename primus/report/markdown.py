@@ -9,9 +9,10 @@ built it as Markdown on purpose (`md_code`, `md_fence`), which is marked `MdSafe
 
 - whitespace runs, line breaks included, become one space (a value is always inline: a line break
   followed by `# ` would start a heading);
-- `\\ ` * _ [ ] | ~` are escaped with a backslash (CommonMark's escape for ASCII punctuation; GitHub's
-  tables honour `\\|`), and `& < >` become entities, so no tag, link, image, emphasis, code span or
-  table cell can start inside the value;
+- `\\ ` * [ ] | ~` are escaped with a backslash (CommonMark's escape for ASCII punctuation; GitHub's
+  tables honour `\\|`), and so is `_` unless it stands between two letters or digits, where it cannot
+  start emphasis; `& < >` become entities; so no tag, link, image, emphasis, code span or table cell
+  can start inside the value;
 - a value that would start a block where it stands first on a line (`#`, `=`, a `-` or `+` list
   marker, `1.` / `1)`) has that character escaped. Signed numbers (`-0.123`, `+1.5`) are left as
   they are: they start no block.
@@ -22,8 +23,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_INLINE = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "|": "\\|",
-                         "~": "\\~", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_INLINE = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "|": "\\|", "~": "\\~",
+                         "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+# "_" between two letters or digits can neither open nor close emphasis (CommonMark: an intraword `_` is not
+# a delimiter), so names like tp_comm stay readable in the raw file; every other "_" is escaped.
+_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 # The block starts a line of text could open once inline markup is escaped (">" is already "&gt;").
 _LEAD = re.compile(r"^( ?)(?:([#=])|([-+])(?![\d.])|(\d{1,9})([.)])(?= |$))")
 _SPACE = re.compile(r"\s+")
@@ -47,7 +51,7 @@ def md_text(value: Any) -> MdSafe:
     """`value` as inline Markdown text that renders as exactly its characters (whitespace collapsed)."""
     if isinstance(value, MdSafe):
         return value
-    text = _SPACE.sub(" ", str(value)).translate(_INLINE)
+    text = _UNDERSCORE.sub(r"\\_", _SPACE.sub(" ", str(value)).translate(_INLINE))
     return MdSafe(_LEAD.sub(_lead, text, count=1))
 
 
