@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from primus.cli.main import cli
 from primus.report.markdown import md_code, md_fence, md_text
@@ -140,6 +143,57 @@ def test_report_md_holds_no_markup_from_input(hostile: Path):
     assert "\\`tick\\` \\*em\\* \\_u\\_ \\[link\\](javascript:alert(1))" in why
 
 
+# A CommonMark renderer with GitHub's tables and strikethrough, as a pull-request view renders report.md.
+COMMONMARK = MarkdownIt("commonmark").enable("table").enable("strikethrough")
+
+
+def _shown(rendered: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", rendered))
+
+
+def test_report_md_renders_no_element_from_input(hostile: Path):
+    rendered = COMMONMARK.render((hostile / "report.md").read_text())
+    parsed = _Elements()
+    parsed.feed(rendered)
+    assert not parsed.tags & {"script", "iframe", "object", "embed", "a", "form", "link", "base", "del", "s"}
+    assert parsed.handlers == []
+    assert sorted(re.findall(r'<img src="([^"]+)"', rendered)) == sorted(f"charts/{c}.svg" for c in
+                                                                        ("memory", "timeline", "scatter", "progress"))
+    shown = _shown(rendered).lower()
+    for field in PAYLOADS:
+        assert " ".join(visible(field).split()) in shown, field
+
+
+PIECES = st.sampled_from([*"ab1 _*`[]()!<>&|\\#-+=.~:/\"'\n\t;", "&amp;", "&#60;", "http://x", "<b>", "1.", "- ", "# ",
+                          "```", "~~", "![i](u)"])
+FRAMES = {"paragraph": "{}\n", "list item": "- {}\n", "table cell": "| h |\n|---|\n| {} |\n", "emphasis": "*{}*\n",
+          "heading": "# {}\n"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PIECES, max_size=24).map("".join))
+def test_escaped_text_renders_as_exactly_its_characters_wherever_the_template_puts_it(text: str):
+    want = " ".join(text.split())
+    assume(want)
+    for frame, template in FRAMES.items():
+        rendered = COMMONMARK.render(template.format(md_text(want)))
+        if frame == "table cell":
+            cell = re.search(r"<td>(.*?)</td>", rendered, re.S)
+            assert cell is not None, rendered
+            rendered = cell.group(1)
+        assert _shown(rendered).strip() == want, (frame, md_text(want), rendered)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PIECES, max_size=24).map("".join))
+def test_a_code_span_shows_exactly_its_text_in_a_table_cell(text: str):
+    want = " ".join(text.split())
+    assume(want)
+    rendered = COMMONMARK.render(f"| h |\n|---|\n| {md_code(want)} |\n")
+    code = re.search(r"<td><code>(.*?)</code></td>", rendered, re.S)
+    assert code is not None and html.unescape(code.group(1)) == want, (md_code(want), rendered)
+
+
 def test_the_job_file_is_shown_verbatim_in_a_fence_it_cannot_close(hostile: Path):
     md = (hostile / "report.md").read_text()
     job = (hostile / "inputs" / "job.yaml").read_text()
@@ -162,8 +216,8 @@ def test_a_rule_id_from_a_file_cannot_hold_markup(tmp_path: Path, run_cli):
     ("<b>x</b> & y", "&lt;b&gt;x&lt;/b&gt; &amp; y"),
     ("[t](u) ![i](v)", "\\[t\\](u) !\\[i\\](v)"),
     ("`c` *e* _u_ ~s~ \\", "\\`c\\` \\*e\\* \\_u\\_ \\~s\\~ \\\\"),
-    ("line\n# heading", "line # heading"),
-    ("# heading", "\\# heading"),
+    ("line\n# heading", "line \\# heading"),
+    ("# heading #", "\\# heading \\#"),
     ("- item", "\\- item"),
     ("1. item", "1\\. item"),
     ("tp_comm __init__ a_ _b", "tp_comm \\_\\_init\\_\\_ a\\_ \\_b"),

@@ -9,12 +9,12 @@ built it as Markdown on purpose (`md_code`, `md_fence`), which is marked `MdSafe
 
 - whitespace runs, line breaks included, become one space (a value is always inline: a line break
   followed by `# ` would start a heading);
-- `\\ ` * [ ] | ~` are escaped with a backslash (CommonMark's escape for ASCII punctuation; GitHub's
-  tables honour `\\|`), and so is `_` unless it stands between two letters or digits, where it cannot
-  start emphasis; `& < >` become entities; so no tag, link, image, emphasis, code span or table cell
-  can start inside the value;
-- a value that would start a block where it stands first on a line (`#`, `=`, a `-` or `+` list
-  marker, `1.` / `1)`) has that character escaped. Signed numbers (`-0.123`, `+1.5`) are left as
+- `\\ ` * [ ] | ~ #` are escaped with a backslash (CommonMark's escape for ASCII punctuation; GitHub's
+  tables honour `\\|`; a `#` ending a heading would be taken for its closing sequence), and so is `_`
+  unless it stands between two letters or digits, where it cannot start emphasis; `& < >` become
+  entities; so no tag, link, image, emphasis, code span or table cell can start inside the value;
+- a value that would start a block where it stands first on a line (`=`, a `-` or `+` list marker,
+  `1.` / `1)`) has that character escaped. Signed numbers (`-0.123`, `+1.5`) are left as
   they are: they start no block.
 """
 
@@ -24,12 +24,12 @@ import re
 from typing import Any
 
 _INLINE = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "|": "\\|", "~": "\\~",
-                         "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+                         "#": "\\#", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
 # "_" between two letters or digits can neither open nor close emphasis (CommonMark: an intraword `_` is not
 # a delimiter), so names like tp_comm stay readable in the raw file; every other "_" is escaped.
 _UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
-# The block starts a line of text could open once inline markup is escaped (">" is already "&gt;").
-_LEAD = re.compile(r"^( ?)(?:([#=])|([-+])(?![\d.])|(\d{1,9})([.)])(?= |$))")
+# The block starts a line of text could open once inline markup is escaped (">" is "&gt;", "#" is "\#").
+_LEAD = re.compile(r"^( ?)(?:(=)|([-+])(?![\d.])|(\d{1,9})([.)])(?= |$))")
 _SPACE = re.compile(r"\s+")
 _TICKS = re.compile(r"`+")
 
