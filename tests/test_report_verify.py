@@ -260,3 +260,14 @@ def test_a_run_from_another_version_is_rendered_with_this_one_and_compared(copy:
     code, out = verify(copy)
     assert code == 0, out
     assert "written by primus 0.0.1" in out
+
+
+def test_a_list_naming_a_file_outside_the_directory_is_a_difference(copy: Path):
+    outside = copy.parent / "outside.txt"
+    outside.write_text("not the run's\n")
+    digest = hashlib.sha256(outside.read_bytes()).hexdigest()
+    with (copy / "SHA256SUMS").open("a") as fh:
+        fh.write(f"{digest}  ../outside.txt\n")
+    code, out = verify(copy)
+    n = len((copy / "SHA256SUMS").read_text().splitlines())
+    assert code == 1 and f"SHA256SUMS line {n}: not '<sha256>  <relative path>'" in out
