@@ -152,3 +152,14 @@ def test_model_file_relative_to_the_job(run_cli, tmp_path):
     job.write_text("model: mine.yaml\nhardware: h100-80gb\nnodes: 1\nseq_len: 4096\nglobal_batch_size: 64\n")
     code, out, _ = run_cli("job", "show", str(job), "--format", "json")
     assert code == 0 and json.loads(out)["model"] == "mine"
+
+
+@pytest.mark.parametrize("target", ["megatron", "primus", "torchtitan"])
+def test_a_model_name_with_a_newline_is_refused_before_any_export_writes_it(run_cli, tmp_path, target):
+    # A name lands in launch scripts as a comment: a newline in it would start a shell line of its own.
+    job = tmp_path / "job.yaml"
+    job.write_text('model: {base: llama3.1-8b, name: "evil\\ntouch ' + str(tmp_path / "PWNED") + '"}\n'
+                   "hardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n")
+    code, out, err = run_cli("export", str(job), "--to", target)
+    assert code == 2 and out == ""
+    assert "model.name" in err and "one line of printable text" in err and len(err.strip().splitlines()) == 1

@@ -7,10 +7,11 @@ failure becomes one `InputError` line naming the file and the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
 from primus.errors import InputError, did_you_mean
 
@@ -23,6 +24,18 @@ PosFloat = Annotated[StrictFloat | StrictInt, Field(gt=0.0, le=1e18)]
 NonNegFloat = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1e18)]
 Bool = StrictBool
 Text = Annotated[str, Field(max_length=2000)]
+# A model's or a cluster's name lands in launch scripts, YAML, reports and terminals: one line of
+# printable text (no control characters, so no newline can start a shell or YAML line of its own).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must be one line of printable text (it holds a newline or another control character)")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_one_line)]
 
 
 class Spec(BaseModel):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from primus.specs.base import Bool, ByteCount, NonNegFloat, PosFloat, PosInt, Spec, Text
+from primus.specs.base import Bool, ByteCount, Name, NonNegFloat, PosFloat, PosInt, Spec, Text
 
 DType = Literal["bf16", "fp16", "fp8", "fp4", "fp32", "tf32"]
 
@@ -84,7 +84,7 @@ class MemoryReserves(Spec):
 class ClusterSpec(Spec):
     """A hardware catalog entry: the accelerator plus the node and networks of a typical cluster of it."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Name
     display_name: Text | None = None
     notes: Text | None = None
     accelerator: AcceleratorSpec

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from primus.specs.base import Bool, ByteCount, Fraction, PosInt, Spec, Text
+from primus.specs.base import Bool, ByteCount, Fraction, Name, PosInt, Spec, Text
 
 _FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
 
@@ -57,7 +57,7 @@ class PublishedParams(Spec):
 class ModelSpec(Spec):
     """A decoder-only transformer, dense or MoE, described with Megatron-LM's argument names."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Name
     display_name: Text | None = None
     source: Text | None = None
     notes: Text | None = None
