@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from primus.catalog.hardware import catalog_hardware, resolve_hardware
 from primus.catalog.models import catalog_models, resolve_model
@@ -106,11 +107,14 @@ def models_show(model: str, seq_len: int | None, fmt: str) -> None:
     rows += [(f"  {k}", f"{v:,}") for k, v in summary["params_by_kind"].items()]
     f = summary["flops_per_token"]
     rows.append((f"training FLOPs/token @ seq {f['seq_len']}", f"{f['training']:,}"))
-    rows += [(k, str(v)) for k, v in summary["architecture"].items()]
+    rows += [(k, ", ".join(f"{n}={x:g}" for n, x in v.items()) if isinstance(v, dict) else str(v))
+             for k, v in summary["architecture"].items()]
     con.print(table(f"{spec.name}" + (f" — {spec.display_name}" if spec.display_name else ""),
                     ["field", "value"], rows))
     if spec.source:
-        con.print(f"source: {spec.source}")
+        con.print(f"source: {escape(spec.source)}")
+    if spec.notes:  # class defaults used, what an import counted as what, what it left out
+        con.print(f"notes: {escape(spec.notes)}")
 
 
 @click.group("hardware")

@@ -53,6 +53,14 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         notes.append("model.embedding_layernorm has no Megatron-LM option: the launch config omits it")
     if m.moe_router_bias:
         notes.append("model.moe_router_bias has no Megatron-LM option in this release: the launch config omits it")
+    notes += [f"model.{name} has no Megatron-LM option here: the launch config omits it" for name, used in (
+        ("norm_placement", m.norm_placement != "pre"),
+        ("qk_layernorm_per_head", m.qk_layernorm and not m.qk_layernorm_per_head),
+        ("add_proj_bias", m.add_proj_bias and not m.add_bias_linear),
+        ("output_layer_bias", m.output_layer_bias),
+        ("moe_shared_expert_gate", m.moe_shared_expert_gate),
+        ("scalings", bool(m.scalings)),
+    ) if used]
     return ns, notes
 
 

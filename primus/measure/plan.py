@@ -53,7 +53,7 @@ Call = GemmCall | AttentionCall | MemoryCall | CollectiveCall
 MEASURABLE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 TORCH_GEMM_FORMATS = ("bf16", "fp16", "fp8")  # fp8: per-tensor scaled (torch._scaled_mm)
 NORMS = ("input_layernorm", "pre_mlp_layernorm", "final_layernorm", "qk_layernorm", "q_layernorm",
-         "kv_layernorm", "mtp.enorm", "mtp.hnorm")
+         "kv_layernorm", "mtp.enorm", "mtp.hnorm", "post_attention_layernorm", "post_mlp_layernorm")
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -52,6 +52,14 @@ def check_supported(model: ModelSpec, kind: str, moe_probs: str = "unpermute") -
         raise ValueError(f"layer kind must be 'dense' or 'moe', not {kind!r}")
     if model.multi_latent_attention:
         raise ValueError("the reference layer does not model multi-latent attention")
+    unbuilt = [name for name, used in (
+        ("sandwich or post norms", model.norm_placement != "pre"),
+        ("q/k norms over the whole projection", model.qk_layernorm and not model.qk_layernorm_per_head),
+        ("a gated shared expert", model.moe_shared_expert_gate),
+        ("an attention output bias without add_bias_linear", model.add_proj_bias and not model.add_bias_linear),
+    ) if used]
+    if unbuilt:
+        raise ValueError(f"the reference layer does not model {', '.join(unbuilt)}")
     if kind == "moe" and not model.is_moe:
         raise ValueError(f"{model.name} has no MoE layers")
     if kind == "dense" and model.ffn_hidden_size is None:

@@ -117,8 +117,10 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
         q_dim, k_dim, v_dim, o_dim = heads * d, groups * d, groups * d, heads * d
         if model.qk_layernorm:
             stats = 2 if model.normalization == "LayerNorm" else 1
+            # one statistic per head, or one per token for a norm over the whole q (and k) projection
+            rows = heads + groups if model.qk_layernorm_per_head else 2
             out += [Saved("q_layernorm.input", T * q_dim, act), Saved("k_layernorm.input", T * k_dim, act),
-                    Saved("qk_layernorm.stats", T * (heads + groups) * stats, FP32)]
+                    Saved("qk_layernorm.stats", T * rows * stats, FP32)]
     out += [Saved("core_attention.q", T * q_dim, act), Saved("core_attention.k", T * k_dim, act),
             Saved("core_attention.v", T * v_dim, act)]
     fp8_proj = gemm != act
@@ -178,6 +180,8 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
         if ctx.numerics.gemm_input != ctx.numerics.activation:
             out.append(Saved("shared_experts.input", Tn * h, ctx.numerics.gemm_input))
         out += _mlp(model, ctx, "shared_experts", T, model.moe_shared_expert_intermediate_size, ctx.tp)
+        if model.moe_shared_expert_gate:  # the sigmoid gate's output, one per token
+            out.append(Saved("shared_experts.gate.output", Tn, ctx.numerics.activation))
     if model.hidden_dropout > 0:
         out.append(Saved("mlp.dropout_mask", Tn * h, MASK))
     return out
@@ -198,7 +202,17 @@ def layer_inventory(model: ModelSpec, kind: str, ctx: ActContext) -> tuple[Saved
     """Saved tensors of one decoder layer ("dense" or "moe") for one microbatch, no recompute."""
     attn = _attention(model, ctx)
     mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
-    return tuple(attn + mlp)
+    return tuple(attn + _post_norm(model, ctx, "post_attention_layernorm") + mlp
+                 + _post_norm(model, ctx, "post_mlp_layernorm"))
+
+
+def _post_norm(model: ModelSpec, ctx: ActContext, prefix: str) -> list[Saved]:
+    """Sandwich norms (Gemma 2 and 3) add a norm on each sublayer's output, before the residual add: its
+    input and statistics are kept (its output goes into the add, which keeps nothing). Post-norm layers
+    (OLMo 2) keep what pre-norm layers do, so the inventory names them as pre-norm."""
+    if model.norm_placement != "sandwich":
+        return []
+    return _norm(model, ctx, prefix, model.hidden_size, ctx.tokens // ctx.sp_div, out_gemm=False)[:2]
 
 
 def checkpoint_bytes(model: ModelSpec, ctx: ActContext) -> int:

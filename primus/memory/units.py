@@ -48,7 +48,8 @@ def _gemm(layer: LayerParams | None, tp: int, ep: int, etp: int) -> tuple[int, i
         return 0, 0
     dense = expert = 0
     for w in layer.weights:
-        if not w.name.endswith(".weight") or "layernorm" in w.name or w.name.startswith("mlp.router"):
+        if not w.name.endswith(".weight") or "layernorm" in w.name or w.name.startswith("mlp.router") \
+                or w.name == "mlp.shared_experts.gate.weight":  # a bf16 h→1 product, no FP8 cache
             continue
         if w.shard is Shard.TP:
             dense += -(-w.count // tp)
@@ -66,6 +67,8 @@ def param_units(model: ModelSpec, tp: int, ep: int, etp: int) -> ParamUnits:
     word = vocab * model.hidden_size // tp
     extra = counts.embedding(vocab) - vocab * model.hidden_size  # embedding LayerNorm (BLOOM)
     output = counts.final_norm + (word if model.untie_embeddings_and_output_weights else 0)
+    if model.output_layer_bias:  # vocab-parallel, split with the output layer's rows
+        output += vocab // tp
     dense = counts.dense.per_rank(tp) if counts.dense else 0
     moe_dense = counts.moe.dense_part(tp) if counts.moe else 0
     moe_expert = counts.moe.expert_part(ep, etp) if counts.moe else 0

@@ -355,6 +355,9 @@ def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None 
     """One decoder layer ("dense" or "moe") for one microbatch on one rank."""
     mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
     b = _attention(model, ctx, window) + mlp
+    if model.norm_placement == "sandwich":  # Gemma 2/3: a norm on each sublayer's output as well
+        b = b + Block(kind, memops=tuple(norm_op(name, ctx.Tn, model.hidden_size, ctx, fused_cast=False)
+                                         for name in ("post_attention_layernorm", "post_mlp_layernorm")))
     return Block(kind, b.gemms, b.attention, b.memops, b.comms)
 
 

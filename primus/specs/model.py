@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from primus.specs.base import Bool, ByteCount, Fraction, Name, PosInt, Spec, Text
+from primus.specs.base import Bool, ByteCount, Fraction, Name, PosFloat, PosInt, Spec, Text
 
 _FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
 
@@ -80,7 +80,20 @@ class ModelSpec(Spec):
     squared_relu: Bool = False
     add_bias_linear: Bool = True
     add_qkv_bias: Bool = False
+    #: a bias on the attention output projection without `add_bias_linear` (PhiMoE's attention_bias
+    #: covers q, k, v and o while its experts have none); row-parallel, so replicated across TP
+    add_proj_bias: Bool = False
+    #: a bias on the output layer (PhiMoE's lm_head_bias), one per vocabulary row
+    output_layer_bias: Bool = False
     qk_layernorm: Bool = False
+    #: True: q and k are normalised per head with one head_dim-wide weight each (Megatron, Qwen3, Gemma 3,
+    #: GLM-4.5); False: over the whole q and k projections (OLMo 2, OLMoE: weights of heads × head_dim and
+    #: query_groups × head_dim, split across TP with the heads)
+    qk_layernorm_per_head: Bool = True
+    #: where the decoder layer normalises: "pre" (Megatron: before attention and MLP), "post" (OLMo 2: on
+    #: the attention and MLP outputs, before the residual add; the same weights and saved bytes as "pre"),
+    #: "sandwich" (Gemma 2 and 3: both, four norms per layer)
+    norm_placement: Literal["pre", "post", "sandwich"] = "pre"
     softmax_type: Literal["vanilla", "learnable"] = "vanilla"
     hidden_dropout: Fraction = 0.1
     attention_dropout: Fraction = 0.1
@@ -93,6 +106,9 @@ class ModelSpec(Spec):
     moe_shared_expert_intermediate_size: PosInt | None = None
     moe_layer_freq: int | tuple[int, ...] | str = 1
     moe_router_bias: Bool = False
+    #: Megatron-Core's moe_shared_expert_gate: a sigmoid gate (one h-wide weight) on the shared expert's
+    #: output (Qwen2-MoE's shared_expert_gate)
+    moe_shared_expert_gate: Bool = False
 
     multi_latent_attention: Bool = False
     q_lora_rank: PosInt | None = None
@@ -102,6 +118,12 @@ class ModelSpec(Spec):
     v_head_dim: PosInt | None = None
 
     mtp_num_layers: int = Field(default=0, ge=0, le=16)
+
+    #: constant scalings and caps the source config applies (attention and final-logit soft-capping,
+    #: Gemma's sqrt(hidden) embedding scale, Granite's embedding/residual/attention/logits multipliers):
+    #: no parameters, no saved bytes, no GEMM FLOPs, so nothing counts them; recorded so an import shows
+    #: what it read
+    scalings: dict[Annotated[str, Field(max_length=100)], PosFloat] | None = None
 
     _hash: int | None = PrivateAttr(default=None)
 
@@ -144,6 +166,10 @@ class ModelSpec(Spec):
             for key in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
                 if getattr(self, key) is None:
                     raise ValueError(f"multi_latent_attention needs {key}")
+        if self.moe_shared_expert_gate and not self.moe_shared_expert_intermediate_size:
+            raise ValueError("moe_shared_expert_gate needs moe_shared_expert_intermediate_size (a shared expert)")
+        if not self.qk_layernorm_per_head and (not self.qk_layernorm or self.multi_latent_attention):
+            raise ValueError("qk_layernorm_per_head false needs qk_layernorm (and standard attention)")
         if self.window_attn_skip_freq is not None and self.window_size is None:
             raise ValueError("window_attn_skip_freq needs window_size")
         return self

@@ -135,18 +135,24 @@ def _attention(model: ModelSpec) -> list[Weight]:
                        shard=Shard.REPLICATED)
         out.append(_norm(model, "attention.kv_layernorm", kv_lora))
         out += _linear("attention.linear_kv_up_proj", kv_lora, heads * (qk + v), bias=False, column=True)
-        out += _linear("attention.linear_proj", heads * v, h, bias=model.add_bias_linear, column=False)
+        out += _linear("attention.linear_proj", heads * v, h, bias=model.add_bias_linear or model.add_proj_bias,
+                       column=False)
         return out
     d = model.head_dim
     qkv_out = (heads + 2 * model.query_groups) * d
     out += _linear("attention.linear_qkv", h, qkv_out, bias=model.add_bias_linear or model.add_qkv_bias,
                    column=True)
-    if model.qk_layernorm:  # per-head-dim norms on q and k, shared across heads
+    if model.qk_layernorm and model.qk_layernorm_per_head:  # head_dim-wide norms, shared across heads
         out.append(_norm(model, "attention.q_layernorm", d))
         out.append(_norm(model, "attention.k_layernorm", d))
+    elif model.qk_layernorm:  # norms over the whole q and k projections, split with the heads
+        per = 2 if model.normalization == "LayerNorm" else 1
+        out.append(Weight("attention.q_layernorm", per * heads * d, Shard.TP))
+        out.append(Weight("attention.k_layernorm", per * model.query_groups * d, Shard.TP))
     if model.softmax_type == "learnable":  # one learnable sink logit per head
         out.append(Weight("attention.softmax_offset", heads, Shard.TP))
-    out += _linear("attention.linear_proj", heads * d, h, bias=model.add_bias_linear, column=False)
+    out += _linear("attention.linear_proj", heads * d, h, bias=model.add_bias_linear or model.add_proj_bias,
+                   column=False)
     return out
 
 
@@ -157,26 +163,41 @@ def _mlp(model: ModelSpec, name: str, ffn: int, shard: Shard) -> list[Weight]:
         _linear(f"{name}.linear_fc2", ffn, h, bias=model.add_bias_linear, column=False, shard=shard)
 
 
-def dense_layer(model: ModelSpec) -> LayerParams:
+def _layer_norms(model: ModelSpec, sublayer: str) -> tuple[list[Weight], list[Weight]]:
+    """The norms before and after a sublayer ("attention" or "mlp") for the model's norm placement."""
     h = model.hidden_size
+    pre_name = "input_layernorm" if sublayer == "attention" else "pre_mlp_layernorm"
+    post_name = "post_attention_layernorm" if sublayer == "attention" else "post_mlp_layernorm"
+    pre = [_norm(model, pre_name, h)] if model.norm_placement != "post" else []
+    post = [_norm(model, post_name, h)] if model.norm_placement != "pre" else []
+    return pre, post
+
+
+def _with_norms(model: ModelSpec, attention: list[Weight], mlp: list[Weight]) -> tuple[Weight, ...]:
+    a_pre, a_post = _layer_norms(model, "attention")
+    m_pre, m_post = _layer_norms(model, "mlp")
+    return (*a_pre, *attention, *a_post, *m_pre, *mlp, *m_post)
+
+
+def dense_layer(model: ModelSpec) -> LayerParams:
     if model.ffn_hidden_size is None:
         raise ValueError(f"{model.name}: ffn_hidden_size is required for dense layers")
-    weights = [_norm(model, "input_layernorm", h), *_attention(model), _norm(model, "pre_mlp_layernorm", h)]
-    weights += _mlp(model, "mlp", model.ffn_hidden_size, Shard.TP)
-    return LayerParams("dense", tuple(weights))
+    mlp = _mlp(model, "mlp", model.ffn_hidden_size, Shard.TP)
+    return LayerParams("dense", _with_norms(model, _attention(model), mlp))
 
 
 def moe_layer(model: ModelSpec) -> LayerParams:
     h = model.hidden_size
     experts = model.num_experts or 0
-    weights = [_norm(model, "input_layernorm", h), *_attention(model), _norm(model, "pre_mlp_layernorm", h)]
-    weights.append(Weight("mlp.router.weight", experts * h, Shard.REPLICATED))
+    mlp = [Weight("mlp.router.weight", experts * h, Shard.REPLICATED)]
     if model.moe_router_bias:
-        weights.append(Weight("mlp.router.bias", experts, Shard.REPLICATED))
+        mlp.append(Weight("mlp.router.bias", experts, Shard.REPLICATED))
     if model.moe_shared_expert_intermediate_size:
-        weights += _mlp(model, "mlp.shared_experts", model.moe_shared_expert_intermediate_size, Shard.TP)
-    weights += _mlp(model, "mlp.experts", model.moe_ffn_hidden_size or 0, Shard.EXPERT_TP)
-    return LayerParams("moe", tuple(weights), num_experts=experts)
+        mlp += _mlp(model, "mlp.shared_experts", model.moe_shared_expert_intermediate_size, Shard.TP)
+        if model.moe_shared_expert_gate:  # Megatron-Core keeps the (1, h) gate weight whole on every rank
+            mlp.append(Weight("mlp.shared_experts.gate.weight", h, Shard.REPLICATED))
+    mlp += _mlp(model, "mlp.experts", model.moe_ffn_hidden_size or 0, Shard.EXPERT_TP)
+    return LayerParams("moe", _with_norms(model, _attention(model), mlp), num_experts=experts)
 
 
 def mtp_block(model: ModelSpec) -> LayerParams:
@@ -237,11 +258,13 @@ class ParamCount:
         return (self.model.max_position_embeddings or 0) * self.model.hidden_size
 
     def output_layer(self, vocab: int | None = None) -> int:
-        """The output projection; zero when tied to the embedding (stored once per rank that holds it)."""
-        if not self.model.untie_embeddings_and_output_weights:
-            return 0
+        """The output projection (and its bias, PhiMoE); zero when tied to the embedding (stored once per
+        rank that holds it). A bias on a tied output layer is its own parameter, counted here."""
         v = self.model.vocab_size if vocab is None else vocab
-        return v * self.model.hidden_size
+        bias = v if self.model.output_layer_bias else 0
+        if not self.model.untie_embeddings_and_output_weights:
+            return bias
+        return v * self.model.hidden_size + bias
 
     @property
     def final_norm(self) -> int:

@@ -1,0 +1,201 @@
+"""Typed access to one Hugging Face config, and the fields every decoder family shares.
+
+The structural dimensions are required; a key that the family's configuration class documents a
+default for may be absent, and then takes that class default, named in the model's `notes`. A key
+that is present is read with its value, never guessed around: a layer pattern, a window or a bias
+that primus cannot represent exactly is refused with the key named, rather than counted wrongly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from primus.errors import InputError
+
+
+class Reader:
+    """Typed access to the config with one-line errors and a record of class defaults and notes.
+
+    `prefix` names where the decoder's keys sit (`text_config` in a multimodal config), so an error
+    names the key as the file spells it.
+    """
+
+    def __init__(self, data: Mapping[str, Any], where: str, family: str, prefix: str = "") -> None:
+        self.data = data
+        self.where = where
+        self.family = family
+        self.prefix = prefix
+        self.defaults_used: list[str] = []
+        self.notes: list[str] = []
+        self.scalings: dict[str, float] = {}
+
+    def key(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, reason: str) -> InputError:
+        return InputError(self.where, self.key(key), reason)
+
+    def req_int(self, key: str) -> int:
+        if key not in self.data or self.data[key] is None:
+            raise self.error(key, f"required for a {self.family} config and missing")
+        return self.as_int(key, self.data[key])
+
+    def opt_int(self, key: str, default: int | None) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            if default is not None:
+                self.defaults_used.append(f"{key}={default}")
+            return default
+        return self.as_int(key, value)
+
+    def int_or(self, key: str, default: int) -> int:
+        """An integer with a class default (recorded when used)."""
+        value = self.opt_int(key, default)
+        assert value is not None
+        return value
+
+    def opt_bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            self.defaults_used.append(f"{key}={default}")
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false (got {value!r})")
+        return value
+
+    def opt_float(self, key: str, default: float | None) -> float | None:
+        """A positive number (a soft-cap, a multiplier); None when absent and the class has none."""
+        value = self.data.get(key)
+        if value is None:
+            if default is not None:
+                self.defaults_used.append(f"{key}={default:g}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 < value <= 1e18:
+            raise self.error(key, f"must be a positive number (got {value!r})")
+        return float(value)
+
+    def record(self, key: str, default: float | None = None) -> None:
+        """Record a constant scaling the config applies (no parameters), under its own key."""
+        value = self.opt_float(key, default)
+        if value is not None:
+            self.scalings[key] = value
+
+    def explicit_null(self, key: str) -> bool:
+        return key in self.data and self.data[key] is None
+
+    def as_int(self, key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 10**9:
+            raise self.error(key, f"must be a non-negative integer (got {value!r})")
+        return value
+
+    def int_list(self, key: str) -> list[int] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) > 100_000 or \
+                any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+            raise self.error(key, "must be a list of integers")
+        return value
+
+    def str_list(self, key: str) -> list[str] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) > 100_000 or any(not isinstance(i, str) for i in value):
+            raise self.error(key, "must be a list of strings")
+        return value
+
+
+def dropout(r: Reader, key: str) -> float:
+    value = r.data.get(key, 0.0)
+    if value is None:
+        value = 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise r.error(key, f"must be a probability between 0 and 1 (got {value!r})")
+    return float(value)
+
+
+def common(r: Reader, *, kv_default: int | None, tie_default: bool = False,
+           head_dim_default: int | None = None, vocab_default: int | None = None) -> dict[str, Any]:
+    """Fields of every decoder family: layers, widths, heads, vocabulary, tying, RoPE, RMSNorm, gated MLP.
+
+    `head_dim` is read as given (Gemma's 256 is not hidden / heads); without it, and without a class
+    default, the head width is hidden / heads and must divide exactly.
+    """
+    heads = r.req_int("num_attention_heads")
+    hidden = r.req_int("hidden_size")
+    vocab = r.req_int("vocab_size") if vocab_default is None else r.int_or("vocab_size", vocab_default)
+    out: dict[str, Any] = {
+        "num_layers": r.req_int("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "vocab_size": vocab,
+        "position_embedding_type": "rope",
+        "normalization": "RMSNorm",
+        "swiglu": True,
+        "add_bias_linear": False,
+        "untie_embeddings_and_output_weights": not r.opt_bool("tie_word_embeddings", tie_default),
+        # HF decoder configs train without hidden dropout; attention dropout is the config's own field
+        "hidden_dropout": 0.0,
+        "attention_dropout": dropout(r, "attention_dropout"),
+    }
+    kv = r.opt_int("num_key_value_heads", kv_default if kv_default is not None else heads)
+    out["num_query_groups"] = kv
+    head_dim = r.data.get("head_dim")
+    if head_dim is not None:
+        out["kv_channels"] = r.as_int("head_dim", head_dim)
+    elif head_dim_default is not None:
+        out["kv_channels"] = r.opt_int("head_dim", head_dim_default)
+    elif hidden % heads:
+        raise r.error("hidden_size",
+                      f"{hidden} is not divisible by num_attention_heads {heads} and no head_dim is given")
+    max_pos = r.data.get("max_position_embeddings")
+    if max_pos is not None:
+        out["max_position_embeddings"] = r.as_int("max_position_embeddings", max_pos)
+    return out
+
+
+def attention_bias(r: Reader, out: dict[str, Any], *, output_projection: bool = True) -> None:
+    """HF's `attention_bias`: biases on q, k, v and (in most families) the output projection; the MLP
+    keeps none, so Megatron's add_bias_linear stays off."""
+    if r.opt_bool("attention_bias", False):
+        out["add_qkv_bias"] = True
+        out["add_proj_bias"] = output_projection
+
+
+def gated_mlp(r: Reader, activation_key: str, default: str) -> None:
+    """Every family here has a gated MLP (gate and up projections); a GELU gate (GeGLU) has SwiGLU's
+    weights, saved bytes and FLOPs, so it is counted as one and noted."""
+    act = r.data.get(activation_key)
+    if act is None:
+        act = default
+    if not isinstance(act, str):
+        raise r.error(activation_key, f"must be an activation name (got {act!r})")
+    if act not in ("silu", "swish"):
+        r.notes.append(f"gated MLP with {act[:40]} (counted as SwiGLU: same weights, bytes and FLOPs)")
+
+
+def window_every(r: Reader, out: dict[str, Any], window: int | None, full_every: int | None,
+                 kinds: list[str] | None, windowed_kinds: tuple[str, ...] = ("sliding_attention",)) -> None:
+    """Sliding (or chunked) attention on every layer but each `full_every`-th (0-based index i with
+    (i + 1) % full_every == 0 is full), or on every layer when `full_every` is None; an explicit
+    `layer_types` list must follow that pattern, else it is refused rather than miscounted."""
+    layers = out["num_layers"]
+    if window is None:
+        if kinds is not None and any(k in windowed_kinds for k in kinds):
+            raise r.error("layer_types", "windowed layers without a window size")
+        return
+    expected = [not (full_every and (i + 1) % full_every == 0) for i in range(layers)]
+    if kinds is not None:
+        if len(kinds) != layers:
+            raise r.error("layer_types", f"has {len(kinds)} entries but num_hidden_layers is {layers}")
+        got = [k in windowed_kinds for k in kinds]
+        if got != expected:
+            what = f"every layer but each {full_every}-th" if full_every else "every layer"
+            raise r.error("layer_types", f"only windows on {what} are supported (the pattern given differs)")
+    out["window_size"] = window
+    if full_every:
+        out["window_attn_skip_freq"] = full_every
