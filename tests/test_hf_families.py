@@ -74,7 +74,7 @@ def test_every_supported_model_type_has_a_published_config_fixture() -> None:
     assert set(supported_families()) - {model_type(p) for p in FIXTURES} == {"llama4_text"}
 
 
-VARIANTS = [
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
     # (fixture, overrides): branches the published configs do not take, against transformers too
     ("olmo2-OLMo-2-1124-7B", {"num_key_value_heads": 8}),  # GQA: the k norm is kv_heads × head_dim wide
     ("olmo2-OLMo-2-1124-7B", {"attention_bias": True, "tie_word_embeddings": True}),
@@ -370,3 +370,38 @@ def test_a_reference_layer_for_memory_checks_refuses_features_it_does_not_build(
 
     with pytest.raises(ValueError, match="sandwich"):
         check_supported(load(fixture("gemma2-gemma-2-2b")), "dense")
+
+
+def _job(model_path: Path, **parallel: Any) -> Any:
+    from primus.job import job_from_mapping
+
+    return job_from_mapping({
+        "model": str(model_path), "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16,
+        "parallel": {"tp": 2, "pp": 1, "vp": 1, "cp": 1, "mbs": 1, "sp": True, "recompute": "none",
+                     "sharding": "dist_opt", **parallel}}, "test")
+
+
+def test_the_ledger_holds_an_imported_olmo2_with_its_full_width_qk_norm_weights() -> None:
+    from primus.memory.evaluate import MemoryModel, pinned_layout
+
+    job = _job(fixture("olmo2-OLMo-2-1124-7B"))
+    report = MemoryModel(job).evaluate(pinned_layout(job))
+    spec = job.model
+    word = spec.padded_vocab_size(2) * spec.hidden_size // 2
+    # every parameter once, split by TP: both vocabulary matrices, and every layer (its QK-norm included)
+    layer = param_units(spec, 2, 1, 1).dense_layer
+    assert report.stages[0].params == 2 * word + spec.num_layers * layer + spec.hidden_size
+
+
+def test_megatron_export_notes_what_megatron_lm_cannot_express() -> None:
+    from primus.launch import export_job
+
+    notes = export_job(_job(fixture("gemma2-gemma-2-2b")), "megatron").notes
+    assert any("norm_placement" in n for n in notes) and any("scalings" in n for n in notes)
+
+
+def test_gemma3_text_config_without_head_counts_takes_the_class_defaults() -> None:
+    # google/gemma-3-4b-it: text_config gives only hidden size, MLP width, layers and window
+    spec = load(fixture("gemma3-gemma-3-4b-it"))
+    assert (spec.num_attention_heads, spec.query_groups, spec.head_dim) == (8, 4, 256)
+    assert "num_attention_heads=8" in (spec.notes or "")

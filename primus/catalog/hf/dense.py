@@ -79,7 +79,7 @@ def gemma2(r: Reader) -> dict[str, Any]:
     """Gemma2Config: head_dim 256 by default (not hidden / heads), sandwich norms (four per layer),
     GeGLU, tied embeddings, sliding windows of 4096 on every other layer (layer 0 sliding), attention
     logits soft-capped at 50 and final logits at 30."""
-    out = common(r, kv_default=4, tie_default=True, head_dim_default=256, vocab_default=256000)
+    out = common(r, kv_default=4, tie_default=True, head_dim_default=256, vocab_default=256000, heads_default=8)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["norm_placement"] = "sandwich"
     attention_bias(r, out)
@@ -92,7 +92,7 @@ def gemma2(r: Reader) -> dict[str, Any]:
 def gemma3_text(r: Reader) -> dict[str, Any]:
     """Gemma3TextConfig: as Gemma 2, plus per-head q/k RMSNorm, windows of 4096 by default on five of
     every six layers (`sliding_window_pattern`), no soft-capping unless the config sets it."""
-    out = common(r, kv_default=4, tie_default=True, head_dim_default=256, vocab_default=262208)
+    out = common(r, kv_default=4, tie_default=True, head_dim_default=256, vocab_default=262208, heads_default=8)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["norm_placement"] = "sandwich"
     out["qk_layernorm"] = True

@@ -118,14 +118,16 @@ def dropout(r: Reader, key: str) -> float:
     return float(value)
 
 
-def common(r: Reader, *, kv_default: int | None, tie_default: bool = False,
-           head_dim_default: int | None = None, vocab_default: int | None = None) -> dict[str, Any]:
+def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head_dim_default: int | None = None,
+           vocab_default: int | None = None, heads_default: int | None = None) -> dict[str, Any]:
     """Fields of every decoder family: layers, widths, heads, vocabulary, tying, RoPE, RMSNorm, gated MLP.
 
     `head_dim` is read as given (Gemma's 256 is not hidden / heads); without it, and without a class
     default, the head width is hidden / heads and must divide exactly.
     """
-    heads = r.req_int("num_attention_heads")
+    # Gemma 3's published text_config omits the head counts its class defaults give (gemma-3-4b)
+    heads = r.req_int("num_attention_heads") if heads_default is None \
+        else r.int_or("num_attention_heads", heads_default)
     hidden = r.req_int("hidden_size")
     vocab = r.req_int("vocab_size") if vocab_default is None else r.int_or("vocab_size", vocab_default)
     out: dict[str, Any] = {
