@@ -288,7 +288,7 @@ def test_llama4_no_rope_layers_off_the_interval_are_refused(tmp_path: Path) -> N
     data["text_config"]["no_rope_layers"] = [1] * 47 + [0]
     with pytest.raises(InputError) as caught:
         load_dict(tmp_path, data)
-    assert caught.value.field == "text_config.layer_types"
+    assert caught.value.field == "text_config.no_rope_layers"
 
 
 def test_phimoe_layernorm_biases_and_output_bias_are_counted() -> None:

@@ -151,10 +151,12 @@ def llama4_text(r: Reader) -> dict[str, Any]:
     interval = r.int_or("no_rope_layer_interval", 4)
     no_rope = r.int_list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
     kinds = r.str_list("layer_types")
+    key = "layer_types"
     chunk = None if r.explicit_null("attention_chunk_size") else r.opt_int("attention_chunk_size", 8192)
     if kinds is None:
         kinds = ["chunked_attention" if rope and chunk is not None else "full_attention" for rope in no_rope]
-    window_every(r, out, chunk, interval, kinds, ("chunked_attention",))
+        key = "no_rope_layers"
+    window_every(r, out, chunk, interval, kinds, ("chunked_attention",), key)
     if chunk is not None:
         r.notes.append(f"chunked attention (chunks of {chunk}) counted as a window of {chunk} keys")
     if r.opt_bool("use_qk_norm", True):

@@ -181,23 +181,24 @@ def gated_mlp(r: Reader, activation_key: str, default: str) -> None:
 
 
 def window_every(r: Reader, out: dict[str, Any], window: int | None, full_every: int | None,
-                 kinds: list[str] | None, windowed_kinds: tuple[str, ...] = ("sliding_attention",)) -> None:
+                 kinds: list[str] | None, windowed_kinds: tuple[str, ...] = ("sliding_attention",),
+                 key: str = "layer_types") -> None:
     """Sliding (or chunked) attention on every layer but each `full_every`-th (0-based index i with
     (i + 1) % full_every == 0 is full), or on every layer when `full_every` is None; an explicit
     `layer_types` list must follow that pattern, else it is refused rather than miscounted."""
     layers = out["num_layers"]
     if window is None:
         if kinds is not None and any(k in windowed_kinds for k in kinds):
-            raise r.error("layer_types", "windowed layers without a window size")
+            raise r.error(key, "windowed layers without a window size")
         return
     expected = [not (full_every and (i + 1) % full_every == 0) for i in range(layers)]
     if kinds is not None:
         if len(kinds) != layers:
-            raise r.error("layer_types", f"has {len(kinds)} entries but num_hidden_layers is {layers}")
+            raise r.error(key, f"has {len(kinds)} entries but num_hidden_layers is {layers}")
         got = [k in windowed_kinds for k in kinds]
         if got != expected:
             what = f"every layer but each {full_every}-th" if full_every else "every layer"
-            raise r.error("layer_types", f"only windows on {what} are supported (the pattern given differs)")
+            raise r.error(key, f"only windows on {what} are supported (the pattern given differs)")
     out["window_size"] = window
     if full_every:
         out["window_attn_skip_freq"] = full_every
