@@ -405,3 +405,21 @@ def test_gemma3_text_config_without_head_counts_takes_the_class_defaults() -> No
     spec = load(fixture("gemma3-gemma-3-4b-it"))
     assert (spec.num_attention_heads, spec.query_groups, spec.head_dim) == (8, 4, 256)
     assert "num_attention_heads=8" in (spec.notes or "")
+
+
+def test_models_show_prints_the_exact_total_and_the_recorded_scalings(run_cli: Any) -> None:
+    path = fixture("gemma2-gemma-2-9b")
+    code, out, _ = run_cli("models", "show", str(path), "--format", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["total_params"] == transformers_param_count(config("gemma2-gemma-2-9b"))
+    assert doc["architecture"]["scalings"]["final_logit_softcapping"] == 30.0
+
+
+def test_readme_and_docs_list_every_supported_model_type() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    docs = (root / "docs" / "models.md").read_text(encoding="utf-8")
+    for family in supported_families():
+        name = family.removesuffix("_text") if family == "llama4_text" else family
+        assert f"`{name}`" in readme and f"`{name}`" in docs, family
