@@ -283,12 +283,21 @@ def test_llama4_chunked_attention_counts_as_a_window_on_three_of_four_layers() -
     assert "chunked attention" in (spec.notes or "")
 
 
-def test_llama4_no_rope_layers_off_the_interval_are_refused(tmp_path: Path) -> None:
+def test_llama4_irregular_no_rope_layers_are_refused(tmp_path: Path) -> None:
     data = config("llama4-Llama-4-Scout-17B-16E")
-    data["text_config"]["no_rope_layers"] = [1] * 47 + [0]
+    data["text_config"]["no_rope_layers"] = [0] + [1] * 47  # a global first layer, then chunks: no period
     with pytest.raises(InputError) as caught:
         load_dict(tmp_path, data)
     assert caught.value.field == "text_config.no_rope_layers"
+
+
+def test_an_explicit_layer_types_list_sets_the_window_period(tmp_path: Path) -> None:
+    # newer Gemma 3 configs carry layer_types (and a private pattern key) instead of sliding_window_pattern
+    data = {k: v for k, v in config("gemma3_text-gemma-3-1b-it").items() if k != "sliding_window_pattern"}
+    data["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(26)]
+    spec = load_dict(tmp_path, data)
+    assert (spec.window_size, spec.window_attn_skip_freq) == (512, 4)
+    assert count_params(spec).total == transformers_param_count(data)
 
 
 def test_phimoe_layernorm_biases_and_output_bias_are_counted() -> None:

@@ -184,21 +184,24 @@ def window_every(r: Reader, out: dict[str, Any], window: int | None, full_every:
                  kinds: list[str] | None, windowed_kinds: tuple[str, ...] = ("sliding_attention",),
                  key: str = "layer_types") -> None:
     """Sliding (or chunked) attention on every layer but each `full_every`-th (0-based index i with
-    (i + 1) % full_every == 0 is full), or on every layer when `full_every` is None; an explicit
-    `layer_types` list must follow that pattern, else it is refused rather than miscounted."""
+    (i + 1) % full_every == 0 is full), or on every layer when `full_every` is None. An explicit
+    `layer_types` list decides instead (newer configs carry it, and a private pattern key beside it):
+    it must be such a periodic pattern, which Megatron's window_attn_skip_freq expresses, else it is
+    refused rather than miscounted."""
     layers = out["num_layers"]
-    if window is None:
-        if kinds is not None and any(k in windowed_kinds for k in kinds):
-            raise r.error(key, "windowed layers without a window size")
-        return
-    expected = [not (full_every and (i + 1) % full_every == 0) for i in range(layers)]
     if kinds is not None:
         if len(kinds) != layers:
             raise r.error(key, f"has {len(kinds)} entries but num_hidden_layers is {layers}")
-        got = [k in windowed_kinds for k in kinds]
-        if got != expected:
-            what = f"every layer but each {full_every}-th" if full_every else "every layer"
-            raise r.error(key, f"only windows on {what} are supported (the pattern given differs)")
+        windowed = [k in windowed_kinds for k in kinds]
+        if not any(windowed):
+            return
+        if window is None:
+            raise r.error(key, "windowed layers without a window size")
+        full_every = windowed.index(False) + 1 if not all(windowed) else None
+        if windowed != [not (full_every and (i + 1) % full_every == 0) for i in range(layers)]:
+            raise r.error(key, "only windows on every layer but each k-th are supported (the pattern given differs)")
+    if window is None or full_every == 1:
+        return
     out["window_size"] = window
     if full_every:
         out["window_attn_skip_freq"] = full_every
