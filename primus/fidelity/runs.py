@@ -177,6 +177,12 @@ def read_runs(path: str | Path) -> list[RunRow]:
     return rows
 
 
+def bundled_amd_runs_path() -> Path:
+    """AMD's published Instinct runs shipped with primus: ground_truth/amd_runs_dev.csv, with the layer ids
+    of its one listed-layer recompute row added to that row's notes from the same source (see the row)."""
+    return Path(__file__).resolve().parent / "data" / "amd_runs_dev.csv"
+
+
 def bundled_runs_path() -> Path:
     """The development set shipped with primus (a copy of ground_truth/runs_dev.csv, published data)."""
     return Path(__file__).resolve().parent / "data" / "runs_dev.csv"
