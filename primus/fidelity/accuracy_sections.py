@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from primus.fidelity.stats import percentile
 from primus.fidelity.validate import ValidationReport
@@ -30,6 +33,30 @@ def _f(x: Any, digits: int = 1, sign: bool = False) -> str:
 
 def _esc(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+_CONFLICTS = Path(__file__).resolve().parent / "data" / "data_conflicts.yaml"
+
+
+def data_conflicts() -> dict[str, str]:
+    """run_id -> evidence, for published rows flagged as conflicting with the rest of the data set."""
+    raw = yaml.safe_load(_CONFLICTS.read_text(encoding="utf-8"))
+    return {c["run_id"]: " ".join(c["evidence"].split()) for c in raw["conflicts"]}
+
+
+def conflict_section(report: ValidationReport, bars: Mapping[str, Any]) -> list[str]:
+    held = {h["run_id"]: h["error_pct"] for h in bars.get("held_out", [])}
+    rows = {r.run_id: r for r in report.rows}
+    lines = ["## Published-data conflicts", "",
+             *textwrap.wrap("Rows whose measurement disagrees with the rest of the data set beyond what hardware or "
+                            "settings explain (`primus/fidelity/data/data_conflicts.yaml`). They stay in every "
+                            "figure on this page, the fits and the error bars included.", 110), "",
+             "| run | error % | held-out error % | evidence |", "|---|---:|---:|---|"]
+    for run_id, evidence in data_conflicts().items():
+        r = rows.get(run_id)
+        lines.append(f"| {_esc(run_id)} | {_f(r.error_pct if r else None, sign=True)} | "
+                     f"{_f(held.get(run_id), sign=True)} | {_esc(evidence)} |")
+    return lines
 
 
 def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
