@@ -52,6 +52,8 @@ REQUIRED_SLUGS = [
     # Megatron-LM README weak-scaling table, the rows runs_dev.csv measures
     "mcore-gpt-1.7b", "mcore-gpt-7.1b", "mcore-gpt-119b", "mcore-gpt-177b", "mcore-gpt-314b",
     "mcore-gpt-462b",
+    # AMD's published Instinct runs (ground_truth/amd_runs_dev.csv) and Primus's MoE blogs
+    "deepseek-v2-lite", "gpt-oss-20b",
 ]
 
 
@@ -128,6 +130,8 @@ ROUNDED_TOTALS = [
     ("qwen3-30b-a3b", 30.5 * B, 0.05 * B, "Qwen/Qwen3-30B-A3B model card: 30.5B"),
     ("mixtral-8x22b", 141 * B, 0.5 * B, "mistral.ai/news/mixtral-8x22b: 141B"),
     ("gpt-oss-120b", 116.83 * B, 0.005 * B, "gpt-oss model card (arXiv:2508.10925) Table 1: 116.83B"),
+    ("gpt-oss-20b", 20.91 * B, 0.005 * B, "gpt-oss model card (arXiv:2508.10925) Table 1: 20.91B"),
+    ("deepseek-v2-lite", 15.7 * B, 0.05 * B, "arXiv:2405.04434 Appendix B: DeepSeek-V2-Lite 15.7B total"),
     ("gpt3-175b", 175 * B, 0.5 * B, "arXiv:2205.05198 Table 3: 175B"),
     ("gpt3-5b", 5 * B, 0.5 * B, "NeMo GPTConfig5B: 5B"),
     ("gpt3-20b", 20 * B, 0.5 * B, "NeMo GPTConfig20B: 20B"),
@@ -169,6 +173,7 @@ ROUNDED_ACTIVES = [
     ("deepseek-v3", 37 * B, 0.5 * B, True, "arXiv:2412.19437: 37B activated"),
     ("kimi-k2", 32 * B, 0.5 * B, True, "arXiv:2507.20534 / model card: 32B activated"),
     ("gpt-oss-120b", 5.13 * B, 0.005 * B, True, "arXiv:2508.10925 Table 1: 5.13B active"),
+    ("gpt-oss-20b", 3.61 * B, 0.005 * B, True, "arXiv:2508.10925 Table 1: 3.61B active"),
 ]
 
 
@@ -313,3 +318,15 @@ def test_every_complete_csv_row_resolves_and_matches_its_architecture() -> None:
         if not same_architecture(stated, model(row["model"]), ignore_layers="proxy" in row["flags"]):
             mismatches.append(row["run_id"])
     assert mismatches == []
+
+
+def test_deepseek_v2_lite_counts_its_checkpoint_to_the_parameter() -> None:
+    # The HF config (deepseek-ai/DeepSeek-V2-Lite) built by transformers' DeepseekV2ForCausalLM on the meta
+    # device holds 15,706,484,224 parameters: MLA without query compression, 2 shared + 64 routed experts.
+    assert total("deepseek-v2-lite") == 15_706_484_224
+
+
+def test_gpt_oss_20b_counts_its_checkpoint_to_the_parameter() -> None:
+    # The HF config (openai/gpt-oss-20b) built by transformers' GptOssForCausalLM on the meta device holds
+    # 20,914,757,184 parameters (published: 20.91B).
+    assert total("gpt-oss-20b") == 20_914_757_184

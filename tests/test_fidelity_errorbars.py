@@ -13,7 +13,9 @@ from click.testing import CliRunner
 from primus.cli.project_cmd import project_cmd
 from primus.cli.solver_cmds import enumerate_cmd
 from primus.fidelity import ErrorBar, error_bar
-from primus.fidelity.errorbars import DATA, MIN_RUNS
+from primus.fidelity.errorbars import DATA
+from primus.fidelity.loso import BAR_QUANTILE, MIN_SOURCES, HeldOut, coverage, error_bar_table
+from primus.fidelity.stats import weighted_percentile
 
 
 def _data() -> dict[str, Any]:
@@ -24,16 +26,53 @@ def test_fitted_accelerators_get_their_leave_one_source_out_bar() -> None:
     bar = error_bar("h100-80gb", False)
     assert isinstance(bar, ErrorBar) and bar.fitted
     entry = _data()["accelerators"]["h100-80gb"]["dense"]
-    assert entry["n"] >= MIN_RUNS and bar.pct == entry["pct"] > 0
+    assert entry["sources"] >= MIN_SOURCES and not entry.get("widened") and bar.pct == entry["pct"] > 0
     assert "leave-one-source-out" in bar.basis and "dense h100-80gb" in bar.basis
     assert error_bar("h100-80gb+custom", True) == error_bar("h100-80gb", True)
     assert bar.text() == f"± {bar.pct:.0f}%"
 
 
-def test_few_held_out_runs_fall_back_to_the_pooled_bar() -> None:
-    bar = error_bar("h200", False)
-    assert bar.fitted and "pooled" in bar.basis
-    assert bar.pct == _data()["pooled"]["dense"]["pct"]
+def test_groups_from_too_few_sources_are_widened_to_the_pooled_bar_and_say_so() -> None:
+    bar = error_bar("h200", False)  # 2 runs from one source
+    entry = _data()["accelerators"]["h200"]["dense"]
+    assert bar.fitted and "widened to the pooled dense bar" in bar.basis and entry["widened"]
+    assert bar.pct == _data()["pooled"]["dense"]["pct"] >= entry["own_pct"]
+
+
+def _held(source: str, errors: list[float], acc: str = "h100-80gb", moe: bool = False) -> list[HeldOut]:
+    return [HeldOut(f"{source}-{i}", source, acc, moe, e, 10) for i, e in enumerate(errors)]
+
+
+def test_each_source_weighs_the_same_in_a_bar() -> None:
+    # one source of 8 runs within 2%, two sources of one run each at 30%: equal source weights put the
+    # 80th percentile at 30%, where counting runs would put it at 2%
+    held = _held("big", [1, 2, 1, 2, 1, 2, 1, 2]) + _held("a", [30]) + _held("b", [-30])
+    assert error_bar_table(held)["accelerators"]["h100-80gb"]["dense"]["pct"] == 30.0
+    assert weighted_percentile([1.0, 2.0, 3.0], [1.0, 1.0, 2.0], 50) == 2.0  # cumulative weight 2 of 4
+    assert weighted_percentile([1.0, 2.0, 3.0], [1.0, 1.0, 2.0], 60) == 3.0
+
+
+def test_a_bar_never_narrows_below_its_own_errors_when_widened() -> None:
+    held = _held("x", [50, 60]) + _held("y", [1, 2, 3], acc="a100-80gb") + _held("z", [2, 3], acc="a100-80gb") \
+        + _held("w", [1], acc="a100-80gb")
+    entry = error_bar_table(held)["accelerators"]["h100-80gb"]["dense"]
+    assert entry["sources"] == 1 and "widened" not in entry and entry["pct"] == 60.0
+
+
+def test_coverage_counts_each_source_against_bars_derived_without_it() -> None:
+    held = _held("a", [5, 5]) + _held("b", [5, 5]) + _held("c", [5, 50])
+    cov = coverage(held)
+    # without c, the bar is 5: c's 5 is inside and its 50 outside; a and b sit inside bars that include 50
+    assert cov["overall"] == {"inside": 5, "n": 6, "pct": 83.3}
+
+
+def test_the_shipped_bars_cover_two_runs_in_three_of_a_new_source() -> None:
+    cov = _data()["coverage"]
+    assert _data()["quantile"] == BAR_QUANTILE
+    assert 60.0 <= cov["overall"]["pct"] <= 80.0
+    for key, c in cov.items():
+        if c["n"] >= 10:
+            assert 60.0 <= c["pct"] <= 80.0, key
 
 
 def test_spec_derived_profiles_get_the_wider_stated_bar() -> None:

@@ -91,3 +91,16 @@ def test_the_measured_section_survives_regeneration() -> None:
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "accuracy.md").read_text()
     assert doc.count(START) == 1 and doc.count(END) == 1 and doc.index(START) < doc.index(END)
+
+
+def test_flagged_data_conflicts_are_development_rows_and_stay_visible_on_the_page() -> None:
+    from pathlib import Path
+
+    from primus.fidelity.accuracy_sections import data_conflicts
+
+    conflicts = data_conflicts()
+    ids = {r.run_id for r in read_runs(bundled_runs_path()) if r.complete}
+    assert "DGXC25.05-GB200-DeepSeek-V3-BF16-128" in conflicts
+    assert set(conflicts) <= ids and all(len(e) > 100 for e in conflicts.values())
+    page = (Path(__file__).resolve().parent.parent / "docs" / "accuracy.md").read_text()
+    assert "## Published-data conflicts" in page and all(run_id in page for run_id in conflicts)

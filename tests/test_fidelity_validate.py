@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from primus.cli.fidelity_cmds import validate_cmd
-from primus.fidelity import ValidationReport, bundled_runs_path, read_runs, validate
+from primus.fidelity import ValidationReport, bundled_runs_path, error_bar, read_runs, validate
 from primus.fidelity.runs import REQUIRED
 
 RUNS = bundled_runs_path()
@@ -93,7 +93,8 @@ def test_json_rows_carry_the_documented_fields(report: ValidationReport) -> None
     assert set(doc) >= {"rows", "summary", "unprojected"}
     for row in doc["rows"]:
         assert {"run_id", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
-                "fits"} <= set(row)
+                "error_bar_pct", "fits"} <= set(row)
+        assert row["error_bar_pct"] == error_bar(row["accelerator"], row["moe"]).pct > 0
         assert row["error_pct"] == pytest.approx(
             100 * (row["predicted_tokens_per_s_per_gpu"] / row["measured_tokens_per_s_per_gpu"] - 1))
         if "measured_peak_gib" in row:

@@ -31,6 +31,11 @@ JOBS = {
     "torchtitan-eager-loss": {"model": "llama3.1-8b", "hardware": "h100-96gb-500w", "nodes": 2, "seq_len": 8192,
                               "global_batch_size": 32, "framework": "torchtitan",
                               "kernels": {"eager_cross_entropy": True}},
+    # Primus-LM's listed-layer recompute: the tables read the job's ids as the ledger does
+    "listed-recompute": {"model": {"base": "deepseek-v3", "num_layers": 8, "moe_layer_freq": "([0]*1+[1]*7)",
+                                   "mtp_num_layers": 0},
+                         "hardware": "mi355x", "nodes": 2, "seq_len": 4096, "global_batch_size": 64,
+                         "parallel": {"recompute_layer_ids": [0, 3, 5]}},
 }
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from primus.fidelity.accuracy_sections import amd_section, conflict_section, errorbar_section, gpt_oss_section
 from primus.fidelity.defaults import RULES
 from primus.fidelity.validate import ValidationReport
 
@@ -43,7 +44,8 @@ def _group_table(groups: Mapping[str, Mapping[str, Any]], label: str) -> list[st
 
 
 def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, Any],
-           held: Sequence[Mapping[str, Any]], fitted: Mapping[str, Mapping[str, Any]], date: str, old: str) -> str:
+           held: Sequence[Mapping[str, Any]], fitted: Mapping[str, Mapping[str, Any]], date: str, old: str,
+           amd: ValidationReport | None = None) -> str:
     s = report.summary
     t = s["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
@@ -116,22 +118,11 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         "other source ran on predicts with its spec-derived profile.",
         "",
         *_group_table(bars.get("loso", {}).get("by_source", {}), "held-out source"), "",
-        "## Error bars",
-        "",
-        "`primus.fidelity.error_bar(hardware, is_moe)` (shown by `primus project` and `primus enumerate --rank`): the",
-        "68th percentile of |held-out error| per accelerator and dense/MoE; pooled when fewer than 5 held-out runs;",
-        "for accelerators without a fitted profile, the spec-derived projection's p68 over all runs.",
-        "",
-        "| accelerator | kind | ± % | runs |",
-        "|---|---|---:|---:|",
+        *errorbar_section(bars), "",
+        *conflict_section(report, bars), "",
+        *gpt_oss_section(), "",
+        *amd_section(amd, bars),
     ]
-    for acc, kinds in bars.get("accelerators", {}).items():
-        for kind, e in kinds.items():
-            lines.append(f"| {acc} | {kind} | {_f(e['pct'])} | {e['n']} |")
-    for kind, e in bars.get("pooled", {}).items():
-        lines.append(f"| pooled (fitted) | {kind} | {_f(e['pct'])} | {e['n']} |")
-    for kind, e in bars.get("spec_derived", {}).items():
-        lines.append(f"| spec-derived profiles | {kind} | {_f(e['pct'])} | {e['n']} |")
     lines += ["", "## Fitted profiles", "",
               "| accelerator | runs | fitted groups (factor on the spec-derived value) | in-sample median % |",
               "|---|---:|---|---:|"]

@@ -249,7 +249,7 @@ MEGATRON_DEEPSPEED = SourceRule(
 
 AMD_PRIMUS = SourceRule(
     name="AMD Primus-Megatron",
-    prefixes=("amd-primus", "primus"),
+    prefixes=("amd-", "primus"),
     framework="megatron",
     evidence=("AMD Primus (Primus-Megatron) configs: Megatron-LM defaults with the distributed optimizer, fp32 "
               "gradient reduction, overlapped grad-reduce/param-gather, no TP-comm overlap"),

@@ -1,16 +1,19 @@
 """Error bars on projections, from how wrong the projection was on runs it had not been fitted to.
 
 `benchmarks/accuracy_tables.py` runs the leave-one-source-out procedure (`primus.fidelity.loso`):
-for every source, refit each accelerator's profile without that source's runs and predict them. The
-68th percentile of |error| of those held-out predictions, per accelerator and dense/MoE, is the bar
-("± 6%" reads: about two runs in three land within 6%). It writes them to `data/error_bars.yaml`;
-this module only reads that file. Fallbacks, each stated in `basis`:
+for every source, refit each accelerator's profile without that source's runs and predict them. A
+percentile of |error| of those held-out predictions (sources weighted equally), per accelerator and
+dense/MoE, is the bar; its level (`loso.BAR_QUANTILE`) is the one at which the bars cover about two runs
+in three of a source they were derived without ("± 6%" reads: about two runs in three of a new source
+land within 6%; `loso.coverage` measures it). It writes them to `data/error_bars.yaml`; this module only
+reads that file. Fallbacks, each stated in `basis`:
 
-- an accelerator/kind with fewer than `MIN_RUNS` held-out runs uses the bar pooled over every fitted
-  accelerator for that kind;
-- an accelerator whose shipped profile is not fitted (no complete published runs, e.g. AMD today)
-  gets the spec-derived bar: the same percentile of the *uncalibrated* projection's error over all
-  complete runs, i.e. what a profile written from datasheets alone achieves.
+- an accelerator/kind whose held-out runs come from fewer than `loso.MIN_SOURCES` sources is widened to
+  the bar pooled over every fitted accelerator for that kind (already so in the file);
+- an accelerator/kind with no held-out runs uses the pooled bar;
+- an accelerator whose shipped profile is not fitted (AMD today) gets the spec-derived bar: the same
+  percentile of the *uncalibrated* projection's error over all complete runs, i.e. what a profile
+  written from datasheets alone achieves.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Any
 from primus.errors import InputError
 from primus.yamlio import load_mapping
 
-MIN_RUNS = 5
 DATA = Path(__file__).resolve().parent / "data" / "error_bars.yaml"
 
 
@@ -72,7 +74,7 @@ def error_bar(job_or_cluster_name: str, is_moe: bool, *, path: str | Path | None
     if not _profile_fitted(hw):
         return _bar(data["spec_derived"][kind], False, f"; {hw}'s profile is spec-derived (no published runs fitted)")
     entry = data.get("accelerators", {}).get(hw, {}).get(kind)
-    if entry is not None and int(entry.get("n", 0)) >= MIN_RUNS:
+    if entry is not None:
         return _bar(entry, True)
     pooled = data["pooled"][kind]
-    return _bar(pooled, True, f"; pooled over fitted accelerators (fewer than {MIN_RUNS} held-out {kind} runs on {hw})")
+    return _bar(pooled, True, f"; pooled over fitted accelerators (no held-out {kind} runs on {hw})")

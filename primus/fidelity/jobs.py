@@ -24,6 +24,7 @@ from primus.catalog.hardware import catalog_hardware
 from primus.catalog.models import _load_catalog_model, catalog_models
 from primus.errors import InputError
 from primus.fidelity.defaults import RECOMPUTE_LADDER, SourceRule, rule_for
+from primus.fidelity.options import apply_options, merge_keys
 from primus.fidelity.runs import RunRow
 from primus.job import Job, job_from_mapping
 from primus.memory.evaluate import MemoryModel, pinned_layout
@@ -160,7 +161,10 @@ def build(row: RunRow) -> RowJobs:
     if prec not in PRECISIONS:
         raise Unprojectable(f"precision {prec!r} is not one of {', '.join(PRECISIONS)}")
     precision, recipe = PRECISIONS[prec]
-    if recipe == "":
+    stated_recipe = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8") if f"fp8_recipe_{r}" in row.flags]
+    if recipe == "" and stated_recipe:
+        recipe = stated_recipe[0]  # the recipe the source's config sets (flag fp8_recipe_<name>)
+    elif recipe == "":
         recipe = rule.fp8_recipe
         assumed.append(f"fp8 recipe {recipe} (source default)")
     model, notes = model_ref(row)
@@ -193,19 +197,23 @@ def build(row: RunRow) -> RowJobs:
     except InputError as exc:
         raise Unprojectable(exc.reason) from None
     keys = rule.job_keys(tp=tp, scaleup_domain=cluster_domain, is_moe=is_moe)
+    model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:
         keys.setdefault("moe", {})["capacity_factor"] = 1.0
         assumed.append("token dropping at capacity factor 1.0 (flag tokendrop)")
-    pins: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": mbs, "sp": sp, "sharding": sharding}
+    pins: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": mbs, "sp": sp, "sharding": sharding,
+                            **_recompute_pins(row, recompute)}
     if pp > 1:
         pins["vp"] = vp
     if is_moe:
         pins.update(ep=ep, etp=etp)
     base: dict[str, Any] = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq,
                             "global_batch_size": gbs, "precision": precision, **keys}
-    pipeline = _pipeline_options(model, pp, vp or 1, row.run_id)
+    stated_layout = row.pipeline_layout if pp > 1 else None
+    pipeline = {"layout": stated_layout} if stated_layout else _pipeline_options(model, pp, vp or 1, row.run_id)
     if pipeline:
         base["pipeline"] = pipeline
+    if pipeline and not stated_layout:
         assumed.append("pipeline split: " + ", ".join(f"{k}={v}" for k, v in pipeline.items())
                        + " (the even split does not divide the layers)")
     if recipe:
@@ -265,6 +273,39 @@ def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str
             text += "m" * mtp_layers + "L"
         parts.append(text)
     return "|".join(parts)
+
+
+def _with_options(row: RunRow, keys: dict[str, Any], model: Any, assumed: list[str]) -> Any:
+    """Merge the Primus options the row states (`primus.fidelity.options`) into the job keys; the model
+    reference, with any architecture override they make."""
+    opts = apply_options(row["options"], is_moe=row.is_moe)
+    merge_keys(keys, opts.job)
+    if opts.modelled:
+        assumed.append("Primus options: " + ", ".join(opts.modelled))
+    if opts.not_modelled:
+        assumed.append("Primus options not modelled (no sourced cost): " + ", ".join(opts.not_modelled))
+    if not opts.model:
+        return model
+    return {**model, **opts.model} if isinstance(model, dict) else {"base": model, **opts.model}
+
+
+def _recompute_pins(row: RunRow, recompute: str) -> dict[str, Any]:
+    """What a row states about which layers full recompute covers: Megatron's method and layer count,
+    or Primus's listed layer ids (`primus.memory.recompute`)."""
+    if recompute != "full":
+        return {}
+    try:
+        method, count, ids = row.recompute_method, row.integer("recompute_num_layers"), row.recompute_layer_ids
+    except ValueError as exc:
+        raise Unprojectable(str(exc)) from None
+    out: dict[str, Any] = {}
+    if ids is not None:
+        out["recompute_layer_ids"] = ids
+    elif method:
+        out["recompute_method"] = method
+    if count and ids is None:
+        out["recompute_num_layers"] = count
+    return out
 
 
 def _scaleup(hardware: str) -> int:

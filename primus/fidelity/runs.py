@@ -26,6 +26,10 @@ REQUIRED: tuple[str, ...] = (
 MAX_BYTES = 64 * 2**20  # a runs file is a table of measurements, not a data set
 MAX_ROWS = 100_000
 #: `_202412_`, `_2025-06_`, `_20250613_` between the hardware and entity parts of a benchmark file name
+#: "recompute_layer_ids 0,1,2,4" / "recompute_layer_ids: \"0,1,2\"" in a row's notes
+_LAYER_IDS = re.compile(r"recompute_layer_ids\W*((?:\d+\s*,\s*)*\d+)")
+#: "layout Et|(tt|)*14,t|(tt|)*15,tL" or "layout (Et|t|(tt|)*29,tL)" in a row's options
+_LAYOUT = re.compile(r"\blayout \(?(E[EtmL|()*,0-9]*)")
 _DATED_FILE = re.compile(r"_(20\d\d)-?(0[1-9]|1[0-2])(?:-?\d\d)?_[^_/]+\.md$")
 
 
@@ -97,6 +101,44 @@ class RunRow:
         return f"{match.group(1)}-{match.group(2)}" if match else None
 
     @property
+    def recompute_method(self) -> str | None:
+        """Megatron's `--recompute-method` as stated (block, uniform), None when the row does not say;
+        ValueError for anything else. Optional column (AMD rows)."""
+        text = self["recompute_method"].lower()
+        if text and text not in ("block", "uniform"):
+            raise ValueError(f"column 'recompute_method' must be block or uniform, got {text!r}")
+        return text or None
+
+    @property
+    def recompute_layer_ids(self) -> tuple[int, ...] | None:
+        """Primus's `--recompute_layer_ids` when the row's flags say the source recomputed a listed set of
+        layers: from a `recompute_layer_ids` column, else from `notes` ("recompute_layer_ids 0,1,2,...");
+        ValueError when flagged but not named (the projection would otherwise guess)."""
+        if "recompute_layer_ids" not in self.flags:
+            return None
+        text = self["recompute_layer_ids"]
+        if not text:
+            match = _LAYER_IDS.search(self["notes"])
+            text = match.group(1) if match else ""
+        ids = tuple(int(x) for x in re.findall(r"\d+", text))
+        if not ids:
+            raise ValueError("flag recompute_layer_ids is set but neither the recompute_layer_ids column nor the "
+                             "notes name the layers")
+        return ids
+
+    @property
+    def pipeline_layout(self) -> str | None:
+        """An explicit Megatron `pipeline_model_parallel_layout` the source states in `options`
+        ("layout Et|(tt|)*14,t|(tt|)*15,tL"), None otherwise."""
+        match = _LAYOUT.search(self["options"])
+        if not match:
+            return None
+        text = match.group(1).rstrip(";,")
+        while text.endswith(")") and text.count(")") > text.count("("):
+            text = text[:-1]  # the closing bracket of "layout (…)"
+        return text
+
+    @property
     def is_moe(self) -> bool:
         experts = self.number("experts")
         return experts is not None and experts > 1
@@ -133,6 +175,12 @@ def read_runs(path: str | Path) -> list[RunRow]:
     if dup:
         raise InputError(str(p), "run_id", f"duplicate run_id {dup[0]!r}")
     return rows
+
+
+def bundled_amd_runs_path() -> Path:
+    """AMD's published Instinct runs shipped with primus: ground_truth/amd_runs_dev.csv, with the layer ids
+    of its one listed-layer recompute row added to that row's notes from the same source (see the row)."""
+    return Path(__file__).resolve().parent / "data" / "amd_runs_dev.csv"
 
 
 def bundled_runs_path() -> Path:

@@ -26,6 +26,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[rank - 1]
 
 
+def weighted_percentile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of `values` where each value counts `weight` times: the smallest value
+    whose cumulative weight reaches q% of the total; nan when empty."""
+    if not values:
+        return math.nan
+    pairs = sorted(zip(values, weights, strict=True))
+    total = sum(w for _, w in pairs)
+    acc = 0.0
+    for value, w in pairs:
+        acc += w
+        if acc >= q / 100.0 * total * (1.0 - 1e-12):
+            return value
+    return pairs[-1][0]
+
+
 def median(values: Sequence[float]) -> float:
     if not values:
         return math.nan

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus.errors import InputError
+from primus.fidelity.errorbars import error_bar
 from primus.fidelity.jobs import RowJobs, Unprojectable, build
 from primus.fidelity.runs import RunRow
 from primus.fidelity.stats import summarise
@@ -50,6 +51,7 @@ class RowResult:
     layout: dict[str, Any]
     rule: str
     assumed: tuple[str, ...]
+    error_bar_pct: float | None = None  # the ± `primus project` prints for this run (primus.fidelity.errorbars)
 
     @property
     def error_pct(self) -> float:
@@ -66,7 +68,8 @@ class RowResult:
             "run_id": self.run_id, "source": self.source, "accelerator": self.accelerator,
             "precision": self.precision, "moe": self.moe, "model": self.model, "num_gpus": self.num_gpus,
             "predicted_tokens_per_s_per_gpu": self.predicted, "measured_tokens_per_s_per_gpu": self.measured,
-            "error_pct": self.error_pct, "step_time_s": self.step_time_s, "fits": self.fits,
+            "error_pct": self.error_pct, "error_bar_pct": self.error_bar_pct, "step_time_s": self.step_time_s,
+            "fits": self.fits,
             "predicted_peak_gib": self.predicted_peak_gib,
         }
         if self.measured_peak_gib is not None:
@@ -175,7 +178,8 @@ def result_of(p: Prepared, projection: Projection, fits: bool | None) -> RowResu
         moe=jobs.project.model.is_moe, model=row["model"], num_gpus=jobs.project.num_gpus, measured=measured,
         predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
         predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
-        layout=projection.layout.as_parallel(), rule=jobs.rule.name, assumed=jobs.assumed)
+        layout=projection.layout.as_parallel(), rule=jobs.rule.name, assumed=jobs.assumed,
+        error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct)
 
 
 def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: ProfileFor = shipped_profile,

@@ -80,6 +80,11 @@ class MemoryModel:
         self.reserves = Reserves.of(job.cluster)
         self.comm_figure = int(job.cluster.reserves.communicator_buffer_bytes.value)
         self.recompute_method = spec.parallel.recompute_method or "uniform"
+        ids = spec.parallel.recompute_layer_ids
+        self.recompute_layer_ids = frozenset(ids) if ids is not None else None
+        if ids is not None and (max(ids, default=0) >= self.model.num_layers):
+            raise InputError(job.where, "parallel.recompute_layer_ids",
+                             f"layer id {max(ids)} is not below the model's {self.model.num_layers} decoder layers")
 
     def act_context(self, layout: Layout) -> ActContext:
         spec = self.job.spec
@@ -96,7 +101,7 @@ class MemoryModel:
         return PipelineKey(
             pp=layout.pp, vp=layout.vp, num_microbatches=layout.num_microbatches(self.job.spec.global_batch_size),
             recompute=layout.recompute, recompute_num_layers=layout.recompute_num_layers,
-            recompute_method=self.recompute_method,
+            recompute_method=self.recompute_method, recompute_layer_ids=self.recompute_layer_ids,
         )
 
     def communicator_bytes(self, layout: Layout) -> int:
@@ -163,6 +168,9 @@ class MemoryModel:
         rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}
+        if layout.recompute == "full" and self.recompute_layer_ids is not None:
+            rec["full"] = (f"full recompute of the {len(self.recompute_layer_ids)} listed layer(s) "
+                           "(recompute_layer_ids), each from its own checkpoint; other layers keep their activations")
         out.append(rec[layout.recompute])
         out.append("sequence parallel: norm/dropout regions split across TP" if layout.sp
                    else "no sequence parallel: norm/dropout regions replicated across TP")

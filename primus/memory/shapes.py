@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus.errors import InputError
+from primus.memory.recompute import recomputed_mask
 from primus.schedule.layout import PipelineLayout, balanced_layout, build_layout
 from primus.schedule.pipeline import Schedule, build_schedule, in_flight
 from primus.specs.job import PipelineOptions
@@ -62,6 +63,7 @@ class PipelineKey:
     recompute: str
     recompute_num_layers: int | None
     recompute_method: str
+    recompute_layer_ids: frozenset[int] | None = None  # Primus's listed-layer recompute (memory.recompute)
 
 
 def layout_for(model: ModelSpec, options: PipelineOptions, pp: int, vp: int, where: str = "pipeline") -> PipelineLayout:
@@ -87,10 +89,12 @@ def _chunk_units(model: ModelSpec, layers: tuple[int, ...], key: PipelineKey) ->
     if key.recompute != "full" or n == 0:
         return n - sum(moe_flags), sum(moe_flags), 0, 0, 0
     group = key.recompute_num_layers or 1
-    if key.recompute_method == "block":
-        ck = min(group, n)
-        kept = moe_flags[ck:]
-        remat_moe = int(any(moe_flags[:ck]))
+    if key.recompute_method == "block" or key.recompute_layer_ids is not None:
+        # each recomputed layer has its own checkpoint; one layer is rematerialised at a time
+        mask = recomputed_mask(layers, key.recompute_method, key.recompute_num_layers, key.recompute_layer_ids)
+        ck = sum(mask)
+        kept = [f for f, on in zip(moe_flags, mask, strict=True) if not on]
+        remat_moe = int(any(f for f, on in zip(moe_flags, mask, strict=True) if on))
         remat_dense = 1 - remat_moe if ck else 0
         return len(kept) - sum(kept), sum(kept), ck, remat_dense, remat_moe
     # uniform: every layer recomputed, in groups of `group` consecutive layers; one checkpoint per group

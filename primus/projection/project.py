@@ -26,6 +26,7 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel
 from primus.memory.ledger import StateWidths
+from primus.memory.recompute import recomputed_mask
 from primus.memory.shapes import split_layout
 from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
@@ -89,6 +90,7 @@ class Projector:
         self.model_flops_per_token = _training_flops(self.model, spec.seq_len)
         self.peak_flops = job.cluster.accelerator.peak_flops(peak_dtype(spec.precision))
         self.recompute_method = spec.parallel.recompute_method or "uniform"
+        self.recompute_layer_ids = self.memory.recompute_layer_ids
         ov = self.profile.overlap
         self.cost_settings = CostSettings(
             fmt=self.fmt, high_fmt=self.high_fmt, low_width=self.low_width, grad_width=self.widths.grad,
@@ -188,17 +190,20 @@ class Projector:
         ctx = self.context(layout)
         groups = self.groups(layout)
         rec = (layout.recompute, self.recompute_method, layout.recompute_num_layers)
+        masks = [recomputed_mask(playout.decoder_layers(c), self.recompute_method, layout.recompute_num_layers,
+                                 self.recompute_layer_ids) if layout.recompute == "full" else ()
+                 for c in range(len(keys))]
 
         def cost(key: str) -> BlockCost:
             return self.block_cost(key, layout, ctx, groups)
 
         chunks: list[ChunkWork] = []
         ctx_id, gid = self._intern(ctx), self.group_id(groups)
-        for kid, ks in keys:
-            ck = (kid, ctx_id, gid, layout.sharding == "fsdp", rec)
+        for (kid, ks), mask in zip(keys, masks, strict=True):
+            ck = (kid, ctx_id, gid, layout.sharding == "fsdp", rec, mask)
             w = self._chunks.get(ck)
             if w is None:
-                w = chunk_work(ks, cost, *rec, op_sac=self.op_sac)
+                w = chunk_work(ks, cost, layout.recompute, mask, op_sac=self.op_sac)
                 self._chunks[ck] = w
             chunks.append(w)
         pp, vp = layout.pp, playout.vp

@@ -5,9 +5,8 @@
 backward times are the sums of its items' block costs, plus what recompute re-runs in backward:
 
 - selective: the core attention forward (and its CP exchange) of every decoder layer;
-- full, uniform method: the whole forward of every decoder layer (Megatron recomputes each group of
-  recompute_num_layers layers from its checkpoint; all layers are recomputed either way);
-- full, block method: the forward of the first recompute_num_layers decoder layers of each chunk.
+- full: the whole forward of the decoder layers `primus.memory.recompute` says are recomputed (uniform:
+  every layer; block: the first recompute_num_layers of each chunk; Primus's listed layer ids).
 
 Parameters per rank (for the data-parallel tail and FSDP) come from `param_units`, the same per-rank
 counts the memory ledger uses; dense and expert parameters are kept apart because they reduce over
@@ -67,8 +66,10 @@ def item_key(model: ModelSpec, item: Item) -> str:
 
 
 def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recompute: str,
-               recompute_method: str, recompute_num_layers: int | None, op_sac: bool = False) -> ChunkWork:
+               recomputed: tuple[bool, ...] = (), op_sac: bool = False) -> ChunkWork:
     """Sum the block costs of one chunk (its item keys in order) and add the recompute forward.
+    `recomputed`: under full recompute, which of the chunk's decoder layers are re-run
+    (`primus.memory.recompute.recomputed_mask`, the ledger's own definition).
     `op_sac`: selective recompute is torchtitan's op-level policy (dense layers re-run the matmuls and
     memory-bound ops it does not keep) instead of Megatron's core-attention recompute."""
     counts = Counter(keys)
@@ -92,8 +93,7 @@ def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recomput
         bwd[RECOMP] += sum(costs[key].selective_op if op_sac and key.startswith("dense") else costs[key].selective
                            for key in decoder)
     elif recompute == "full":
-        if recompute_method == "block":
-            decoder = decoder[:recompute_num_layers or 1]
+        decoder = [key for key, on in zip(decoder, recomputed, strict=True) if on]
         bwd[RECOMP] += sum(costs[key].fwd_total for key in decoder)
     return ChunkWork.of(tuple(fwd), tuple(bwd), tuple(hidden), tuple(calls), tuple(measured))
 

@@ -38,6 +38,7 @@ class Question:
         self.tables = LedgerTables(job, self.space)
         self.pins = dict(job.spec.parallel.pinned() if pins is None else pins)
         self.pins.pop("recompute_method", None)
+        self.pins.pop("recompute_layer_ids", None)  # not an axis: the ledger tables read it from the job
 
     def with_pins(self, pins: dict[str, Any]) -> Question:
         q = object.__new__(Question)

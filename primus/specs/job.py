@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
-from primus.specs.base import Bool, PosInt, Spec, Text
+from primus.specs.base import Bool, NonNegInt, PosInt, Spec, Text
 
 Recompute = Literal["none", "selective", "full"]
 Sharding = Literal["none", "zero1", "dist_opt", "zero2", "fsdp"]
@@ -41,6 +41,9 @@ class ParallelPins(Spec):
     sharding: Sharding | None = None
     recompute_num_layers: PosInt | None = None
     recompute_method: Literal["uniform", "block"] | None = None
+    #: Primus-LM's `--recompute_layer_ids`: global decoder-layer ids (0-based) fully recomputed, each from
+    #: its own checkpoint, instead of a method's layers (primus.memory.recompute); needs recompute full
+    recompute_layer_ids: Annotated[tuple[NonNegInt, ...], Field(max_length=10_000)] | None = None
 
     def pinned(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
