@@ -73,13 +73,19 @@ def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:
 
 
 def tune_job(path: str | Path) -> Job:
-    """The job of a tune result: ``{"job": {...job mapping...}, "best": {"parallel": {...}}}`` — the
-    job with its `parallel` replaced by the best layout (a `schedule` there moves to the job's)."""
+    """The job of a tune result: ``{"job_spec" or "job": {...job mapping...}, "best": {"parallel": {...}}}``
+    — the job with its `parallel` replaced by the best layout (a `schedule` there moves to the job's).
+
+    `primus tune` writes the job it ran under `job_spec` (every option, the size once) and a summary
+    under `job` (for the report: both `nodes` and `gpus`); a result with only `job` is read with its
+    `gpus` when it gives both, since they agree."""
     p = Path(path)
     doc = load_mapping(p)
-    job, best = doc.get("job"), doc.get("best")
+    job, best = doc.get("job_spec", doc.get("job")), doc.get("best")
     if not isinstance(job, Mapping):
         raise InputError(str(p), "job", "a tune result needs the job mapping under 'job'")
+    if "job_spec" not in doc and "nodes" in job and "gpus" in job:
+        job = {k: v for k, v in job.items() if k != "nodes"}
     if not isinstance(best, Mapping) or not isinstance(best.get("parallel"), Mapping):
         raise InputError(str(p), "best.parallel", "a tune result needs the chosen layout under 'best.parallel'")
     parallel = dict(best["parallel"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from primus.job import Job
 from primus.projection import Projection
 from primus.tune.investigate import Investigation
 from primus.tune.reference import Reference
@@ -52,6 +53,26 @@ def diff_breakdowns(best: Projection, ref: Projection) -> list[dict[str, Any]]:
              "delta_s": deltas[n]} for n in ordered]
 
 
+def job_spec(job: Job) -> dict[str, Any]:
+    """The job as tune ran it, as a job mapping (`primus export --from-tune` reads it back): every option
+    the user set is kept, and the size is given once (`gpus`). A model or hardware given by a path or
+    with overrides points at the resolved copy in the run directory (`inputs/model.yaml`,
+    `inputs/hardware.yaml`, relative to `result.json`)."""
+    data = job.spec.model_dump(mode="json", exclude_defaults=True, exclude_none=True)
+    data.pop("nodes", None)
+    data["gpus"] = job.num_gpus
+    for key, copy in (("model", "inputs/model.yaml"), ("hardware", "inputs/hardware.yaml")):
+        ref = getattr(job.spec, key)
+        if not _catalog_name(ref):
+            data[key] = copy
+    return data
+
+
+def _catalog_name(ref: object) -> bool:
+    """A catalog name, as opposed to a path or a mapping (the test `resolve_model` applies)."""
+    return isinstance(ref, str) and "/" not in ref and not ref.strip().endswith((".yaml", ".yml", ".json"))
+
+
 def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: Investigation) -> dict[str, Any]:
     from primus.tune.agent import ranked
 
@@ -68,6 +89,7 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
         "job": {"model": tuner.job.model.name, "hardware": tuner.job.cluster.name, "gpus": tuner.job.num_gpus,
                 "nodes": tuner.job.num_nodes, "seq_len": tuner.job.spec.seq_len,
                 "global_batch_size": tuner.job.spec.global_batch_size, "precision": tuner.job.spec.precision},
+        "job_spec": job_spec(tuner.job),
         "mode": mode,
         "legal_count": tuner.base_space.count,
         "legal_count_after_adopted_rules": space.count,
