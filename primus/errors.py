@@ -29,7 +29,26 @@ class InputError(Exception):
         return InputError(where, self.field, self.reason)
 
 
+# At most this many names are offered; a prefix shorter than MIN_PREFIX (or a substring shorter than
+# MIN_SUBSTRING) matches too much to be a hint.
+MAX_SUGGESTIONS = 3
+MIN_PREFIX = 2
+MIN_SUBSTRING = 3
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A ' (did you mean X?)' suffix when a close match exists, else ''."""
-    matches = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
+    """A ' (did you mean X?)' suffix when a close match exists, else ''.
+
+    Names that begin with the word, then names that contain it, come before spelling distance: `h100`
+    is short for `h100-80gb` and `h100-96gb-500w`, not a misspelling of `h800`."""
+    ordered = sorted(choices)
+    w = word.strip().lower()
+    starts = [c for c in ordered if len(w) >= MIN_PREFIX and c.lower().startswith(w) and c.lower() != w]
+    contains = [c for c in ordered if len(w) >= MIN_SUBSTRING and w in c.lower() and c.lower() != w
+                and c not in starts]
+    matches = (starts + contains)[:MAX_SUGGESTIONS] or difflib.get_close_matches(word, ordered, n=1, cutoff=0.6)
+    if not matches:
+        return ""
+    if len(matches) == 1:
+        return f" (did you mean {matches[0]!r}?)"
+    return f" (did you mean {', '.join(repr(m) for m in matches[:-1])} or {matches[-1]!r}?)"

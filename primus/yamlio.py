@@ -19,6 +19,30 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_ALIASES = 64
 MAX_NODES = 200_000
 MAX_DEPTH = 64
+# Integers longer than this are refused while parsing. No field of any spec holds more than 19 digits
+# (the widest bounds are 2**50 bytes and 1e18); a hundred leaves room for launch-config keys primus
+# does not model, and stays far below the 4,300 digits past which Python refuses to convert a string
+# to an int (CPython's int_max_str_digits, a ValueError that would otherwise escape as a traceback).
+MAX_INT_DIGITS = 100
+
+
+def int_too_long(text: str) -> str | None:
+    """Why a numeral is refused (one line), or None when it is short enough to convert."""
+    digits = sum(ch.isalnum() for ch in text)
+    if digits <= MAX_INT_DIGITS:
+        return None
+    return f"an integer of {digits:,} digits (at most {MAX_INT_DIGITS} are read)"
+
+
+class _IntTooLong(ValueError):
+    pass
+
+
+def _bounded_json_int(text: str) -> int:
+    reason = int_too_long(text)
+    if reason is not None:
+        raise _IntTooLong(reason)
+    return int(text)
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -45,6 +69,15 @@ class _BoundedLoader(yaml.SafeLoader):
                 raise yaml.YAMLError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        reason = int_too_long(str(node.value))
+        if reason is not None:
+            raise yaml.constructor.ConstructorError(None, None, reason, node.start_mark)
+        return int(super().construct_yaml_int(node))
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 def _check_size(obj: Any, where: str) -> None:
@@ -118,9 +151,11 @@ def loads_yaml(text: str, where: str) -> Any:
 
 def loads_json(text: str, where: str) -> Any:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_bounded_json_int)
     except json.JSONDecodeError as exc:
         raise InputError(where, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except _IntTooLong as exc:
+        raise InputError(where, None, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise InputError(where, None, "invalid JSON: nested too deeply") from None
     _check_size(data, where)

@@ -22,6 +22,7 @@ from primus.cli.output import emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.projection.profile import require_precision
 from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,10 +77,12 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
     if job_file is not None:
         if hardware is not None or nodes is not None or gpus is not None:
             raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
-        return load_job(job_file)
-    assert launch_from is not None
-    job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus)
-    report(config)
+        job = load_job(job_file)
+    else:
+        assert launch_from is not None
+        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus)
+        report(config)
+    require_precision(job)
     return job
 
 

@@ -13,6 +13,7 @@ from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
 from primus.job import load_job
 from primus.projection.complete import speed_of
+from primus.projection.profile import require_precision
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, fit
@@ -35,6 +36,7 @@ def rule_options(fn: F) -> F:
 def question_from(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
                   without: tuple[str, ...]) -> Question:
     job = load_job(job_file)
+    require_precision(job)
     return Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
 
 

@@ -84,6 +84,8 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
         t = _Toml(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(where, None, f"invalid TOML: {exc}") from None
+    except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
+        raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
     if "job.description" in t.flat:
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))

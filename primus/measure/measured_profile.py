@@ -259,7 +259,7 @@ def _read_json(path: Path) -> Any:
         raise InputError(str(path), None, f"profile is larger than {MAX_BYTES // 2**20} MiB")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # bad UTF-8, bad JSON, or an integer too long to convert
         raise InputError(str(path), None, f"not a JSON measured profile ({exc})") from None
 
 

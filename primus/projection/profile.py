@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import Field, PrivateAttr, StrictFloat, StrictInt, model_validator
 
@@ -42,6 +42,9 @@ from primus.paths import data_dir
 from primus.specs.base import Bool, Spec, Text, parse_spec
 from primus.specs.hardware import ClusterSpec
 from primus.yamlio import load_mapping
+
+if TYPE_CHECKING:
+    from primus.job import Job
 
 #: GEMM compute formats a job can run its linear layers in (see `gemm_format`).
 GemmFormat = Literal["bf16", "fp16", "fp8", "fp8_block", "mxfp8", "nvfp4"]
@@ -62,6 +65,52 @@ def gemm_format(precision: str, fp8_recipe: str | None) -> str:
 def high_format(precision: str) -> str:
     """The format of GEMMs Megatron keeps in high precision (router, output layer, unfused attention)."""
     return "fp16" if precision == "fp16" else "bf16"
+
+
+def runnable_formats(cluster: ClusterSpec, profile: Profile | None) -> frozenset[str]:
+    """The GEMM formats a cluster runs: the accelerator has the peak the format runs at and the
+    calibration profile has its efficiency (without a profile, the peak alone decides)."""
+    peaks = cluster.accelerator.peak_tflops
+    formats = GEMM_FORMATS if profile is None else tuple(profile.gemm)
+    return frozenset(f for f in formats if PEAK_DTYPE[f] in peaks)
+
+
+def runnable_precisions(formats: frozenset[str]) -> list[str]:
+    """The job precisions (and, for fp8, the recipes) whose GEMMs all run in `formats`."""
+    from primus.specs.job import Fp8Recipe, Precision
+
+    out = []
+    for precision in get_args(Precision):
+        recipes = get_args(Fp8Recipe) if precision == "fp8" else (None,)
+        ok = [r for r in recipes if {gemm_format(precision, r), high_format(precision)} <= formats]
+        if ok and precision == "fp8":
+            out.append(f"fp8 (recipes {', '.join(str(r) for r in ok)})")
+        elif ok:
+            out.append(precision)
+    return out
+
+
+def precision_refusal(cluster: ClusterSpec, formats: frozenset[str], fmt: str) -> str:
+    """Why a GEMM format cannot run on a cluster, naming the precisions it can run (one line)."""
+    runs = runnable_precisions(formats)
+    dtype = PEAK_DTYPE.get(fmt, fmt)
+    missing = (f"no {dtype} peak in the hardware entry" if dtype not in cluster.accelerator.peak_tflops
+               else f"no gemm.{fmt} in its calibration profile")
+    return f"{cluster.name} cannot run {fmt} GEMMs ({missing}); it runs {', '.join(runs) or 'none of the precisions'}"
+
+
+def require_precision(job: Job) -> None:
+    """Refuse a job whose precision its hardware cannot run: the test `project` and `tune` apply, for
+    every command (`fit`, `enumerate`, `memory` too). Hardware without a shipped calibration profile is
+    judged by its peaks alone."""
+    try:
+        profile: Profile | None = load_profile(job.cluster)
+    except InputError:
+        profile = None
+    formats = runnable_formats(job.cluster, profile)
+    for fmt in (gemm_format(job.spec.precision, job.spec.effective_fp8_recipe), high_format(job.spec.precision)):
+        if fmt not in formats:
+            raise InputError(job.where, "precision", precision_refusal(job.cluster, formats, fmt))
 
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")

@@ -26,7 +26,7 @@ from primus.errors import InputError
 from primus.projection.collectives import LinkModel
 from primus.projection.ops import Attention
 from primus.projection.placement import GroupShape
-from primus.projection.profile import PEAK_DTYPE, Profile
+from primus.projection.profile import PEAK_DTYPE, Profile, precision_refusal
 from primus.specs.hardware import ClusterSpec
 
 
@@ -117,9 +117,7 @@ class AnalyticTimer:
     def require(self, fmt: str, where: str) -> None:
         """InputError unless both the accelerator and the profile know the GEMM format `fmt`."""
         if fmt not in self._gemm:
-            raise InputError(where, "precision",
-                             f"{self.cluster.name} has no {fmt} GEMM rate (no {PEAK_DTYPE.get(fmt, fmt)} "
-                             f"peak in the hardware entry or no gemm.{fmt} in its calibration profile)")
+            raise InputError(where, "precision", precision_refusal(self.cluster, frozenset(self._gemm), fmt))
 
     def gemm(self, call: GemmCall) -> Timed:
         rate, half = self._gemm[call.fmt]

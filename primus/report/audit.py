@@ -51,7 +51,7 @@ def iter_lines(path: Path, *, tolerate_torn_tail: bool = False) -> Iterator[dict
                 return
             try:
                 obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # bad JSON, bad UTF-8, or an integer too long to convert
                 raise InputError(where, f"line {n}", "not a JSON object") from None
             if not isinstance(obj, dict):
                 raise InputError(where, f"line {n}", "not a JSON object")
@@ -152,7 +152,7 @@ def read_state(out_dir: Path) -> dict[str, Any]:
         raise InputError(str(out_dir), "--resume", f"no interrupted run to resume: {root} does not exist{hint}")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, ValueError):  # unreadable, bad JSON or UTF-8, or an integer too long to convert
         raise InputError(str(path), None, "unreadable checkpoint state") from None
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise InputError(str(path), "version", f"checkpoint format {state.get('version')!r} is not "

@@ -26,6 +26,7 @@ from primus.report.audit import read_audit
 from primus.rules.model import Rule, check_rule
 from primus.solver.api import Question
 from primus.solver.ruleset import RuleSet
+from primus.specs.base import error_reason
 from primus.yamlio import load_json, load_mapping, loads_yaml, read_text
 
 INT_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
@@ -165,7 +166,8 @@ class RunDir:
                 out.append(Rule.model_validate(item))
             except ValidationError as exc:
                 err = exc.errors()[0]
-                raise InputError(str(path), f"rules[{i}]", f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+                raise InputError(str(path), f"rules[{i}]",
+                                 f"{'.'.join(map(str, err['loc']))}: {error_reason(err)}") from None
         return tuple(out)
 
     def question(self, extra: Sequence[Rule] = ()) -> Question:

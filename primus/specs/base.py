@@ -57,9 +57,29 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def error_reason(err: Mapping[str, Any]) -> str:
+    """One pydantic error as a plain reason: a validator's own message without pydantic's "Value
+    error, " prefix, and the offending value only when it is a scalar (a model-level check would
+    otherwise print the whole mapping it was given)."""
+    ctx = err.get("ctx") or {}
+    if err["type"] in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])
+    msg = str(err["msg"])
+    shown_input = "input" in err and err["type"] not in ("model_type", "dict_type")
+    if shown_input and not isinstance(err["input"], (Mapping, list, tuple, set)):
+        shown = repr(err["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        msg = f"{msg} (got {shown})"
+    return msg
+
+
 def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where: str, prefix: str = "") -> InputError:
-    """The first validation error as one line: file, dotted field, reason (with did-you-mean)."""
-    err = exc.errors()[0]
+    """The first validation error as one line: file, dotted field, reason (with did-you-mean). An
+    unknown key is reported before anything else: a misspelt `hardwar:` is also a missing `hardware:`,
+    and the misspelling is the news."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tagged-union"))))
     field = _loc(loc)
     if prefix:
@@ -70,13 +90,7 @@ def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where:
         return InputError(where, field, f"unknown key{did_you_mean(name, known)}")
     if err["type"] == "missing":
         return InputError(where, field, "required field is missing")
-    msg = err["msg"]
-    if "input" in err and err["type"] not in ("model_type", "dict_type"):
-        shown = repr(err["input"])
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        msg = f"{msg} (got {shown})"
-    return InputError(where, field, msg)
+    return InputError(where, field, error_reason(err))
 
 
 def _known_fields(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from primus.specs.base import error_reason
+
 MAX_REPLY_CHARS = 64_000
 
 
@@ -70,7 +72,7 @@ def parse_reply(text: str) -> LlmReply:
         body = body[4:] if body.startswith("json") else body
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer too long to convert
         raise ReplyRejected("reply is not JSON") from None
     if not isinstance(data, dict):
         raise ReplyRejected("reply is not a JSON object")
@@ -79,7 +81,7 @@ def parse_reply(text: str) -> LlmReply:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise ReplyRejected(f"reply does not match the schema at {loc or 'top level'}: {err['msg']}") from None
+        raise ReplyRejected(f"reply does not match the schema at {loc or 'top level'}: {error_reason(err)}") from None
 
 
 @dataclass(frozen=True)
