@@ -59,3 +59,23 @@ def test_the_deepseek_v3_guided_tune_adopts_a_rule_and_finishes_with_a_report(ru
     assert doc["legal_count_after_adopted_rules"] < doc["legal_count"] == 35_468
     assert (out / "report.html").exists() and (out / "result.json").exists()
     assert not (tmp_path / "ds.partial").exists()
+
+
+def test_a_job_with_no_reference_layout_claims_no_speedup(run_cli, write_job, tmp_path):
+    """Issue 17 item 7: with every axis free and no published recipe there is nothing to compare the best
+    with (fit's most-headroom completion is a search seed, not a reference): no ratio in the terminal,
+    result.json or the report."""
+    out = tmp_path / "run"
+    job = write_job(SMALL)
+    code, stdout, _ = run_cli("tune", job, "--llm", "none", "--workers", "1", "--out", str(out))
+    assert code == 0
+    assert "reference: none (the job pins no complete layout and no published recipe matches it" in stdout
+    assert "x the reference" not in stdout and "why it wins" not in stdout
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["reference"]["origin"] == "none" and doc["reference"]["parallel"] is None
+    assert "speedup_vs_reference" not in doc and "why" not in doc
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    for report in (md, html):
+        assert "No reference: the job pins no complete layout and no published recipe matches it" in report
+    assert "| – |" in md.split("vs reference |", 1)[1].split("\n")[2]  # the headline's ratio cell is empty

@@ -42,14 +42,17 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
     ref = doc["reference"]
-    con.print(f"reference ({ref['origin']}): " + (_layout_text(ref["parallel"]) if ref["parallel"] else "none"))
-    if not ref["fits"]:
+    if "note" in ref:  # no reference: nothing is compared with the best
+        con.print(f"reference: none ({ref['note']})")
+    elif not ref["fits"]:
+        con.print(f"reference ({ref['origin']}): " + (_layout_text(ref["parallel"]) if ref["parallel"] else "none"))
         con.print(f"  [red]not legal[/]: minimal core {', '.join(ref['violated_rules'])}")
         near = ref.get("nearest_legal")
         if near:
             con.print(f"  nearest legal variant (changes {', '.join(near['changed'])}): "
                       f"{_layout_text(near['parallel'])} -> {near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     else:
+        con.print(f"reference ({ref['origin']}): {_layout_text(ref['parallel'])}")
         con.print(f"  {ref['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     if "speedup_vs_reference" in doc:
         con.print(f"best is {doc['speedup_vs_reference']:.2f}x the reference" +

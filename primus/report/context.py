@@ -141,7 +141,7 @@ def _reference(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "origin": ref.get("origin", ""), "layout": layout_text(ref.get("parallel")), "fits": ref.get("fits"),
         "tokens": num(ref.get("tokens_per_s_per_gpu")), "peak": gib(ref.get("peak_bytes")),
-        "violated": _core(ref.get("violated_rules") or []),
+        "violated": _core(ref.get("violated_rules") or []), "none": ref.get("note"),
         "near": None if not near else {"layout": layout_text(near["parallel"]), "changed": ", ".join(near["changed"]),
                                        "tokens": num(near["tokens_per_s_per_gpu"]), "peak": gib(near["peak_bytes"])},
     }

@@ -1,5 +1,7 @@
 """The reference a tuned layout is compared with: the user's pinned config, or a published recipe for
-that model and hardware, or (neither) the legal completion of the job's pins with the most headroom.
+that model and hardware. With neither there is no reference (origin `none`): the legal completion of
+the job's pins with the most headroom then seeds the search, but nothing is compared with it, since a
+ratio against an arbitrary layout (244x for gpt-oss-120b) says nothing.
 
 A job whose pins are exactly a published recipe's layout is that recipe: the reference names its source,
 and carries what a publication claims a tuned layout gains over it (`claim`), so a report can put the
@@ -25,9 +27,19 @@ from primus.yamlio import load_mapping
 @dataclass(frozen=True)
 class Reference:
     layout: Layout | None
-    origin: str  # "job", "job = recipe: <source>", "recipe: <source>", "completion"
+    origin: str  # "job", "job = recipe: <source>", "recipe: <source>", or NO_REFERENCE
     fit: FitResult
     claim: dict[str, Any] | None = None  # {"gain_pct": ..., "source": ...} of a published recipe
+
+    @property
+    def compared(self) -> bool:
+        """Whether the best is compared with this layout (False: it only seeds the search)."""
+        return self.origin != NO_REFERENCE
+
+
+NO_REFERENCE = "none"
+NO_REFERENCE_NOTE = ("the job pins no complete layout and no published recipe matches it, so there is nothing to "
+                     "compare the best with and no speedup is claimed")
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +68,7 @@ def find_reference(job: Job) -> Reference:
         origin = "job"
     except InputError:
         layout = None
-        origin = "completion"
+        origin = NO_REFERENCE
     pins = dict(job.spec.parallel.pinned())
     entry = recipe_entry(job)
     claim = None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from primus.job import Job
 from primus.projection import Projection
 from primus.tune.investigate import Investigation
-from primus.tune.reference import Reference
+from primus.tune.reference import NO_REFERENCE_NOTE, Reference
 from primus.tune.space import Scored, layout_key
 
 if TYPE_CHECKING:
@@ -104,7 +104,9 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
     ref_fit = reference.fit
     ref_entry: dict[str, Any]
     ref_p: Projection | None = None
-    if reference.layout is not None and ref_fit.fits:
+    if not reference.compared:
+        ref_entry = {**_entry(None, None, False, []), "fits": None, "note": NO_REFERENCE_NOTE}
+    elif reference.layout is not None and ref_fit.fits:
         ref_p = space.explain(reference.layout, "simulate") if space.find(reference.layout) is not None else \
             tuner.projector.project(reference.layout, "simulate")
         ref_entry = _entry(ref_p, None, True, [])
