@@ -29,6 +29,17 @@ class InputError(Exception):
         return InputError(where, self.field, self.reason)
 
 
+# An offending value is quoted up to this many characters: enough to recognise it, and a 5,000-digit
+# number or a pasted file stays one readable line.
+MAX_SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, cut to MAX_SHOWN_CHARS with '...' (for "got X" in a one-line error)."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
+
+
 # At most this many names are offered; a prefix shorter than MIN_PREFIX (or a substring shorter than
 # MIN_SUBSTRING) matches too much to be a hint.
 MAX_SUGGESTIONS = 3

@@ -56,6 +56,24 @@ def test_a_torchtitan_toml_with_an_integer_of_5000_digits_is_refused(run_cli, tm
     assert one_line(err) == f"primus: {toml}: invalid TOML: an integer too long to convert"
 
 
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    ("--nnodes 1", f"--nnodes {HUGE}", "torchrun --nnodes: must be a positive integer (elastic ranges are not "
+                                       "modelled), got '" + "9" * 56 + "..."),
+    ("--num-layers 32", f"--num-layers 32 --moe-layer-freq {HUGE}",
+     "--moe-layer-freq: an integer of 5,000 digits (at most 100 are read)"),
+    ("--num-layers 32", f"--num-layers {HUGE}", "--num-layers: must be an integer, got '" + "9" * 56 + "..."),
+])
+def test_a_megatron_line_with_an_integer_of_5000_digits_is_refused_in_one_short_line(run_cli, tmp_path: Path, old,
+                                                                                      new, reason):
+    script = tmp_path / "train.sh"
+    text = (LAUNCH / "llama3_8b_h100_fp8.sh").read_text()
+    assert old in text
+    script.write_text(text.replace(old, new, 1))
+    code, _, err = run_cli("fit", "--from", "megatron", str(script), "--hardware", "h100-80gb", "--nodes", "1")
+    assert code == 2
+    assert one_line(err) == f"primus: {script}: {reason}"
+
+
 def test_a_misspelt_top_level_key_is_named_with_a_did_you_mean(run_cli, write_job):
     job = {("hardwar" if k == "hardware" else k): v for k, v in BASE.items()}
     path = write_job(job)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from primus.catalog.hardware import resolve_hardware
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job, job_from_mapping
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import JobSpec
@@ -203,7 +203,7 @@ def _by_gpus(hardware: Any, spec: ClusterSpec, gpus: int) -> Cluster:
 
 def _pos_int(value: Any, where: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(where, name, f"must be a positive integer, got {value!r}")
+        raise InputError(where, name, f"must be a positive integer, got {shown(value)}")
     return value
 
 

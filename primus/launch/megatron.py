@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from primus import __version__
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.common import (
     Collector,
@@ -33,6 +33,7 @@ from primus.launch.common import (
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args
 from primus.parallel import Layout
+from primus.yamlio import int_too_long
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -221,8 +222,9 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
 
 
 def _count(value: str, where: str, name: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise InputError(where, name, f"must be a positive integer (elastic ranges are not modelled), got {value!r}")
+    if not value.isdigit() or int_too_long(value) or int(value) < 1:
+        raise InputError(where, name,
+                         f"must be a positive integer (elastic ranges are not modelled), got {shown(value)}")
     return int(value)
 
 

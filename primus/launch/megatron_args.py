@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
+from primus.yamlio import int_too_long
 
 MEGATRON_RELEASE: Final = ("Megatron-LM core_r0.14 argument names (megatron/training/arguments.py, "
                            "NVIDIA/Megatron-LM commit 000c4ac24f61159c138b0975def722c65245983c)")
@@ -119,20 +120,20 @@ def coerce(arg: Arg, value: Any, where: str, label: str) -> Any:
             return bool(value)
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
-        raise InputError(where, label, f"must be true or false, got {value!r}")
+        raise InputError(where, label, f"must be true or false, got {shown(value)}")
     if kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,12}", value.strip()):
             return int(value)
-        raise InputError(where, label, f"must be an integer, got {value!r}")
+        raise InputError(where, label, f"must be an integer, got {shown(value)}")
     if kind == "float":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         try:
             return float(str(value))
         except ValueError:
-            raise InputError(where, label, f"must be a number, got {value!r}") from None
+            raise InputError(where, label, f"must be a number, got {shown(value)}") from None
     if kind == "list":
         return [str(v) for v in value] if isinstance(value, list) else str(value).split()
     if kind == "window":
@@ -150,7 +151,7 @@ def parse_window(value: Any, where: str, label: str) -> tuple[int, int]:
     try:
         left, right = (int(str(v).strip()) for v in items)
     except ValueError:
-        raise InputError(where, label, f"must be 'left,right', got {value!r}") from None
+        raise InputError(where, label, f"must be 'left,right', got {shown(value)}") from None
     return left, right
 
 
@@ -164,13 +165,16 @@ def parse_layer_freq(value: Any, where: str, label: str) -> int | str | tuple[in
     ``([1]*3+[0]*1)*3``. Parsed by a bounded grammar (lists of 0/1, ``+``, ``*n``, parentheses),
     never evaluated; a pattern primus's model files accept as written is kept as written."""
     if isinstance(value, bool):
-        raise InputError(where, label, f"must be an int or a pattern, got {value!r}")
+        raise InputError(where, label, f"must be an int or a pattern, got {shown(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, (list, tuple)):
         return tuple(int(v) for v in value)
     text = "".join(str(value).split())
     if text.isdigit():
+        reason = int_too_long(text)
+        if reason is not None:
+            raise InputError(where, label, reason)
         return int(text)
     if _SIMPLE_FREQ.match(text):
         return text

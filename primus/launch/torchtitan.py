@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from primus import __version__
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.arch import catalog_spec
 from primus.launch.common import (
@@ -72,7 +72,7 @@ class _Toml:
     def int(self, key: str, default: int, where: str, low: int = 1) -> int:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(where, key, f"must be an integer >= {low}, got {value!r}")
+            raise InputError(where, key, f"must be an integer >= {low}, got {shown(value)}")
         return value
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
-from primus.errors import InputError, did_you_mean
+from primus.errors import InputError, did_you_mean, shown
 
 # Sane ranges: large enough for any real cluster or model, small enough that arithmetic stays exact.
 PosInt = Annotated[StrictInt, Field(ge=1, le=10**9)]
@@ -67,10 +67,7 @@ def error_reason(err: Mapping[str, Any]) -> str:
     msg = str(err["msg"])
     shown_input = "input" in err and err["type"] not in ("model_type", "dict_type")
     if shown_input and not isinstance(err["input"], (Mapping, list, tuple, set)):
-        shown = repr(err["input"])
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        msg = f"{msg} (got {shown})"
+        msg = f"{msg} (got {shown(err['input'])})"
     return msg
 
 
