@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from primus.cli.main import cli
 from primus.tune.llm import ReplyRejected, parse_reply
 from tests.conftest import REPO
+from tests.helpers.fake_llm import fake_llm
 
 HF = REPO / "tests" / "data" / "hf"
 LAUNCH = REPO / "tests" / "data" / "launch"
@@ -184,3 +185,19 @@ def test_the_precisions_a_hardware_runs_are_the_ones_it_projects(run_cli, write_
         code, out, err = run_cli("project", write_job(job), "--format", "json")
         assert code == 0, err
         assert json.loads(out)["tokens_per_s_per_gpu"] > 0
+
+
+def test_an_llm_rule_the_rule_model_refuses_is_refused_in_plain_words(run_cli, write_job, tmp_path: Path):
+    """A proposed rule whose `why` has two lines and one whose id has a space: the refusal in the log is
+    `field: reason`, not pydantic's multi-line "1 validation error for Rule ... Value error, ..."."""
+    reply = {"rules": [{"id": "two-lines", "why": "first\nsecond", "require": "tp >= 1"},
+                       {"id": "has space", "require": "tp >= 1"}]}
+    out = tmp_path / "run"
+    with fake_llm([("json", reply)]) as (url, _):
+        code, stdout, err = run_cli("tune", write_job(BASE), "--exhaustive-limit", "0", "--llm-base-url", url,
+                                    "--llm-calls", "1", "--workers", "1", "--out", str(out), "--format", "json")
+    assert code == 0, err
+    refused = [e["reason"] for e in json.loads(stdout)["events"] if e["kind"] == "rule" and e["status"] == "refused"]
+    assert refused[:2] == [
+        "refused by the rule parser: why: must be one line",
+        "refused by the rule parser: id: String should match pattern '^[a-z][a-z0-9_.:-]{0,63}$' (got 'llm-has space')"]

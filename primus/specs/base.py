@@ -71,6 +71,16 @@ def error_reason(err: Mapping[str, Any]) -> str:
     return msg
 
 
+def exception_reason(exc: Exception) -> str:
+    """One line for an exception met while checking untrusted input: a pydantic ValidationError as
+    `field: reason` (its first error, as `error_reason` words it), anything else as its text."""
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        field = _loc(tuple(err["loc"]))
+        return f"{field}: {error_reason(err)}" if field else error_reason(err)
+    return " ".join(str(exc).split())
+
+
 def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where: str, prefix: str = "") -> InputError:
     """The first validation error as one line: file, dotted field, reason (with did-you-mean). An
     unknown key is reported before anything else: a misspelt `hardwar:` is also a missing `hardware:`,

@@ -13,6 +13,7 @@ from primus.parallel import Layout, normalise
 from primus.rules.expr import RuleError, names
 from primus.rules.model import Rule, check_rule
 from primus.solver.space import rule_names_doc
+from primus.specs.base import exception_reason
 from primus.tune.hypotheses import ideas
 from primus.tune.llm import LlmClient, LlmReply, LlmSettings, ProposedLayout, ReplyRejected, build_prompt, parse_reply
 
@@ -134,7 +135,7 @@ class Investigation:
             parsed = rule.parsed
             check_rule(rule, tuner.space.question.space.name_domains(), f"{proposer} rule {rule_id}")
         except (InputError, RuleError, ValueError) as exc:
-            reason = exc.line() if isinstance(exc, InputError) else str(exc)
+            reason = exc.line() if isinstance(exc, InputError) else exception_reason(exc)
             return self._refuse(tuner, rid, require, proposer, f"refused by the rule parser: {reason}")
         if names(parsed) & CONVERGENCE_NAMES:
             return self._refuse(tuner, rid, require, proposer, "touches convergence settings (seq_len, global batch)")
