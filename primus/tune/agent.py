@@ -281,12 +281,12 @@ class RecordingClient(LlmClient):
                 self.calls += 1
                 self.tokens += int(rec.get("tokens", 0))
                 return CallOutcome(rec.get("text"), rec.get("error"), int(rec.get("tokens", 0)),
-                                   int(rec.get("attempts", 1)))
+                                   int(rec.get("attempts", 1)), rec.get("fault"))
             self.recorded.clear()
         outcome = super().complete(messages)
         if self.sink is not None:
             self.sink({"messages": messages, "text": outcome.text, "error": outcome.error,
-                       "tokens": outcome.tokens, "attempts": outcome.attempts})
+                       "tokens": outcome.tokens, "attempts": outcome.attempts, "fault": outcome.fault})
         return outcome
 
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 CONVERGENCE_NAMES = frozenset({"seq_len", "global_batch_size"})
 SUBSPACE_SCORE_LIMIT = 5_000
+# Calls that fail in a row (each after its own retries with backoff) before the LLM part stops: by then
+# the endpoint is down or misconfigured, and more calls would only spend the wall-time budget.
+FAULTS_TO_STOP = 2
 
 
 @dataclass
@@ -31,6 +34,9 @@ class Investigation:
     feedback: list[str] = field(default_factory=list)
     tried_ideas: set[str] = field(default_factory=set)
     llm_off_reason: str | None = None
+    faults: int = 0  # calls that failed (endpoint faults, not rejected replies)
+    faults_in_a_row: int = 0
+    stopped: str | None = None  # why the LLM part stopped early, if it did
 
     def __post_init__(self) -> None:
         if self.settings.enabled:
@@ -41,9 +47,12 @@ class Investigation:
     # ---- entry ----
 
     def run(self, tuner: Tuner) -> bool:
-        """One investigation; True when it improved the incumbent."""
+        """One investigation; True when the search should go on: the incumbent improved, or the LLM call
+        failed with a fault that may pass (it is asked again at the next stall, within its budgets,
+        until FAULTS_TO_STOP calls in a row have failed)."""
         before = tuner.best()
-        reply = self._ask_llm(tuner) if self.client is not None else None
+        asked = self.client is not None and self.stopped is None
+        reply = self._ask_llm(tuner) if asked else None
         if reply is not None:
             self._apply(tuner, reply, "llm")
         else:
@@ -52,7 +61,10 @@ class Investigation:
                 self.llm_off_reason = None  # said once
             self._hypotheses(tuner)
         after = tuner.best()
-        return after is not None and (before is None or after.tokens_per_s_per_gpu > before.tokens_per_s_per_gpu)
+        improved = after is not None and (before is None or after.tokens_per_s_per_gpu > before.tokens_per_s_per_gpu)
+        ask_again = (asked and reply is None and self.faults_in_a_row > 0 and self.stopped is None
+                     and self.client is not None and self.client.budget_left() is None)
+        return improved or ask_again
 
     # ---- LLM ----
 
@@ -85,13 +97,23 @@ class Investigation:
             return None
         messages = build_prompt(self._context(tuner))
         outcome = self.client.complete(messages)
-        record: dict[str, Any] = {"call": self.client.calls, "prompt": messages, "reply": outcome.text,
+        call = self.client.calls
+        record: dict[str, Any] = {"call": call, "prompt": messages, "reply": outcome.text,
                                   "error": outcome.error, "attempts": outcome.attempts, "tokens": outcome.tokens}
+        if outcome.fault is not None:
+            record["fault"] = outcome.fault
         self.transcripts.append(record)
         if outcome.error is not None:
-            tuner.log.event("llm", status="failed", reason=outcome.error,
+            self.faults += 1
+            self.faults_in_a_row += 1
+            tuner.log.event("llm", status="failed", call=call, reason=outcome.error,
                             fallback="deterministic hypothesis generator")
+            if self.faults_in_a_row >= FAULTS_TO_STOP:
+                self.stopped = (f"{self.faults_in_a_row} calls in a row failed (the last: {outcome.error}); the LLM "
+                                "is not asked again and the search goes on with the hypothesis generator")
+                tuner.log.event("llm", status="stopped", call=call, reason=self.stopped)
             return None
+        self.faults_in_a_row = 0
         try:
             reply = parse_reply(outcome.text or "")
         except ReplyRejected as exc:

@@ -40,7 +40,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"primus": __version__}
-    for dist in ("ortools", "numpy", "pydantic", "jinja2", "click", "openai", "pyyaml", "rich", "torch"):
+    for dist in ("ortools", "numpy", "pydantic", "jinja2", "click", "pyyaml", "rich", "torch"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:
