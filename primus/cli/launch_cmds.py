@@ -16,11 +16,12 @@ import click
 import yaml
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.output import emit_json
+from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
 from primus.report.owned import replace_file
+from primus.safe_text import escape_controls
 from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,11 +49,11 @@ _WRITTEN_BY: dict[str, Callable[[str], bool]] = {"export": _exported, "import": 
 def report(config: LaunchConfig) -> None:
     """The import record on stderr: one line per unmodelled option, then the notes."""
     if config.unmodelled:
-        click.echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
+        echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
         for item in config.unmodelled:
-            click.echo(f"  unmodelled: {item}", err=True)
+            echo(f"  unmodelled: {item}", err=True)
     for note in config.notes:
-        click.echo(f"  note: {note}", err=True)
+        echo(f"  note: {note}", err=True)
 
 
 # ---- --from on fit / memory / project -------------------------------------------------------------
@@ -92,10 +93,9 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
 
 
 def job_yaml(config: LaunchConfig) -> str:
-    lines = [f"# imported by primus from {config.kind} config {config.source}",
-             f"# option names: {config.release}",
-             *[f"# unmodelled: {item}" for item in config.unmodelled],
-             *[f"# note: {note}" for note in config.notes]]
+    lines = [escape_controls(line) for line in (  # comments quote the file: one safe line each
+        f"# imported by primus from {config.kind} config {config.source}", f"# option names: {config.release}",
+        *[f"# unmodelled: {item}" for item in config.unmodelled], *[f"# note: {note}" for note in config.notes])]
     return "\n".join(lines) + "\n" + yaml.safe_dump(config.job, sort_keys=False, default_flow_style=None, width=110)
 
 
@@ -197,9 +197,10 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
     exported = export_job(job, kind, layout)
+    text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:
-        click.echo(f"primus: note: {note}", err=True)
+        echo(f"primus: note: {note}", err=True)
     if out_file:
-        write_atomically(out_file, exported.text, "export", (job_file, tune_file))
+        write_atomically(out_file, text, "export", (job_file, tune_file))
     else:
-        click.echo(exported.text, nl=False)
+        click.echo(text, nl=False)
