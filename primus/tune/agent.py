@@ -198,19 +198,17 @@ class Tuner:
     def guided(self, investigation: Investigation) -> None:
         s = self.settings
         stall = 0
-        order = self.space.proxy_order()
-        cursor = 0
+        order = ProxyQueue(self.space)
         for rnd in range(1, s.max_rounds + 1):
             self.log.round = rnd
+            order.follow(self.space)
             inc = self.best()
             before = inc.tokens_per_s_per_gpu if inc else 0.0
             batch: list[int] = []
             if inc is not None:
                 j = self.space.find(inc.layout)
                 batch += self.space.neighbours(j) if j is not None else []
-            while len(batch) < s.per_round * 2 and cursor < len(order):
-                batch.append(order[cursor])
-                cursor += 1
+            batch += order.take(s.per_round * 2 - len(batch))
             pruned = 0
             for i in batch[: s.per_round * 2]:
                 if layout_key(self.space.layouts[i]) in self.scores:
@@ -230,7 +228,8 @@ class Tuner:
                     self.log.event("stop", reason=f"stalled {stall} rounds and the investigation found nothing")
                     break
                 stall = 0
-            if cursor >= len(order) and all(layout_key(x) in self.scores for x in self.space.layouts):
+            order.follow(self.space)
+            if order.exhausted() and all(layout_key(x) in self.scores for x in self.space.layouts):
                 self.log.event("stop", reason="every legal layout has been scored")
                 break
 
@@ -263,6 +262,36 @@ class Tuner:
             self.guided(investigation)
         self.transcripts = investigation.transcript_json()
         return build_result(self, reference, mode, investigation)
+
+
+class ProxyQueue:
+    """The layouts guided search has not yet looked at, in proxy order, as indices into one space.
+
+    A rule adopted during the search (the hypothesis generator's or the LLM's) replaces the tuner's
+    space with a smaller one whose indices are different; `follow` carries the queue over, keeping the
+    order and dropping the layouts the new space no longer holds, so no index outlives its space."""
+
+    def __init__(self, space: TuneSpace) -> None:
+        self.space = space
+        self.pending = space.proxy_order()
+        self.cursor = 0
+
+    def follow(self, space: TuneSpace) -> None:
+        if space is self.space:
+            return
+        old = self.space
+        mapped = (space.find(old.layouts[i]) for i in self.pending[self.cursor:])
+        self.pending = [j for j in mapped if j is not None]
+        self.cursor = 0
+        self.space = space
+
+    def take(self, n: int) -> list[int]:
+        out = self.pending[self.cursor:self.cursor + max(n, 0)]
+        self.cursor += len(out)
+        return out
+
+    def exhausted(self) -> bool:
+        return self.cursor >= len(self.pending)
 
 
 @dataclass

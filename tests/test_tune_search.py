@@ -1,0 +1,61 @@
+"""Guided search when the space changes under it (issue 17, item 3): a rule adopted during the search
+(the hypothesis generator's or the LLM's) shrinks the legal set; the search order follows the new set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from primus.job import job_from_mapping
+from primus.rules.model import Rule
+from primus.tune.agent import Tuner, TuneSettings
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
+
+
+class AdoptOnce:
+    """An investigation that adopts one hard rule on its first call (as `Investigation.test_rule` does
+    when a rule keeps a layout at least as fast as the incumbent) and asks to go on every time."""
+
+    def __init__(self, require: str) -> None:
+        self.rule = Rule(id="shrink", why="test", severity="hard", require=require, origin="llm")
+        self.calls = 0
+
+    def run(self, tuner: Tuner) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            tuner.space = tuner.space.with_rules([self.rule])
+            tuner.adopted_rules.append(self.rule)
+            tuner.log.event("rule", id=self.rule.id, status="adopted")
+        return True
+
+
+def test_a_rule_adopted_mid_search_leaves_the_search_order_valid_in_the_smaller_space():
+    """`tp == 1` keeps 863 of the 2,977 legal layouts of Llama 3.1 8B on 8 H100s; the search goes on
+    over what is left of its order, in the smaller space, until every layout in it has been scored."""
+    job = job_from_mapping(SMALL, "small")
+    tuner = Tuner(job, TuneSettings(exhaustive_limit=0, per_round=50, stall_rounds=1, max_rounds=40))
+    assert tuner.space.count == 2_977
+    tuner.guided(AdoptOnce("tp == 1"))  # type: ignore[arg-type]
+    assert tuner.space.count == 863
+    adopted_at = next(e["seq"] for e in tuner.log.events if e["kind"] == "rule")
+    after = [e for e in tuner.log.entries[adopted_at:] if e["proposer"] == "guided"]
+    assert after and all(e["parallel"]["tp"] == 1 for e in after)
+    assert tuner.log.events[-1] == {**tuner.log.events[-1], "kind": "stop",
+                                    "reason": "every legal layout has been scored"}
+    assert all(lay in tuner.scores for lay in tuner.space.layouts)
+
+
+def test_the_deepseek_v3_guided_tune_adopts_a_rule_and_finishes_with_a_report(run_cli, tmp_path):
+    """The case from the issue: 1,024 H100s, guided search (limit 0), no LLM; the hypothesis generator's
+    rule `ep * etp <= 8` is adopted mid-search (it shrank 35,468 legal layouts and crashed the search)."""
+    out = tmp_path / "ds"
+    code, stdout, _ = run_cli("tune", str(REPO / "examples" / "deepseek-v3-h100-1024.yaml"), "--exhaustive-limit",
+                              "0", "--llm", "none", "--workers", "1", "--out", str(out), "--format", "json")
+    assert code == 0
+    doc = json.loads(stdout)
+    assert doc["mode"] == "guided" and doc["best"]["fits"] is True
+    assert doc["legal_count_after_adopted_rules"] < doc["legal_count"] == 35_468
+    assert (out / "report.html").exists() and (out / "result.json").exists()
+    assert not (tmp_path / "ds.partial").exists()
