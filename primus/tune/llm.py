@@ -117,6 +117,7 @@ class CallOutcome:
     tokens: int = 0
     attempts: int = 1
     fault: dict[str, Any] | None = None
+    chars: int = 0  # the reply's length as received (a checkpoint may hold only the start of it)
 
 
 @dataclass
@@ -154,7 +155,7 @@ class LlmClient:
                 fault = exc.fault
             else:
                 self.tokens += done.tokens
-                return CallOutcome(done.text, None, done.tokens, attempts)
+                return CallOutcome(done.text, None, done.tokens, attempts, chars=len(done.text))
             if not fault.retry:
                 break
             if attempt < s.retries:
@@ -173,7 +174,8 @@ SYSTEM_PROMPT = (
     '"rules" (list of {"id","why","require","severity":"hard"|"soft","weight"}). '
     "Rules use the rule language described in the user message: only the listed names, integers, "
     "+ - * // %, comparisons, and/or/not, implies(a, b), x in (..), min, max, abs. Never change the global "
-    "batch size, sequence length or precision."
+    "batch size, sequence length or precision. \"refused\" lists what was refused before and why: do not "
+    "propose it again; act on the reason."
 )
 
 
