@@ -44,10 +44,19 @@ def test_escape_controls_shows_every_control_character_and_keeps_the_rest():
     assert escape_controls("héllo — ok") == "héllo — ok"
 
 
-def test_models_show_escapes_a_config_json_name(tmp_path: Path):
+def test_models_show_of_a_config_json_whose_name_holds_an_escape_sequence_prints_it_escaped(tmp_path: Path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**HF_LLAMA, "_name_or_path": PAYLOAD}))
-    code, out, _ = run("models", "show", str(config))
+    code, out, err = run("models", "show", str(config))
+    assert code == 2 and out == ""  # a name must be one printable line; the refusal quotes it escaped
+    assert not any(c in err for c in RAW) and "\\x1b]0;pwned" in err
+
+
+def test_models_show_escapes_a_display_name_from_a_model_file(tmp_path: Path):
+    model = yaml.safe_load((Path(__file__).resolve().parent.parent / "models" / "llama3.1-8b.yaml").read_text())
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump({**model, "display_name": PAYLOAD}))
+    code, out, _ = run("models", "show", str(path))
     assert code == 0
     assert_escaped(out)
 

@@ -27,6 +27,7 @@ def report_cmd(run_dir: str) -> None:
 
     Example: primus report primus-tune
     """
+    from primus.report.manifest import update_manifest
     from primus.report.owned import MARKER, owned_files, read_marker, write_marker
     from primus.report.render import write_report
 
@@ -36,6 +37,7 @@ def report_cmd(run_dir: str) -> None:
                          "or not its marker); nothing was written")
     written = write_report(root)
     write_marker(root, "run", set(owned_files(root, "run")) | {p.relative_to(root).as_posix() for p in written})
+    update_manifest(root, [MARKER])
     for path in written:
         click.echo(str(path))
 
