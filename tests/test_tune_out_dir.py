@@ -196,3 +196,13 @@ def test_a_measured_profile_is_saved_without_touching_a_file_named_like_its_temp
     assert load_measured_profile(out).device.name == "test CPU"
     assert neighbour.read_text() == "a user's file\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.profile.json", "cpu.profile.json.tmp"]
+
+
+def test_a_directory_it_cannot_write_is_one_line_and_exit_2_not_a_traceback(tmp_path: Path):
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way\n")
+    code, err = tune(str(job), "--out", str(blocker / "run"))  # its folder cannot be made (a file is there)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("primus: ") and "a-file" in last and "Traceback" not in err
+    assert blocker.read_text() == "in the way\n"
