@@ -206,3 +206,15 @@ def test_a_directory_it_cannot_write_is_one_line_and_exit_2_not_a_traceback(tmp_
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("primus: ") and "a-file" in last and "Traceback" not in err
     assert blocker.read_text() == "in the way\n"
+
+
+def test_measure_refuses_an_out_file_that_is_not_a_measured_profile(tmp_path: Path):
+    pytest.importorskip("torch")
+    from primus.cli.measure_cmd import measure_cmd
+
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": true}\n')
+    result = CliRunner().invoke(measure_cmd, [str(job), "--device", "cpu", "--out", str(notes), "--budget-s", "5"])
+    assert result.exit_code == 2 and "not a measured profile" in result.stderr
+    assert notes.read_text() == '{"mine": true}\n'
