@@ -9,14 +9,17 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from primus.safe_text import one_line
+
 
 class InputError(Exception):
     """Bad or refused input: one line, exit status 2."""
 
     def __init__(self, where: str, field: str | None, reason: str) -> None:
-        self.where = where
-        self.field = field
-        self.reason = " ".join(str(reason).split())
+        # input may be quoted in any part: each is one safe line, a huge value cut to an excerpt
+        self.where = one_line(str(where))
+        self.field = one_line(str(field)) if field is not None else None
+        self.reason = one_line(" ".join(str(reason).split()))
         super().__init__(self.line())
 
     def line(self) -> str:

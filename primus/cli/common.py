@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from primus.errors import InputError
+from primus.safe_text import one_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +41,10 @@ def guarded(fn: F) -> F:
             sys.exit(EXIT_NEGATIVE)
         except RecursionError:
             click.echo("primus: input nested too deeply", err=True)
+            sys.exit(EXIT_INPUT)
+        except OSError as exc:  # a file or folder that cannot be read or written (permissions, disk full)
+            where = one_line(str(exc.filename)) if exc.filename is not None else "file system"
+            click.echo(f"primus: {where}: {one_line(exc.strerror or type(exc).__name__)}", err=True)
             sys.exit(EXIT_INPUT)
         except KeyboardInterrupt:
             click.echo("primus: interrupted", err=True)

@@ -11,6 +11,14 @@ import click
 from primus.cli.common import format_option, guarded
 from primus.cli.output import emit_json, stderr_console, stdout_console, table
 from primus.errors import InputError
+from primus.report.owned import check_replaceable, replace_file
+
+# The first line of every profile `primus calibrate` writes; an existing --out is replaced only with it.
+CALIBRATED_HEADER = "# Calibration profile for "
+
+
+def _calibrated(head: str) -> bool:
+    return head.startswith(CALIBRATED_HEADER)
 
 
 def _pct(x: float | None) -> str:
@@ -114,15 +122,18 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
 
     if hardware not in catalog_hardware():
         raise InputError("--hardware", None, f"unknown hardware {hardware!r}; see `primus hardware list`")
+    target = Path(out or f"{hardware}.yaml")
+    check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=(runs_file,))
     rows = [r for r in read_runs(runs_file) if r.source not in exclude]
     prepared, _ = prepare(rows)
     mine = [p for p in prepared if p.jobs.project.cluster.name == hardware]
     stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file} ...")
     result = calibrate(load_spec_profile(hardware, start), mine, runs_file=Path(runs_file).name, date=date)
-    target = Path(out or f"{hardware}.yaml")
-    header = (f"Calibration profile for {hardware}, fitted by `primus calibrate` (see calibration: for the runs, "
-              "date and residuals).\nEvery number not fitted keeps its spec-derived value and source.")
-    target.write_text(profile_yaml(result.profile, header))
+    header = (CALIBRATED_HEADER.removeprefix("# ") + f"{hardware}, fitted by `primus calibrate` (see "
+              "calibration: for the runs, date and residuals).\n"
+              "Every number not fitted keeps its spec-derived value and source.")
+    replace_file(target, profile_yaml(result.profile, header), written_by=_calibrated, command="calibrate",
+                 inputs=(runs_file,))
     rec = result.profile.calibration
     assert rec is not None
     if fmt == "json":

@@ -8,8 +8,6 @@ option primus does not model. Both follow the CLI contract: bad input is one lin
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -18,37 +16,45 @@ import click
 import yaml
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.output import emit_json
+from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
 from primus.projection.profile import require_precision
+from primus.report.owned import replace_file
+from primus.safe_text import escape_controls
 from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
 
 F = TypeVar("F", bound=Callable[..., Any])
 _COUNT = click.IntRange(1, 1_000_000)
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise InputError(path, None, f"cannot write ({exc.strerror or exc})") from None
+def write_atomically(path: str, text: str, command: str, inputs: tuple[str | None, ...]) -> None:
+    """Write `--out` atomically. An existing file is replaced only when primus wrote it (the header its
+    command puts on the first lines), never when it is one of the inputs: anything else is refused."""
+    replace_file(Path(path), text, written_by=_WRITTEN_BY[command], command=command,
+                 inputs=[i for i in inputs if i])
+
+
+def _exported(head: str) -> bool:
+    return "written by primus " in "\n".join(head.splitlines()[:2])
+
+
+def _imported(head: str) -> bool:
+    return head.startswith("# imported by primus from ") or (head.startswith('{\n  "kind": ') and '"release"' in head)
+
+
+_WRITTEN_BY: dict[str, Callable[[str], bool]] = {"export": _exported, "import": _imported}
 
 
 def report(config: LaunchConfig) -> None:
     """The import record on stderr: one line per unmodelled option, then the notes."""
     if config.unmodelled:
-        click.echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
+        echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
         for item in config.unmodelled:
-            click.echo(f"  unmodelled: {item}", err=True)
+            echo(f"  unmodelled: {item}", err=True)
     for note in config.notes:
-        click.echo(f"  note: {note}", err=True)
+        echo(f"  note: {note}", err=True)
 
 
 # ---- --from on fit / memory / project -------------------------------------------------------------
@@ -90,10 +96,9 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
 
 
 def job_yaml(config: LaunchConfig) -> str:
-    lines = [f"# imported by primus from {config.kind} config {config.source}",
-             f"# option names: {config.release}",
-             *[f"# unmodelled: {item}" for item in config.unmodelled],
-             *[f"# note: {note}" for note in config.notes]]
+    lines = [escape_controls(line) for line in (  # comments quote the file: one safe line each
+        f"# imported by primus from {config.kind} config {config.source}", f"# option names: {config.release}",
+        *[f"# unmodelled: {item}" for item in config.unmodelled], *[f"# note: {note}" for note in config.notes])]
     return "\n".join(lines) + "\n" + yaml.safe_dump(config.job, sort_keys=False, default_flow_style=None, width=110)
 
 
@@ -119,14 +124,14 @@ def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gp
         doc = {"kind": config.kind, "release": config.release, "job": config.job,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
         if out_file:
-            write_atomically(out_file, json.dumps(doc, indent=2) + "\n")
+            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file,))
         else:
             emit_json(doc)
         return
     report(config)
     text = job_yaml(config)
     if out_file:
-        write_atomically(out_file, text)
+        write_atomically(out_file, text, "import", (file,))
     else:
         click.echo(text, nl=False)
 
@@ -195,9 +200,10 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
     exported = export_job(job, kind, layout)
+    text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:
-        click.echo(f"primus: note: {note}", err=True)
+        echo(f"primus: note: {note}", err=True)
     if out_file:
-        write_atomically(out_file, exported.text)
+        write_atomically(out_file, text, "export", (job_file, tune_file))
     else:
-        click.echo(exported.text, nl=False)
+        click.echo(text, nl=False)

@@ -14,17 +14,40 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.table import Table
+from rich.text import Text
+
+from primus.safe_text import escape_controls
+
+
+class SafeConsole(Console):
+    """A rich console that never writes a control character it was given: every string it renders
+    (printed text, table cells and titles) has its control characters shown escaped (ESC as \\x1b)
+    before markup is parsed; newlines and tabs are kept. Styling is rich's own and unaffected."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        safe = escape_controls(text, keep_layout=True)
+        try:
+            return super().render_str(safe, **kwargs)
+        except MarkupError:  # brackets from input that read as a broken tag: show the text as it is
+            return super().render_str(safe, **{**kwargs, "markup": False})
 
 
 def stdout_console() -> Console:
     """Tables for people: the terminal's width, or 160 columns when piped (so files diff well)."""
     width = Console().width if sys.stdout.isatty() else 160
-    return Console(file=sys.stdout, soft_wrap=True, width=max(100, width))
+    return SafeConsole(file=sys.stdout, soft_wrap=True, width=max(100, width))
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, stderr=True)
+    return SafeConsole(file=sys.stderr, stderr=True)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """click.echo for text that may hold input: control characters shown escaped (newlines and tabs
+    kept)."""
+    click.echo(escape_controls(text, keep_layout=True), err=err, nl=nl)
 
 
 def emit_json(doc: Any) -> None:
@@ -77,7 +100,7 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for col in columns:
         t.add_column(col, justify="right" if col in justify_right else "left")
     for row in rows:
-        t.add_row(*[_fmt(v) for v in row])
+        t.add_row(*[Text(escape_controls(_fmt(v), keep_layout=True)) for v in row])  # data, never markup
     return t
 
 

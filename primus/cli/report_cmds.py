@@ -10,6 +10,7 @@ import click
 
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, stderr_console, stdout_console
+from primus.errors import InputError
 
 # Differences printed in the table format; the JSON document always carries all of them.
 SHOWN = 100
@@ -21,13 +22,23 @@ SHOWN = 100
 def report_cmd(run_dir: str) -> None:
     """Re-render report.html, report.md and charts/*.svg of a `primus tune --out DIR` directory from
     the files in it (result.json, audit.jsonl, inputs/, llm/, versions.json); the other files are
-    not touched.
+    not touched. DIR must carry the marker `primus tune` writes (primus-run.json): a directory it
+    did not write is refused.
 
     Example: primus report primus-tune
     """
+    from primus.report.manifest import update_manifest
+    from primus.report.owned import MARKER, owned_files, read_marker, write_marker
     from primus.report.render import write_report
 
-    for path in write_report(Path(run_dir)):
+    root = Path(run_dir)
+    if root.is_dir() and read_marker(root, "run") is None:
+        raise InputError(run_dir, None, f"not a run directory written by `primus tune` ({MARKER} is missing "
+                         "or not its marker); nothing was written")
+    written = write_report(root)
+    write_marker(root, "run", set(owned_files(root, "run")) | {p.relative_to(root).as_posix() for p in written})
+    update_manifest(root, [MARKER])
+    for path in written:
         click.echo(str(path))
 
 

@@ -18,6 +18,7 @@ from primus.errors import InputError
 from primus.job import Job, job_from_mapping, load_job
 from primus.paths import data_dir
 from primus.report.audit import Checkpoint, partial_dir, read_state
+from primus.report.owned import claimable
 from primus.tune.agent import Tuner, TuneSettings
 from primus.tune.llm import LlmSettings
 from primus.tune.output import input_texts, write_run_dir
@@ -170,6 +171,9 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
             opts["job_file"] = str(Path(opts["job_file"]).resolve())
         opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
         opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
+        claimable(partial_dir(target.resolve()), "checkpoint", "checkpoint of --out",
+                  "tune keeps its checkpoint there: move it away or choose another --out")
+    claimable(target.resolve(), "run", "--resume" if resume_dir is not None else "--out")  # before any work
     path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
     job = load_job(path)
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from primus.errors import InputError
+from primus.report.owned import claimable, remove_owned, write_marker
 
 PARTIAL_SUFFIX = ".partial"
 STATE_VERSION = 1
 # A candidate line is a few hundred bytes; anything far larger is not ours and is refused unread.
 MAX_LINE_BYTES = 1 << 20
+# What a checkpoint folder holds; discarding it removes these and nothing else.
+CHECKPOINT_FILES = ("state.json", "state.json.tmp", "audit.jsonl", "llm.jsonl")
 
 
 def partial_dir(out_dir: Path) -> Path:
@@ -86,9 +88,12 @@ class Checkpoint:
     def start(cls, out_dir: Path, state: dict[str, Any]) -> Checkpoint:
         """A fresh checkpoint for a new run (any earlier one for the same directory is discarded)."""
         root = partial_dir(out_dir.resolve())
+        # someone else's DIR.partial is refused, untouched
+        claimable(root, "checkpoint", "checkpoint", "move it away or write the run elsewhere")
         if root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True)
+            remove_owned(root, CHECKPOINT_FILES)
+        root.mkdir(parents=True, exist_ok=True)
+        write_marker(root, "checkpoint", CHECKPOINT_FILES)
         tmp = root / "state.json.tmp"
         tmp.write_text(json.dumps({"version": STATE_VERSION, **state}, indent=1, sort_keys=True) + "\n",
                        encoding="utf-8")
@@ -138,9 +143,10 @@ class Checkpoint:
             self._audit = None
 
     def discard(self) -> None:
-        """The run finished and its directory is written: the checkpoint is no longer needed."""
+        """The run finished and its directory is written: the checkpoint is no longer needed (only the
+        files it wrote are removed, and the folder if that leaves it empty)."""
         self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_owned(self.root, CHECKPOINT_FILES, marker=True)
 
 
 def read_state(out_dir: Path) -> dict[str, Any]:

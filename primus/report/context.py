@@ -69,7 +69,9 @@ def build_context(run: RunDir) -> dict[str, Any]:
                    "delta": f"{w['delta_s']:+,.3f}"} for w in doc.get("why", []) if abs(w["delta_s"]) >= 5e-4]
     ctx["rules"] = _rules(run, entries)
     ctx["investigation"] = _investigation(doc, entries)
-    ctx["stops"] = [e.get("reason", "") for e in doc.get("events", []) if e.get("kind") == "stop"]
+    ctx["stops"] = [e.get("reason", "") if e.get("kind") == "stop" else f"the LLM part early: {e.get('reason', '')}"
+                    for e in doc.get("events", []) if e.get("kind") == "stop"
+                    or (e.get("kind") == "llm" and e.get("status") == "stopped")]
     ctx["assumptions"] = list(doc.get("assumptions", []))
     ctx["proposers"] = _proposers(entries)
     ctx["llm"] = {"enabled": doc.get("llm", {}).get("enabled", False), "calls": doc.get("llm", {}).get("calls", 0),
@@ -194,7 +196,8 @@ def _investigation(doc: dict[str, Any], entries: list[dict[str, Any]]) -> list[d
                          "outcome": _outcome(e)})
         elif kind == "llm":
             status = e.get("status", "")
-            what = "; ".join(e.get("hypotheses", [])) if status == "accepted" else "LLM call"
+            what = "; ".join(e.get("hypotheses", [])) if status == "accepted" else (
+                f"LLM call {e['call']}" if "call" in e else "LLM call")
             detail = (f"accepted: {e.get('rules', 0)} rule(s), {e.get('candidates', 0)} candidate(s)"
                       if status == "accepted" else f"{status}: {e.get('reason', '')}")
             rows.append({"round": rnd, "who": "LLM", "what": what or "(no hypotheses)", "outcome": detail})

@@ -24,7 +24,7 @@ from primus.projection.profile import Profile, load_profile
 from primus.report.audit import Checkpoint, dumps_line
 from primus.rules.model import Rule
 from primus.tune.investigate import Investigation
-from primus.tune.llm import CallOutcome, LlmClient, LlmSettings
+from primus.tune.llm import MAX_REPLY_CHARS, CallOutcome, LlmClient, LlmSettings
 from primus.tune.reference import Reference, find_reference
 from primus.tune.space import AXES, PARALLEL_MIN, Scored, TuneSpace, layout_key
 
@@ -309,13 +309,16 @@ class RecordingClient(LlmClient):
             if rec.get("messages") == messages:
                 self.calls += 1
                 self.tokens += int(rec.get("tokens", 0))
-                return CallOutcome(rec.get("text"), rec.get("error"), int(rec.get("tokens", 0)),
-                                   int(rec.get("attempts", 1)))
+                text = rec.get("text")
+                return CallOutcome(text, rec.get("error"), int(rec.get("tokens", 0)), int(rec.get("attempts", 1)),
+                                   rec.get("fault"), int(rec.get("chars", len(text or ""))))
             self.recorded.clear()
         outcome = super().complete(messages)
         if self.sink is not None:
-            self.sink({"messages": messages, "text": outcome.text, "error": outcome.error,
-                       "tokens": outcome.tokens, "attempts": outcome.attempts})
+            # a reply longer than any valid one is kept only as far as its rejection needs
+            text = outcome.text[:MAX_REPLY_CHARS + 1] if outcome.text is not None else None
+            self.sink({"messages": messages, "text": text, "error": outcome.error, "tokens": outcome.tokens,
+                       "attempts": outcome.attempts, "fault": outcome.fault, "chars": outcome.chars})
         return outcome
 
 

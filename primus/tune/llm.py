@@ -1,7 +1,8 @@
-"""The LLM side of the investigation loop: an OpenAI-compatible client, the prompt, and the reply
-schema. Replies are untrusted input: they are parsed as JSON, validated with pydantic (unknown keys,
-oversized lists and texts refused), and every rule they carry goes through the same whitelist parser
-as any other rule before the solver sees it.
+"""The LLM side of the investigation loop: an OpenAI-compatible client (the HTTP side, and every way it
+can fail, is `primus.tune.llm_http`), the prompt, and the reply schema. Replies are untrusted input:
+they are parsed as JSON, validated with pydantic (unknown keys, oversized lists and texts refused), and
+every rule they carry goes through the same whitelist parser as any other rule before the solver sees
+it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from primus.specs.base import error_reason
+from primus.tune.llm_http import MAX_BODY_BYTES, Fault, FaultError, chat_completion
 
 MAX_REPLY_CHARS = 64_000
 
@@ -72,7 +74,9 @@ def parse_reply(text: str) -> LlmReply:
         body = body[4:] if body.startswith("json") else body
     try:
         data = json.loads(body)
-    except (ValueError, RecursionError):  # JSONDecodeError, or an integer too long to convert
+    except RecursionError:
+        raise ReplyRejected("reply is nested too deeply") from None
+    except ValueError:  # JSONDecodeError, or an integer too long to convert
         raise ReplyRejected("reply is not JSON") from None
     if not isinstance(data, dict):
         raise ReplyRejected("reply is not a JSON object")
@@ -97,6 +101,7 @@ class LlmSettings:
     timeout_s: float = 60.0
     retries: int = 2
     backoff_s: float = 1.0
+    max_body_bytes: int = MAX_BODY_BYTES
 
     @property
     def enabled(self) -> bool:
@@ -105,15 +110,21 @@ class LlmSettings:
 
 @dataclass
 class CallOutcome:
+    """One call: the reply text, or the error line and the fault (what failed and how) of its last
+    attempt."""
+
     text: str | None
     error: str | None
     tokens: int = 0
     attempts: int = 1
+    fault: dict[str, Any] | None = None
+    chars: int = 0  # the reply's length as received (a checkpoint may hold only the start of it)
 
 
 @dataclass
 class LlmClient:
-    """Calls the endpoint with retries and backoff on timeouts and server errors; never raises."""
+    """Calls the endpoint with retries and backoff on faults a retry may cure (timeouts, dropped
+    connections, 5xx, 429); never raises. Every call counts against the call budget, failed or not."""
 
     settings: LlmSettings
     calls: int = 0
@@ -131,35 +142,28 @@ class LlmClient:
         return None
 
     def complete(self, messages: list[dict[str, str]]) -> CallOutcome:
-        import openai
-
         s = self.settings
-        client = openai.OpenAI(base_url=s.base_url, api_key=s.api_key or "not-needed", timeout=s.timeout_s,
-                               max_retries=0)
+        assert s.base_url is not None
+        payload = {"model": s.model, "messages": messages, "temperature": 0, "max_tokens": 4000}
         self.calls += 1
-        last_error = "no attempt"
+        fault: Fault | None = None
+        attempts = 0
         for attempt in range(s.retries + 1):
+            attempts = attempt + 1
             try:
-                response = client.chat.completions.create(model=s.model, messages=messages,  # type: ignore[arg-type]
-                                                          temperature=0, max_tokens=4000)
-            except openai.APITimeoutError:
-                last_error = "timeout"
-            except openai.APIStatusError as exc:
-                last_error = f"HTTP {exc.status_code}"
-                if exc.status_code < 500 and exc.status_code != 429:
-                    return CallOutcome(None, last_error, attempts=attempt + 1)
-            except openai.APIConnectionError:
-                last_error = "connection error"
+                done = chat_completion(s.base_url, s.api_key, payload, s.timeout_s, s.max_body_bytes)
+            except FaultError as exc:
+                fault = exc.fault
             else:
-                usage = getattr(response, "usage", None)
-                used = int(getattr(usage, "total_tokens", 0) or 0)
-                self.tokens += used
-                choice = response.choices[0] if response.choices else None
-                text = choice.message.content if choice and choice.message else None
-                return CallOutcome(text or "", None, used, attempt + 1)
+                self.tokens += done.tokens
+                return CallOutcome(done.text, None, done.tokens, attempts, chars=len(done.text))
+            if not fault.retry:
+                break
             if attempt < s.retries:
                 time.sleep(s.backoff_s * (2**attempt))
-        return CallOutcome(None, f"{last_error} after {s.retries + 1} attempt(s)", attempts=s.retries + 1)
+        assert fault is not None
+        return CallOutcome(None, f"{fault.line()} after {attempts} attempt(s)", attempts=attempts,
+                           fault=fault.to_json())
 
 
 SYSTEM_PROMPT = (
@@ -171,7 +175,8 @@ SYSTEM_PROMPT = (
     '"rules" (list of {"id","why","require","severity":"hard"|"soft","weight"}). '
     "Rules use the rule language described in the user message: only the listed names, integers, "
     "+ - * // %, comparisons, and/or/not, implies(a, b), x in (..), min, max, abs. Never change the global "
-    "batch size, sequence length or precision."
+    "batch size, sequence length or precision. \"refused\" lists what was refused before and why: do not "
+    "propose it again; act on the reason."
 )
 
 

@@ -145,6 +145,7 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
     doc["events"] = tuner.log.events
     doc["llm"] = {"enabled": investigation.settings.enabled,
                   "calls": investigation.client.calls if investigation.client else 0,
-                  "tokens": investigation.client.tokens if investigation.client else 0}
+                  "tokens": investigation.client.tokens if investigation.client else 0,
+                  "faults": investigation.faults, "stopped_early": investigation.stopped}
     doc["assumptions"] = list(best_p.assumptions) if best_p is not None else []
     return doc

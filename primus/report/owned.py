@@ -1,0 +1,211 @@
+"""What `primus tune` owns on disk, so that it never removes or replaces a file it did not write.
+
+A directory that `tune` writes (the run directory given to `--out`, and its `DIR.partial` checkpoint)
+carries a marker file, `primus-run.json`, listing every file `tune` wrote there. The marker is written
+before anything else is put in the directory and read before anything in it is touched:
+
+- a directory that does not exist, or is empty, may be written;
+- a directory with the marker may be rewritten, and only the files the marker lists are replaced or
+  removed (a file the user added — notes, a plot — stays, byte for byte);
+- any other directory is refused (exit 2) and nothing in it is touched.
+
+The marker's list is checked before it is trusted: only plain relative paths that stay inside the
+directory (no `..`, no absolute path, no path through a symbolic link that leads out) are ever removed,
+so an edited marker cannot make `tune` delete anything outside its directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from primus.errors import InputError
+
+MARKER = "primus-run.json"
+WRITER = "primus tune"
+# A marker is a few kilobytes; anything far larger is not ours and is not read.
+MAX_MARKER_BYTES = 1 << 20
+# How many of a refused directory's files the error names.
+SHOWN_FILES = 3
+
+
+def listing(directory: Path, shown: int = SHOWN_FILES) -> str:
+    """A few of a directory's entries for a one-line message: 'a.txt, b.yaml, notes/ and 4 more'."""
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
+    except OSError:
+        return "unreadable entries"
+    text = ", ".join(repr(n)[1:-1] for n in names[:shown])  # repr escapes control characters
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def read_marker(directory: Path, kind: str) -> dict[str, Any] | None:
+    """The marker of a directory `tune` wrote as `kind` ("run" or "checkpoint"), or None."""
+    path = directory / MARKER
+    try:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_MARKER_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if (not isinstance(data, dict) or data.get("written_by") != WRITER or data.get("kind") != kind
+            or not isinstance(data.get("files"), list)):
+        return None
+    return data
+
+
+def owned_files(directory: Path, kind: str) -> list[str]:
+    """The files the marker says `tune` wrote, keeping only safe relative paths inside `directory`."""
+    data = read_marker(directory, kind)
+    if data is None:
+        return []
+    out = []
+    for name in data["files"]:
+        if isinstance(name, str) and _safe(directory, name):
+            out.append(name)
+    return sorted(set(out))
+
+
+def _safe(directory: Path, name: str) -> bool:
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or any(part in ("", ".", "..") for part in pure.parts) or "\\" in name:
+        return False
+    if name == MARKER:
+        return False
+    try:
+        root = directory.resolve()
+        parent = (directory / pure).parent.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return parent == root or root in parent.parents
+
+
+def claimable(directory: Path, kind: str, option: str,
+              hint: str = "give a new or empty directory") -> list[str]:
+    """Check that `tune` may write `directory` (before anything is touched); returns the files it owns
+    there already ([] for a new or empty directory). Any other directory is an InputError (exit 2)."""
+    if not directory.exists() and not directory.is_symlink():
+        return []
+    if not directory.is_dir():
+        raise InputError(str(directory), option, "exists and is not a directory; nothing was touched")
+    try:
+        empty = next(directory.iterdir(), None) is None
+    except OSError as exc:
+        raise InputError(str(directory), option, f"cannot read the directory ({exc.strerror or exc})") from None
+    if empty:
+        return []
+    if read_marker(directory, kind) is None:
+        what = "run directory" if kind == "run" else "checkpoint"
+        raise InputError(str(directory), option,
+                         f"not empty and not a {what} written by `primus tune` (it holds {listing(directory)}); "
+                         f"nothing was touched: {hint}")
+    return owned_files(directory, kind)
+
+
+def write_marker(directory: Path, kind: str, files: Iterable[str], **extra: Any) -> None:
+    """Write the marker (atomically: a reader sees the old list or the new one)."""
+    doc = {"written_by": WRITER, "kind": kind, "files": sorted(set(files) - {MARKER}), **extra}
+    tmp = directory / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / MARKER)
+
+
+def remove_owned(directory: Path, files: Iterable[str], *, marker: bool = False) -> None:
+    """Remove the listed files (never a directory, never anything else), then every folder that held
+    them and is now empty; with `marker`, the marker too, and `directory` itself if it is then empty."""
+    folders: set[Path] = set()
+    for name in files:
+        if not _safe(directory, name):
+            continue
+        path = directory / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        parent = path.parent
+        while parent != directory:
+            folders.add(parent)
+            parent = parent.parent
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        _rmdir_if_empty(folder)
+    if marker:
+        for name in (MARKER, f".{MARKER}.tmp"):
+            if (directory / name).is_file():
+                (directory / name).unlink()
+        _rmdir_if_empty(directory)
+
+
+def _rmdir_if_empty(folder: Path) -> None:
+    try:
+        if folder.is_dir() and not folder.is_symlink() and next(folder.iterdir(), None) is None:
+            folder.rmdir()
+    except OSError:
+        pass
+
+
+def relative_files(root: Path) -> list[str]:
+    """Every file under `root`, as sorted relative POSIX paths."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+# ---- single files (export, import, calibrate) -------------------------------------------------------
+
+# How much of an existing file is read to tell whether primus wrote it (its header is at the top).
+HEAD_BYTES = 4096
+
+
+def replace_file(path: Path, text: str, *, written_by: Callable[[str], bool], command: str,
+                 inputs: Iterable[str | Path] = (), option: str = "--out") -> None:
+    """Write `text` to `path` through a temporary file beside it and a rename (a reader never sees half
+    a file), after `check_replaceable`."""
+    check_replaceable(path, written_by=written_by, command=command, inputs=inputs, option=option)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(str(path), option, f"cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(str(path), option, f"cannot write ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def check_replaceable(path: Path, *, written_by: Callable[[str], bool], command: str,
+                      inputs: Iterable[str | Path] = (), option: str = "--out") -> None:
+    """An existing `path` may be replaced only when `written_by` recognises its head as this command's
+    own output, and never when it is one of the command's `inputs`; otherwise InputError (exit 2) and
+    nothing is touched."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_file():
+        raise InputError(str(path), option, "exists and is not a regular file; nothing was touched")
+    for given in inputs:
+        try:
+            same = Path(given).exists() and path.samefile(given)
+        except OSError:
+            same = False
+        if same:
+            raise InputError(str(path), option, f"is an input of `primus {command}`; nothing was touched: "
+                             "choose another --out")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(str(path), option, f"cannot read the existing file ({exc.strerror or exc})") from None
+    if not written_by(head):
+        raise InputError(str(path), option, f"exists and was not written by `primus {command}`; nothing was "
+                         "touched: remove it yourself or choose another --out")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

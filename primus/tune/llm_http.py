@@ -1,0 +1,184 @@
+"""One chat-completion request to an OpenAI-compatible endpoint, with every way it can fail named.
+
+An endpoint is untrusted and unreliable: gateways answer with HTML error pages, rate limiters with 429,
+expired tokens with 401, connections drop mid-reply, a server can send its headers and then nothing, or
+a body of many megabytes, or JSON nested thousands of levels deep. This module turns each into a
+`Fault` (what failed, how, whether a retry may help) instead of an exception, so the search never dies on
+one. It uses the standard library only (urllib; proxies from the environment as usual), reads the body
+in pieces up to a byte cap and a per-attempt deadline, and parses the JSON itself.
+
+Fault texts are fixed phrases plus sizes and status codes, never addresses or timings, so that the same
+faults give the same search log.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+# The largest HTTP body read from the endpoint. A completion is capped at 4,000 tokens (max_tokens in
+# the request), about 16-32 KB of text; 1 MiB leaves a wide margin for JSON escaping and metadata and
+# still bounds the memory a hostile or broken endpoint can make the search hold.
+MAX_BODY_BYTES = 1 << 20
+# How much of an offending body is kept in the transcript.
+EXCERPT_CHARS = 2_000
+# Bytes read per piece, between deadline checks.
+READ_PIECE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What failed (`kind`, a fixed phrase), how (`detail`, one line), and whether a retry may help."""
+
+    kind: str
+    detail: str
+    retry: bool = False
+    excerpt: str | None = None  # the start of an offending body, for the transcript
+    size: int | None = None  # bytes received (or announced), when a body arrived
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "detail": self.detail}
+        if self.size is not None:
+            out["body_bytes"] = self.size
+        if self.excerpt is not None:
+            out["body_excerpt"] = self.excerpt
+        return out
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: int
+
+
+class FaultError(Exception):
+    def __init__(self, fault: Fault) -> None:
+        super().__init__(fault.line())
+        self.fault = fault
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of a long text, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit:,} more characters]"
+
+
+def chat_completion(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float,
+                    max_bytes: int = MAX_BODY_BYTES) -> Completion:
+    """POST {base_url}/chat/completions and return the message text and tokens used; FaultError on
+    any failure. `timeout_s` bounds each wait for data and the attempt as a whole."""
+    body = _post(base_url.rstrip("/") + "/chat/completions", api_key, payload, timeout_s, max_bytes)
+    return _completion(body)
+
+
+def _post(url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> bytes:
+    data = json.dumps(payload).encode("utf-8")
+    headers = {"Content-Type": "application/json", "Accept": "application/json",
+               "Authorization": f"Bearer {api_key or 'not-needed'}"}
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    deadline = time.monotonic() + timeout_s
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout_s)
+    except urllib.error.HTTPError as exc:
+        raise FaultError(_status_fault(exc)) from None
+    except TimeoutError:
+        raise FaultError(Fault("timeout", f"no reply within {timeout_s:g} s", retry=True)) from None
+    except urllib.error.URLError as exc:
+        raise FaultError(_connect_fault(exc.reason)) from None
+    except (http.client.HTTPException, OSError) as exc:
+        raise FaultError(_connect_fault(exc)) from None
+    with response:
+        return _read_body(response, deadline, timeout_s, max_bytes)
+
+
+def _read_body(response: Any, deadline: float, timeout_s: float, max_bytes: int) -> bytes:
+    announced = response.headers.get("Content-Length")
+    if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+        raise FaultError(Fault("reply too large", f"the endpoint announced {int(announced):,} bytes, over the "
+                               f"limit of {max_bytes:,}; not read", size=int(announced)))
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            piece = response.read1(READ_PIECE)
+            if not piece:
+                break
+            size += len(piece)
+            if size > max_bytes:
+                raise FaultError(Fault("reply too large", f"over {max_bytes:,} bytes; reading stopped there",
+                                       size=size))
+            pieces.append(piece)
+            if time.monotonic() > deadline:
+                raise FaultError(Fault("stalled after headers", f"the body was not complete within "
+                                       f"{timeout_s:g} s ({size:,} bytes received)", retry=True, size=size))
+    except TimeoutError:
+        raise FaultError(Fault("stalled after headers", f"headers received, then no data for {timeout_s:g} s "
+                               f"({size:,} bytes of body)", retry=True, size=size)) from None
+    except (http.client.IncompleteRead, ConnectionError, http.client.HTTPException, OSError):
+        raise FaultError(Fault("connection reset mid-reply", f"the connection closed after {size:,} bytes of "
+                               "the body", retry=True, size=size)) from None
+    return b"".join(pieces)
+
+
+def _status_fault(exc: urllib.error.HTTPError) -> Fault:
+    code = int(exc.code)
+    try:
+        raw = exc.read(EXCERPT_CHARS)
+    except (OSError, http.client.HTTPException):
+        raw = b""
+    retry = code >= 500 or code in (408, 429)
+    kind = "server error" if code >= 500 else "client error"
+    note = "" if retry else " (not retried)"
+    return Fault(f"HTTP {code}", f"{kind}{note}", retry=retry,
+                 excerpt=excerpt(raw.decode("utf-8", errors="replace")) if raw else None)
+
+
+def _connect_fault(reason: object) -> Fault:
+    if isinstance(reason, ConnectionRefusedError):
+        return Fault("connection refused", "nothing listens at the endpoint's address", retry=True)
+    if isinstance(reason, TimeoutError):
+        return Fault("timeout", "no connection within the time limit", retry=True)
+    if isinstance(reason, (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine)):
+        return Fault("connection reset mid-reply", "the connection closed before a complete status line",
+                     retry=True)
+    if isinstance(reason, socket.gaierror):
+        return Fault("connection error", "the endpoint's host name does not resolve", retry=True)
+    return Fault("connection error", type(reason).__name__, retry=True)
+
+
+def _completion(body: bytes) -> Completion:
+    """The message text and token count of a chat-completion body; FaultError when it is not one."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise FaultError(Fault("reply nested too deeply", "the JSON body is nested beyond what is read",
+                               size=len(body), excerpt=excerpt(text, 200))) from None
+    except ValueError:
+        raise FaultError(Fault("body is not JSON", f"HTTP 200 with {len(body):,} bytes that are not JSON",
+                               size=len(body), excerpt=excerpt(text))) from None
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise FaultError(Fault("no choices", "the JSON body has no non-empty `choices` list", size=len(body),
+                               excerpt=excerpt(text)))
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    message = first.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, str):
+        raise FaultError(Fault("message is not text", "choices[0].message.content is not a string",
+                               size=len(body), excerpt=excerpt(text)))
+    if not content or not content.strip():
+        what = "null" if message is None or content is None else "empty"
+        raise FaultError(Fault("empty message", f"choices[0].message content is {what}", size=len(body)))
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+    used = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 10**9 else 0
+    return Completion(content, used)

@@ -1,0 +1,116 @@
+"""An LLM endpoint can fail in any way, and the search goes on (issue 20): every fault below is recorded
+in that call's transcript under llm/ and as a row of the report's LLM section, counts against the call
+budget, and the run ends with exit 0 and a report that `primus audit verify` accepts. Faults in a row
+stop the LLM part early, and the report says so. The endpoint is a local stub (tests/helpers/fake_llm.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from primus.cli import tune_cmd as tune_module
+from primus.cli.report_cmds import audit_group
+from primus.cli.tune_cmd import tune_cmd
+from primus.tune.investigate import FAULTS_TO_STOP
+from primus.tune.llm import LlmSettings
+from primus.tune.llm_http import MAX_BODY_BYTES
+from tests.helpers.fake_llm import fake_llm, refused_url
+
+SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
+TIMEOUT_S = "0.3"  # --llm-timeout: each scripted wait outlasts it
+
+
+@pytest.fixture()
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One retry after 10 ms instead of two after 1 s and 2 s: the same code path, quickly."""
+    monkeypatch.setattr(tune_module, "LlmSettings", functools.partial(LlmSettings, retries=1, backoff_s=0.01))
+
+
+def run_tune(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict[str, Any], Path, str]:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(SMALL, sort_keys=False))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(tune_cmd, [str(job), "--exhaustive-limit", "0", "--llm-base-url", url,
+                                           "--llm-timeout", TIMEOUT_S, "--workers", "1", "--out", str(out),
+                                           "--format", "json", *extra], catch_exceptions=False)
+    doc = json.loads(result.stdout) if result.exit_code == 0 else {}
+    return result.exit_code, doc, out, result.stderr
+
+
+def failed_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in doc["events"] if e["kind"] == "llm" and e["status"] == "failed"]
+
+
+def audit_verify(out: Path) -> int:
+    return CliRunner().invoke(audit_group, ["verify", str(out), "--workers", "1"], catch_exceptions=False).exit_code
+
+
+NESTED = '{"choices": ' + "[" * 5_000 + "]" * 5_000 + "}"
+FAULTS = {
+    "HTTP 503": [("status", 503), ("status", 503)],
+    "HTTP 401": [("status", 401)],
+    "HTTP 429": [("status", 429), ("status", 429)],
+    "timeout": [("sleep", 5), ("sleep", 5)],
+    "stalled after headers": [("hang", 5), ("hang", 5)],
+    "connection reset mid-reply": [("reset", 100), ("reset", 100)],
+    "body is not JSON": [("body", "<html><body><h1>502 Bad Gateway</h1></body></html>")],
+    "no choices": [("body", '{"id": "x", "object": "chat.completion", "usage": {"total_tokens": 3}}')],
+    "empty message": [("message", {"role": "assistant", "content": ""})],
+    "reply too large": [("big", MAX_BODY_BYTES + 1)],
+    "reply nested too deeply": [("body", NESTED)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAULTS))
+def test_each_fault_is_recorded_and_the_search_goes_on(kind: str, tmp_path: Path, fast_retries: None):
+    with fake_llm(FAULTS[kind] * FAULTS_TO_STOP) as (url, script):
+        code, doc, out, err = run_tune(tmp_path, url)
+    assert code == 0, err
+    failed = failed_events(doc)
+    assert failed and failed[0]["reason"].startswith(kind)
+    assert doc["llm"]["calls"] >= 1 and doc["llm"]["faults"] >= 1  # counted against the call budget
+    assert len(script.requests) >= 1
+    transcript = json.loads((out / "llm" / "call-001.json").read_text())
+    assert transcript["reply"] is None and transcript["fault"]["kind"] == kind
+    assert transcript["error"] == failed[0]["reason"]
+    report = (out / "report.md").read_text()
+    assert f"| LLM | LLM call 1 | failed: {kind}" in report
+    assert doc["best"]["parallel"] is not None
+    assert audit_verify(out) == 0
+
+
+def test_a_refused_connection_is_a_fault_too(tmp_path: Path, fast_retries: None):
+    code, doc, out, err = run_tune(tmp_path, refused_url())
+    assert code == 0, err
+    assert failed_events(doc)[0]["reason"].startswith("connection refused")
+    assert json.loads((out / "llm" / "call-001.json").read_text())["fault"]["kind"] == "connection refused"
+    assert "failed: connection refused" in (out / "report.md").read_text()
+    assert audit_verify(out) == 0
+
+
+def test_a_huge_reply_is_not_read_past_the_cap_and_its_size_is_recorded(tmp_path: Path, fast_retries: None):
+    with fake_llm([("big", 3 * MAX_BODY_BYTES)] * FAULTS_TO_STOP) as (url, _):
+        code, _, out, err = run_tune(tmp_path, url)
+    assert code == 0, err
+    fault = json.loads((out / "llm" / "call-001.json").read_text())["fault"]
+    assert fault["kind"] == "reply too large" and fault["body_bytes"] > MAX_BODY_BYTES
+    assert (out / "llm" / "call-001.json").stat().st_size < 200_000  # the body was not stored
+
+
+def test_faults_in_a_row_stop_the_llm_part_early_and_the_report_says_so(tmp_path: Path, fast_retries: None):
+    with fake_llm([("status", 500)] * 20) as (url, script):
+        code, doc, out, err = run_tune(tmp_path, url, "--llm-calls", "10")
+    assert code == 0, err
+    assert doc["llm"]["calls"] == FAULTS_TO_STOP < 10  # stopped before the call budget was spent
+    assert len(script.requests) == 2 * FAULTS_TO_STOP  # each call tried twice (one retry), no more
+    stopped = [e for e in doc["events"] if e["kind"] == "llm" and e["status"] == "stopped"]
+    assert len(stopped) == 1 and doc["llm"]["stopped_early"] == stopped[0]["reason"]
+    report = (out / "report.md").read_text()
+    assert "Stopped: the LLM part early: 2 calls in a row failed" in report
+    assert audit_verify(out) == 0
