@@ -4,8 +4,9 @@ An endpoint is untrusted and unreliable: gateways answer with HTML error pages, 
 expired tokens with 401, connections drop mid-reply, a server can send its headers and then nothing, or
 a body of many megabytes, or JSON nested thousands of levels deep. This module turns each into a
 `Fault` (what failed, how, whether a retry may help) instead of an exception, so the search never dies on
-one. It uses the standard library only (urllib; proxies from the environment as usual), reads the body
-in pieces up to a byte cap and a per-attempt deadline, and parses the JSON itself.
+one. The request goes through the `openai` client (its streaming-response form, its retries off), so any
+OpenAI-compatible endpoint and the environment's proxies work as they do for that client; the body is
+read here, in pieces, up to a byte cap and a per-attempt deadline, and the JSON is parsed here.
 
 Fault texts are fixed phrases plus sizes and status codes, never addresses or timings, so that the same
 faults give the same search log.
@@ -17,8 +18,6 @@ import http.client
 import json
 import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,65 +74,110 @@ def chat_completion(base_url: str, api_key: str | None, payload: dict[str, Any],
                     max_bytes: int = MAX_BODY_BYTES) -> Completion:
     """POST {base_url}/chat/completions and return the message text and tokens used; FaultError on
     any failure. `timeout_s` bounds each wait for data and the attempt as a whole."""
-    body = _post(base_url.rstrip("/") + "/chat/completions", api_key, payload, timeout_s, max_bytes)
-    return _completion(body)
+    return _completion(_post(base_url, api_key, payload, timeout_s, max_bytes))
 
 
-def _post(url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> bytes:
-    data = json.dumps(payload).encode("utf-8")
-    headers = {"Content-Type": "application/json", "Accept": "application/json",
-               "Authorization": f"Bearer {api_key or 'not-needed'}"}
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+def _post(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> bytes:
+    """The raw body of one request through the `openai` client, read as a stream so that its size and
+    its time are bounded here (the client would read any body whole, an error page included). The
+    client's own retries are off: retrying, with backoff, is the caller's (`LlmClient.complete`)."""
+    import openai
+
     deadline = time.monotonic() + timeout_s
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0,
+                           http_client=_http_client(timeout_s, max_bytes))
     try:
-        response = urllib.request.urlopen(request, timeout=timeout_s)
-    except urllib.error.HTTPError as exc:
-        raise FaultError(_status_fault(exc)) from None
-    except TimeoutError:
+        with client.chat.completions.with_streaming_response.create(**payload) as response:
+            return _read_body(response.iter_bytes(READ_PIECE), deadline, timeout_s, max_bytes)
+    except FaultError:
+        raise
+    except openai.APITimeoutError:
         raise FaultError(Fault("timeout", f"no reply within {timeout_s:g} s", retry=True)) from None
-    except urllib.error.URLError as exc:
-        raise FaultError(_connect_fault(exc.reason)) from None
-    except (http.client.HTTPException, OSError) as exc:
-        raise FaultError(_connect_fault(exc)) from None
-    with response:
-        return _read_body(response, deadline, timeout_s, max_bytes)
+    except openai.APIStatusError as exc:  # only when the guard below did not see the status first
+        raise FaultError(_status_fault(exc.status_code, b"")) from None
+    except openai.APIConnectionError as exc:
+        cause = _cause(exc)
+        if isinstance(cause, FaultError):
+            raise cause from None
+        raise FaultError(_connect_fault(cause)) from None
+    except openai.OpenAIError as exc:
+        raise FaultError(Fault("client error", type(exc).__name__)) from None
+    finally:
+        client.close()
 
 
-def _read_body(response: Any, deadline: float, timeout_s: float, max_bytes: int) -> bytes:
-    announced = response.headers.get("Content-Length")
-    if announced is not None and announced.isdigit() and int(announced) > max_bytes:
-        raise FaultError(Fault("reply too large", f"the endpoint announced {int(announced):,} bytes, over the "
-                               f"limit of {max_bytes:,}; not read", size=int(announced)))
-    pieces: list[bytes] = []
+def _http_client(timeout_s: float, max_bytes: int) -> Any:
+    """The HTTP client under the `openai` one, with a guard that looks at every response as soon as its
+    headers are in: an announced body over the cap is not read, and an error status becomes a named
+    fault after at most an excerpt of its body."""
+    httpx = _httpx()
+
+    def guard(response: Any) -> None:
+        announced = response.headers.get("Content-Length")
+        if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+            response.close()
+            raise FaultError(Fault("reply too large", f"the endpoint announced {int(announced):,} bytes, over the "
+                                   f"limit of {max_bytes:,}; not read", size=int(announced)))
+        if response.status_code >= 400:
+            raw = b""
+            try:
+                for piece in response.iter_raw(EXCERPT_CHARS):
+                    raw += piece
+                    if len(raw) >= EXCERPT_CHARS:
+                        break
+            except httpx.HTTPError:
+                pass
+            response.close()
+            raise FaultError(_status_fault(response.status_code, raw[:EXCERPT_CHARS]))
+
+    return httpx.Client(timeout=httpx.Timeout(timeout_s), event_hooks={"response": [guard]})
+
+
+def _httpx() -> Any:
+    """The HTTP library the installed `openai` client is built on: `httpx2` (openai 3) or `httpx` (1, 2)."""
+    import importlib
+
+    try:
+        return importlib.import_module("httpx2")
+    except ImportError:
+        return importlib.import_module("httpx")
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The innermost cause of a client error (the socket error under the HTTP library's own)."""
+    seen = exc
+    while True:
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None or isinstance(seen, FaultError):
+            return seen
+        seen = nxt
+
+
+def _read_body(pieces: Any, deadline: float, timeout_s: float, max_bytes: int) -> bytes:
+    httpx = _httpx()
+
+    out: list[bytes] = []
     size = 0
     try:
-        while True:
-            piece = response.read1(READ_PIECE)
-            if not piece:
-                break
+        for piece in pieces:
             size += len(piece)
             if size > max_bytes:
                 raise FaultError(Fault("reply too large", f"over {max_bytes:,} bytes; reading stopped there",
                                        size=size))
-            pieces.append(piece)
+            out.append(piece)
             if time.monotonic() > deadline:
                 raise FaultError(Fault("stalled after headers", f"the body was not complete within "
                                        f"{timeout_s:g} s ({size:,} bytes received)", retry=True, size=size))
-    except TimeoutError:
+    except httpx.TimeoutException:
         raise FaultError(Fault("stalled after headers", f"headers received, then no data for {timeout_s:g} s "
                                f"({size:,} bytes of body)", retry=True, size=size)) from None
-    except (http.client.IncompleteRead, ConnectionError, http.client.HTTPException, OSError):
+    except (httpx.HTTPError, OSError):
         raise FaultError(Fault("connection reset mid-reply", f"the connection closed after {size:,} bytes of "
                                "the body", retry=True, size=size)) from None
-    return b"".join(pieces)
+    return b"".join(out)
 
 
-def _status_fault(exc: urllib.error.HTTPError) -> Fault:
-    code = int(exc.code)
-    try:
-        raw = exc.read(EXCERPT_CHARS)
-    except (OSError, http.client.HTTPException):
-        raw = b""
+def _status_fault(code: int, raw: bytes) -> Fault:
     retry = code >= 500 or code in (408, 429)
     kind = "server error" if code >= 500 else "client error"
     note = "" if retry else " (not retried)"
