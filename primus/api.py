@@ -1,0 +1,216 @@
+"""The Python API under the CLI: the same answers `primus fit | enumerate | project | tune` print, as
+typed results a notebook or a script can hold, compare and serialise.
+
+    import primus
+    job = primus.load_job("examples/llama3.1-70b-mi300x.yaml")      # or a dict, as in a job file
+    answer = primus.fit(job, rules=["tp <= 4"])                     # FitAnswer: .fits, .layout, .to_json()
+    legal = primus.enumerate_layouts(job, rank=True, top=10)        # Enumeration: .count, .rows
+    speed = primus.project(job)                                     # ProjectionAnswer: .projection
+    run = primus.tune(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
+
+Every command of the CLI is a thin layer over these functions: it calls one, prints its result (or
+`.to_json()` with `--format json`) and maps `.negative` to exit status 1. Bad input raises
+`primus.errors.InputError` (the CLI's exit 2). The results carry their assumptions; nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from primus.job import Job, job_from_mapping
+from primus.job import load_job as _load_job_file
+
+if TYPE_CHECKING:
+    from primus.fidelity.errorbars import ErrorBar
+    from primus.measure.measured_profile import MeasuredProfile
+    from primus.parallel import Layout
+    from primus.projection import Projection
+    from primus.solver.api import Question
+    from primus.solver.fit import FitResult
+
+JobLike = Job | str | PathLike[str] | Mapping[str, Any]
+
+
+def load_job(source: JobLike, *, where: str | None = None, base_dir: str | PathLike[str] | None = None) -> Job:
+    """A validated job from a job file's path, or from a mapping written as in a job file (relative
+    model or hardware paths in a mapping resolve against `base_dir`, default the working directory)."""
+    if isinstance(source, Job):
+        return source
+    if isinstance(source, Mapping):
+        return job_from_mapping(source, where or "<job>", Path(base_dir) if base_dir is not None else Path.cwd())
+    return _load_job_file(Path(source))
+
+
+def _question(job: JobLike, rules: Sequence[str], rule_files: Sequence[str | PathLike[str]],
+              without: Sequence[str]) -> Question:
+    from primus.solver.api import Question
+
+    if isinstance(rules, str) or isinstance(without, str):
+        raise TypeError("rules and without are sequences of strings, not one string")
+    return Question(load_job(job), rule_texts=tuple(rules), rule_files=tuple(str(f) for f in rule_files),
+                    without=tuple(without))
+
+
+# ---- fit -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FitAnswer:
+    """`primus fit`: the proof of fit (or the minimal core, the bytes over and the nearest layouts)."""
+
+    question: Question = field(repr=False)
+    result: FitResult
+
+    @property
+    def job(self) -> Job:
+        return self.question.job
+
+    @property
+    def fits(self) -> bool:
+        return self.result.fits
+
+    @property
+    def negative(self) -> bool:
+        return not self.result.fits
+
+    @property
+    def layout(self) -> Layout | None:
+        return self.result.layout
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.question.space.reserves.capacity_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json(self.capacity_bytes)
+
+
+def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),
+        without: Sequence[str] = ()) -> FitAnswer:
+    """Prove that the job fits (free axes completed with the most headroom), or explain why not; the
+    nearest legal layouts are completed by projected throughput."""
+    from primus.projection.complete import speed_of
+    from primus.solver.fit import fit as _fit
+
+    q = _question(job, rules, rule_files, without)
+    return FitAnswer(q, _fit(q, speed=speed_of(q.job)))
+
+
+# ---- enumerate -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Enumeration:
+    """`primus enumerate`: how many legal layouts there are, and the rows asked for (canonical order,
+    or by headroom with `top`, or by projected throughput with `rank`)."""
+
+    count: int
+    rows: tuple[dict[str, Any], ...]
+    ranked: bool
+    uncertainty: ErrorBar | None = None
+
+    @property
+    def negative(self) -> bool:
+        return self.count == 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"count": self.count, "layouts": [dict(r) for r in self.rows]}
+        if self.uncertainty is not None:
+            doc.update(uncertainty_pct=self.uncertainty.pct, uncertainty_basis=self.uncertainty.basis)
+        return doc
+
+
+def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),
+                      without: Sequence[str] = (), top: int | None = None, rank: bool = False,
+                      count_only: bool = False) -> Enumeration:
+    """Every legal layout over the job's free axes (or only their number, with `count_only`)."""
+    import numpy as np
+
+    q = _question(job, rules, rule_files, without)
+    c = q.candidates
+    n = c.n
+    if count_only:
+        return Enumeration(n, (), False)
+    capacity = q.space.reserves.capacity_bytes
+    projections: list[Projection] = []
+    bar = None
+    if rank:
+        from primus.fidelity.errorbars import error_bar
+        from primus.projection import rank_layouts
+
+        bar = error_bar(q.job.cluster.name, q.job.model.is_moe)
+        projections = rank_layouts(q.job, q.legal())
+        index = {tuple(sorted(p.items())): i for i, p in enumerate(c.parallel_dicts())}
+        order = [index[tuple(sorted(p.layout.as_parallel().items()))] for p in projections]
+        if top:
+            order, projections = order[:top], projections[:top]
+        c = c.take(np.array(order, dtype=np.int64))
+    elif top is not None:
+        c = c.take(np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top])
+    peaks = c.cols["peak_bytes"].tolist()
+    stages = c.cols["peak_stage"].tolist()
+    rows = [{"parallel": p, "peak_bytes": peak, "headroom_bytes": capacity - peak, "peak_stage": st}
+            for p, peak, st in zip(c.parallel_dicts(), peaks, stages, strict=True)]
+    for row, p in zip(rows, projections, strict=False):
+        row.update(tokens_per_s_per_gpu=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s, mfu=p.mfu,
+                   uncertainty_pct=bar.pct if bar is not None else None)
+    return Enumeration(n, tuple(rows), rank, bar)
+
+
+# ---- project ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProjectionAnswer:
+    """`primus project`: the projection of the pinned layout (free axes: the fastest legal completion),
+    its error bar, and what a measured profile contributed. `fits` is False, with `reason`, when no
+    legal layout fits (then `projection` is the pinned layout's, if every axis was pinned)."""
+
+    job: Job = field(repr=False)
+    projection: Projection | None
+    uncertainty: ErrorBar
+    fits: bool = True
+    reason: str | None = None
+    measured: MeasuredProfile | None = field(default=None, repr=False)
+
+    @property
+    def negative(self) -> bool:
+        return not self.fits
+
+    @property
+    def measured_note(self) -> dict[str, Any] | None:
+        if self.measured is None:
+            return None
+        return {**self.measured.summary(), "mismatch": self.measured.mismatch(self.job.cluster)}
+
+    def to_json(self) -> dict[str, Any]:
+        bar = self.uncertainty
+        doc: dict[str, Any] = {}
+        if self.projection is not None:
+            doc = {**self.projection.to_json(), "uncertainty_pct": bar.pct, "uncertainty_basis": bar.basis,
+                   "uncertainty_fitted": bar.fitted}
+        if self.measured is not None:
+            doc["measured_profile"] = self.measured_note
+        if not self.fits:
+            doc.update(fits=False, reason=self.reason)
+        return doc
+
+
+def project(job: JobLike, *, profile: str | PathLike[str] | None = None,
+            allow_device_mismatch: bool = False) -> ProjectionAnswer:
+    """Step time, tokens/s/GPU, MFU and the exposed-time breakdown; `profile` is a calibration profile
+    YAML or a measured profile JSON (`primus measure`)."""
+    from primus.fidelity.errorbars import error_bar
+    from primus.measure.measured_profile import resolve_profile_option
+    from primus.projection import NothingFits, complete_and_project
+
+    j = load_job(job)
+    calib, timer, measured = resolve_profile_option(j.cluster, None if profile is None else str(profile),
+                                                    allow_device_mismatch)
+    bar = error_bar(j.cluster.name, j.model.is_moe)
+    try:
+        p = complete_and_project(j, calib, timer=timer)
+    except NothingFits as exc:
+        return ProjectionAnswer(j, exc.projection, bar, fits=False, reason=exc.reason, measured=measured)
+    return ProjectionAnswer(j, p, bar, measured=measured)
