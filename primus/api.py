@@ -6,7 +6,7 @@ typed results a notebook or a script can hold, compare and serialise.
     answer = primus.fit(job, rules=["tp <= 4"])                     # FitAnswer: .fits, .layout, .to_json()
     legal = primus.enumerate_layouts(job, rank=True, top=10)        # Enumeration: .count, .rows
     speed = primus.project(job)                                     # ProjectionAnswer: .projection
-    run = primus.tune(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
+    run = primus.tuning(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
 
 Every command of the CLI is a thin layer over these functions: it calls one, prints its result (or
 `.to_json()` with `--format json`) and maps `.negative` to exit status 1. Bad input raises
@@ -15,12 +15,15 @@ Every command of the CLI is a thin layer over these functions: it calls one, pri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from primus.errors import InputError
 from primus.job import Job, job_from_mapping
 from primus.job import load_job as _load_job_file
 
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from primus.projection import Projection
     from primus.solver.api import Question
     from primus.solver.fit import FitResult
+    from primus.tuning.run import TuneAnswer
 
 JobLike = Job | str | PathLike[str] | Mapping[str, Any]
 
@@ -214,3 +218,36 @@ def project(job: JobLike, *, profile: str | PathLike[str] | None = None,
     except NothingFits as exc:
         return ProjectionAnswer(j, exc.projection, bar, fits=False, reason=exc.reason, measured=measured)
     return ProjectionAnswer(j, p, bar, measured=measured)
+
+
+# ---- tune ------------------------------------------------------------------------------------------
+
+def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Sequence[str] = (),
+         rule_files: Sequence[str | PathLike[str]] = (), without: Sequence[str] = (),
+         exhaustive_limit: int = 200_000, llm: str | None = None, llm_model: str = "gpt-4o-mini",
+         llm_calls: int = 4, llm_timeout_s: float = 60.0, api_key: str | None = None,
+         allow: Sequence[str] = (), workers: int | None = None,
+         progress: Callable[[str], None] | None = None) -> TuneAnswer:
+    """The fastest legal layout, its proof and why it beats the reference, written to the run directory
+    `out` (which must be new, empty, or a run directory of tune's own). `llm` is an OpenAI-compatible
+    base URL (None: no LLM; nothing is read from the environment here)."""
+    from primus.tuning.agent import TuneSettings
+    from primus.tuning.llm import LlmSettings
+    from primus.tuning.run import ALLOWABLE, default_workers, run_tune
+    from primus.yamlio import read_text
+
+    unknown = [a for a in allow if a not in ALLOWABLE]
+    if unknown:
+        raise InputError("tune", "allow", f"{', '.join(unknown)} cannot be changed by tuning (only {ALLOWABLE})")
+    j = load_job(job)
+    path = Path(job) if isinstance(job, (str, PathLike)) else Path(j.where) if Path(j.where).is_file() else None
+    text = read_text(path) if path is not None else yaml.safe_dump(
+        j.spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    options = {"job_file": str(path.resolve()) if path is not None else None, "rule_texts": list(rules),
+               "rule_files": [str(Path(f).resolve()) for f in rule_files], "without": list(without),
+               "exhaustive_limit": exhaustive_limit, "llm_mode": "auto" if llm else "none", "llm_base_url": llm,
+               "llm_model": llm_model, "llm_calls": llm_calls, "llm_timeout": llm_timeout_s, "allow": list(allow)}
+    settings = TuneSettings(exhaustive_limit=exhaustive_limit, workers=workers or default_workers(),
+                            llm=LlmSettings(base_url=llm, model=llm_model, api_key=api_key, max_calls=llm_calls,
+                                            timeout_s=llm_timeout_s))
+    return run_tune(j, text, Path(out), settings, options=options, say=progress or (lambda m: None))

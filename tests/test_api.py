@@ -75,3 +75,28 @@ def test_project_gives_the_cli_projection() -> None:
     assert answer.fits and answer.projection is not None
     assert answer.projection.tokens_per_s_per_gpu > 0 and answer.uncertainty.pct is not None
     assert answer.to_json() == cli_json("project", str(FITS))
+
+
+def test_tune_writes_the_same_audited_run_as_the_cli(tmp_path: Path) -> None:
+    answer = primus.tune(FREE, out=tmp_path / "api", workers=1)
+    assert not answer.negative and answer.out_dir == tmp_path / "api"
+    assert answer.to_json()["best"] == json.loads((tmp_path / "api" / "result.json").read_text())["best"]
+    typed = CliRunner().invoke(cli, ["tune", str(FREE), "--llm", "none", "--workers", "1", "--out",
+                                     str(tmp_path / "cli"), "--format", "json"])
+    assert typed.exit_code == 0, typed.output
+    assert json.loads(typed.stdout)["best"] == answer.best
+    verify = CliRunner().invoke(cli, ["audit", "verify", str(tmp_path / "api"), "--workers", "1"])
+    assert verify.exit_code == 0, verify.output
+
+
+def test_tune_refuses_a_foreign_output_directory(tmp_path: Path) -> None:
+    (tmp_path / "thesis.tex").write_text("precious")
+    with pytest.raises(InputError):
+        primus.tune(FREE, out=tmp_path, workers=1)
+    assert (tmp_path / "thesis.tex").read_text() == "precious"
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "thesis.tex"]
+
+
+def test_tune_refuses_a_convergence_change_it_may_not_make() -> None:
+    with pytest.raises(InputError, match="global_batch_size"):
+        primus.tune(FREE, out="unused", allow=["global_batch_size"])

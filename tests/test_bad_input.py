@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from primus.cli.main import cli
-from primus.tune.llm import ReplyRejected, parse_reply
+from primus.tuning.llm import ReplyRejected, parse_reply
 from tests.conftest import REPO
 from tests.helpers.fake_llm import fake_llm
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from primus.cli.tune_cmd import tune_cmd
 from primus.job import job_from_mapping
 from primus.report.audit import Checkpoint, partial_dir
-from primus.tune import agent
-from primus.tune.agent import Tuner, TuneSettings
-from primus.tune.llm import LlmSettings
-from primus.tune.space import TuneSpace
+from primus.tuning import agent
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.llm import LlmSettings
+from primus.tuning.space import TuneSpace
 from tests.helpers.fake_llm import fake_llm
 from tests.test_report_files import JOB
 

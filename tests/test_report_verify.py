@@ -21,9 +21,9 @@ from primus.report.manifest import write_manifest
 from primus.report.rundir import RunDir, layout_of, layout_text
 from primus.report.verify import verify_run
 from primus.solver.check import violated_rules
-from primus.tune.agent import Tuner, TuneSettings
-from primus.tune.llm import LlmSettings
-from primus.tune.output import input_texts, write_run_dir
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.llm import LlmSettings
+from primus.tuning.output import input_texts, write_run_dir
 from tests.helpers.fake_llm import fake_llm
 from tests.test_report_files import tune
 

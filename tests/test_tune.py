@@ -11,8 +11,8 @@ import pytest
 from primus.job import job_from_mapping
 from primus.projection import project
 from primus.solver.api import Question
-from primus.tune.agent import Tuner, TuneSettings
-from primus.tune.llm import LlmSettings
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.llm import LlmSettings
 from tests.helpers.fake_llm import fake_llm
 
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from primus.cli import tune_cmd as tune_module
 from primus.cli.report_cmds import audit_group
 from primus.cli.tune_cmd import tune_cmd
-from primus.tune.investigate import FAULTS_TO_STOP
-from primus.tune.llm import LlmSettings
-from primus.tune.llm_http import MAX_BODY_BYTES
+from primus.tuning.investigate import FAULTS_TO_STOP
+from primus.tuning.llm import LlmSettings
+from primus.tuning.llm_http import MAX_BODY_BYTES
 from tests.helpers.fake_llm import fake_llm, refused_url
 
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}

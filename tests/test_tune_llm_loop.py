@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from primus.cli.tune_cmd import tune_cmd
 from primus.job import job_from_mapping
-from primus.tune.agent import Tuner, TuneSettings
-from primus.tune.llm import MAX_REPLY_CHARS, LlmSettings
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.llm import MAX_REPLY_CHARS, LlmSettings
 from tests.helpers.fake_llm import fake_llm
 
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}

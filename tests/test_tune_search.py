@@ -8,7 +8,7 @@ from pathlib import Path
 
 from primus.job import job_from_mapping
 from primus.rules.model import Rule
-from primus.tune.agent import Tuner, TuneSettings
+from primus.tuning.agent import Tuner, TuneSettings
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}

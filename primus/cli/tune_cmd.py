@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, gib, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import _layout_text, rule_options
 from primus.errors import InputError
-from primus.job import Job, job_from_mapping, load_job
+from primus.job import load_job
 from primus.paths import data_dir
-from primus.report.audit import Checkpoint, partial_dir, read_state
-from primus.report.owned import claimable
-from primus.tune.agent import Tuner, TuneSettings
-from primus.tune.llm import LlmSettings
-from primus.tune.output import input_texts, write_run_dir
+from primus.report.audit import read_state
+from primus.tuning.agent import TuneSettings
+from primus.tuning.llm import LlmSettings
+from primus.tuning.run import ALLOWABLE, RESUMED_FROM_STATE, default_workers, run_tune
 from primus.yamlio import read_text
 
 DEFAULT_JOB = "mixtral-8x22b-mi355x.yaml"
@@ -80,41 +76,6 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     con.print(f"report: {out_dir / 'report.html'} (and report.md); search log: {out_dir / 'audit.jsonl'}")
 
 
-RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
-                      "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
-ALLOWABLE = ("precision",)
-
-
-def precision_candidates(job: Job) -> list[str]:
-    """The job's precision first, then the others its accelerator has a dense peak for (fp8 needs an
-    fp8 peak; the fp8 recipe is the framework default for the hardware generation)."""
-    peaks = job.cluster.accelerator.peak_tflops
-    out: list[str] = [job.spec.precision]
-    for p in ("bf16", "fp8"):
-        if p not in out and (p == "bf16" or p in peaks):
-            out.append(p)
-    return out
-
-
-def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any],
-                     say: Any) -> tuple[Job, dict[str, Any] | None]:
-    """With --allow precision: tune each candidate precision (exhaustively or guided, no LLM), keep the
-    fastest. Returns the job to run the audited search on and what changed (None if nothing did)."""
-    results: list[dict[str, Any]] = []
-    for precision in precision_candidates(job):
-        trial = job if precision == job.spec.precision else job.with_spec(precision=precision, fp8_recipe=None,
-                                                                          fp8_param_gather=False)
-        say(f"--allow precision: trying {precision}")
-        doc = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
-        best = doc["best"]["tokens_per_s_per_gpu"] or 0.0
-        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "job": trial})
-    winner = max(results, key=lambda r: (r["tokens_per_s_per_gpu"], r["precision"] == job.spec.precision))
-    summary = {"precision": {"requested": job.spec.precision, "chosen": winner["precision"],
-                             "per_precision": [{k: v for k, v in r.items() if k != "job"} for r in results]}}
-    chosen: Job = winner["job"]
-    return chosen, summary
-
-
 @click.command("tune")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @rule_options
@@ -171,9 +132,6 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
             opts["job_file"] = str(Path(opts["job_file"]).resolve())
         opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
         opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
-        claimable(partial_dir(target.resolve()), "checkpoint", "checkpoint of --out",
-                  "tune keeps its checkpoint there: move it away or choose another --out")
-    claimable(target.resolve(), "run", "--resume" if resume_dir is not None else "--out")  # before any work
     path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
     job = load_job(path)
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
@@ -182,51 +140,12 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
     if not llm.enabled:
         err.print("LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else "no endpoint configured "
                                  "(--llm-base-url or OPENAI_BASE_URL)"))
-    n_workers = workers or min(8, os.cpu_count() or 1)
-    settings = TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=n_workers)
-    rules = {"rule_texts": opts["rule_texts"], "rule_files": opts["rule_files"], "without": opts["without"]}
-    job_text = read_text(path)
-    allowed_changes = None
-    if "precision" in opts["allow"]:
-        job, allowed_changes = choose_precision(job, settings, rules, err.print)
-        if job.spec.precision != load_job(path).spec.precision:
-            data = yaml.safe_load(job_text)
-            data.update(precision=job.spec.precision)
-            data.pop("fp8_recipe", None)
-            data.pop("fp8_param_gather", None)
-            job_text = ("# precision changed by `primus tune --allow precision`\n"
-                        + yaml.safe_dump(data, sort_keys=False))
-            job = job_from_mapping(data, str(path), path.parent)
-    tuner = Tuner(job, settings, progress=lambda m: err.print(m), **rules)
-    inputs = input_texts(job_text, tuner)
-    sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
-    if resume_dir is not None:
-        before = state["inputs_sha256"]
-        changed = [n for n in sorted(set(sums) | set(before)) if sums.get(n) != before.get(n)]
-        if changed:
-            raise InputError(str(target), "--resume", f"inputs changed since the interrupted run "
-                             f"({', '.join(changed)}); start afresh without --resume")
-        checkpoint = Checkpoint.reopen(target)
-        err.print(f"resuming from {checkpoint.root}: {checkpoint.recorded:,} candidates and "
-                  f"{len(checkpoint.llm_calls)} LLM call(s) on record")
-    else:
-        if partial_dir(target.resolve()).exists():
-            err.print(f"discarding the checkpoint of an interrupted run in {partial_dir(target.resolve())} "
-                      "(continue one with --resume DIR)")
-        checkpoint = Checkpoint.start(target, {"options": opts, "inputs_sha256": sums})
-    tuner.attach(checkpoint)
-    try:
-        doc = tuner.run()
-    finally:
-        checkpoint.close()
-    doc["log"] = str(target / "audit.jsonl")
-    if allowed_changes is not None:
-        doc["allowed_changes"] = allowed_changes
-    write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs, tuner.log.lines)
-    checkpoint.discard()
+    settings = TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=workers or default_workers())
+    answer = run_tune(job, read_text(path), target, settings, options=opts,
+                      resume_state=state if resume_dir is not None else None, say=err.print)
     if fmt == "json":
-        emit_json(doc)
+        emit_json(answer.to_json())
     else:
-        _print(doc, target)
-    if doc["best"]["parallel"] is None:
+        _print(answer.result, target)
+    if answer.negative:
         raise Negative()

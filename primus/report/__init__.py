@@ -21,7 +21,7 @@ __all__ = ["verify_run", "write_report"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `primus.tune` imports `primus.report.audit`, which must not pull in the projection and solver.
+    # Lazy: `primus.tuning` imports `primus.report.audit`, which must not pull in the projection and solver.
     if name == "write_report":
         from primus.report.render import write_report
 

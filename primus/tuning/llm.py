@@ -1,5 +1,5 @@
 """The LLM side of the investigation loop: an OpenAI-compatible client (the HTTP side, and every way it
-can fail, is `primus.tune.llm_http`), the prompt, and the reply schema. Replies are untrusted input:
+can fail, is `primus.tuning.llm_http`), the prompt, and the reply schema. Replies are untrusted input:
 they are parsed as JSON, validated with pydantic (unknown keys, oversized lists and texts refused), and
 every rule they carry goes through the same whitelist parser as any other rule before the solver sees
 it.
@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from primus.specs.base import error_reason
-from primus.tune.llm_http import MAX_BODY_BYTES, Fault, FaultError, chat_completion
+from primus.tuning.llm_http import MAX_BODY_BYTES, Fault, FaultError, chat_completion
 
 MAX_REPLY_CHARS = 64_000
 

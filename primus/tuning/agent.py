@@ -23,10 +23,10 @@ from primus.projection import BREAKDOWN_ORDER, Projector
 from primus.projection.profile import Profile, load_profile
 from primus.report.audit import Checkpoint, dumps_line
 from primus.rules.model import Rule
-from primus.tune.investigate import Investigation
-from primus.tune.llm import MAX_REPLY_CHARS, CallOutcome, LlmClient, LlmSettings
-from primus.tune.reference import Reference, find_reference
-from primus.tune.space import AXES, PARALLEL_MIN, Scored, TuneSpace, layout_key
+from primus.tuning.investigate import Investigation
+from primus.tuning.llm import MAX_REPLY_CHARS, CallOutcome, LlmClient, LlmSettings
+from primus.tuning.reference import Reference, find_reference
+from primus.tuning.space import AXES, PARALLEL_MIN, Scored, TuneSpace, layout_key
 
 # Exhaustive scoring is checkpointed this many candidates at a time: a kill loses at most one block.
 CHECKPOINT_BLOCK = 2_000
@@ -236,7 +236,7 @@ class Tuner:
     # ---- the run ----
 
     def run(self) -> dict[str, Any]:
-        from primus.tune.result import build_result
+        from primus.tuning.result import build_result
 
         self.say(f"{self.space.count:,} legal layouts for {self.job.model.name} on {self.job.num_gpus} x "
                  f"{self.job.cluster.name}")

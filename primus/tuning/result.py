@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from primus.job import Job
 from primus.projection import Projection
-from primus.tune.investigate import Investigation
-from primus.tune.reference import NO_REFERENCE_NOTE, Reference
-from primus.tune.space import Scored, layout_key
+from primus.tuning.investigate import Investigation
+from primus.tuning.reference import NO_REFERENCE_NOTE, Reference
+from primus.tuning.space import Scored, layout_key
 
 if TYPE_CHECKING:
-    from primus.tune.agent import Tuner
+    from primus.tuning.agent import Tuner
 
 
 def error_bar(tuner: Tuner) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def _catalog_name(ref: object) -> bool:
 
 
 def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: Investigation) -> dict[str, Any]:
-    from primus.tune.agent import ranked
+    from primus.tuning.agent import ranked
 
     space = tuner.space
     legal_scores = [s for s in tuner.scores.values() if space.find(s.layout) is not None]

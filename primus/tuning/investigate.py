@@ -14,8 +14,8 @@ from primus.rules.expr import RuleError, names
 from primus.rules.model import Rule, check_rule
 from primus.solver.space import rule_names_doc
 from primus.specs.base import exception_reason
-from primus.tune.hypotheses import ideas
-from primus.tune.llm import (
+from primus.tuning.hypotheses import ideas
+from primus.tuning.llm import (
     MAX_REPLY_CHARS,
     LlmClient,
     LlmReply,
@@ -25,10 +25,10 @@ from primus.tune.llm import (
     build_prompt,
     parse_reply,
 )
-from primus.tune.llm_http import excerpt
+from primus.tuning.llm_http import excerpt
 
 if TYPE_CHECKING:
-    from primus.tune.agent import Tuner
+    from primus.tuning.agent import Tuner
 
 CONVERGENCE_NAMES = frozenset({"seq_len", "global_batch_size"})
 SUBSPACE_SCORE_LIMIT = 5_000
@@ -113,7 +113,7 @@ class Investigation:
     # ---- LLM ----
 
     def _context(self, tuner: Tuner) -> dict[str, Any]:
-        from primus.tune.agent import ranked
+        from primus.tuning.agent import ranked
 
         space = tuner.space
         cols = space.question.candidates.cols

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from primus.parallel import Layout
-from primus.tune.space import Scored
+from primus.tuning.space import Scored
 
 # A breakdown term "dominates" when it holds at least this share of the step. A search trigger, not a
 # model figure: it only decides which hypotheses are tried first.

@@ -1,0 +1,143 @@
+"""One `primus tune` run, as the CLI and the Python API start it: claim the output directory, tune
+(optionally over the allowed precisions), checkpoint, and write the audited run directory.
+
+The CLI maps its options to a `TuneSettings` and the options to record (what `--resume` reads back);
+`primus.tuning` does the same from keyword arguments. Both get a `TuneAnswer`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primus.errors import InputError
+from primus.job import Job, job_from_mapping
+from primus.report.audit import Checkpoint, partial_dir
+from primus.report.owned import claimable
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.llm import LlmSettings
+from primus.tuning.output import input_texts, write_run_dir
+
+#: What `--resume` takes from the interrupted run's checkpoint rather than from the command line.
+RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
+                      "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
+#: Convergence settings tuning may change when the user allows it (never GBS, sequence or data order).
+ALLOWABLE = ("precision",)
+#: At most this many scoring processes by default (results do not depend on the number).
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    return min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class TuneAnswer:
+    """`primus tune`: the result document (best layout, proof, reference, top-k, events) and where the
+    audited run directory was written."""
+
+    result: dict[str, Any]
+    out_dir: Path
+
+    @property
+    def negative(self) -> bool:
+        return self.result["best"]["parallel"] is None
+
+    @property
+    def best(self) -> dict[str, Any]:
+        return dict(self.result["best"])
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+
+def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, options: dict[str, Any],
+             resume_state: dict[str, Any] | None = None, say: Callable[[str], None] = lambda m: None) -> TuneAnswer:
+    """Tune `job` into the run directory `target` (claimed first: new, empty, or a run directory of
+    tune's own). `options` are recorded in the checkpoint for `--resume` (rules are read from them);
+    `resume_state` is an interrupted run's checkpoint state to continue."""
+    resuming = resume_state is not None
+    if not resuming:
+        claimable(partial_dir(target.resolve()), "checkpoint", "checkpoint of --out",
+                  "tune keeps its checkpoint there: move it away or choose another --out")
+    claimable(target.resolve(), "run", "--resume" if resuming else "--out")  # before any work
+    rules: dict[str, Any] = {"rule_texts": list(options.get("rule_texts", [])),
+                             "rule_files": list(options.get("rule_files", [])),
+                             "without": list(options.get("without", []))}
+    allowed_changes = None
+    if "precision" in options.get("allow", []):
+        chosen, allowed_changes = choose_precision(job, settings, rules, say)
+        if chosen.spec.precision != job.spec.precision:
+            data = yaml.safe_load(job_text)
+            data.update(precision=chosen.spec.precision)
+            data.pop("fp8_recipe", None)
+            data.pop("fp8_param_gather", None)
+            job_text = ("# precision changed by `primus tune --allow precision`\n"
+                        + yaml.safe_dump(data, sort_keys=False))
+            job = job_from_mapping(data, job.where, job.base_dir)
+    tuner = Tuner(job, settings, progress=say, **rules)
+    inputs = input_texts(job_text, tuner)
+    sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
+    if resume_state is not None:
+        before = resume_state["inputs_sha256"]
+        changed = [n for n in sorted(set(sums) | set(before)) if sums.get(n) != before.get(n)]
+        if changed:
+            raise InputError(str(target), "--resume", f"inputs changed since the interrupted run "
+                             f"({', '.join(changed)}); start afresh without --resume")
+        checkpoint = Checkpoint.reopen(target)
+        say(f"resuming from {checkpoint.root}: {checkpoint.recorded:,} candidates and "
+            f"{len(checkpoint.llm_calls)} LLM call(s) on record")
+    else:
+        if partial_dir(target.resolve()).exists():
+            say(f"discarding the checkpoint of an interrupted run in {partial_dir(target.resolve())} "
+                "(continue one with --resume DIR)")
+        checkpoint = Checkpoint.start(target, {"options": options, "inputs_sha256": sums})
+    tuner.attach(checkpoint)
+    try:
+        doc = tuner.run()
+    finally:
+        checkpoint.close()
+    doc["log"] = str(target / "audit.jsonl")
+    if allowed_changes is not None:
+        doc["allowed_changes"] = allowed_changes
+    write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs, tuner.log.lines)
+    checkpoint.discard()
+    return TuneAnswer(doc, target)
+
+
+def precision_candidates(job: Job) -> list[str]:
+    """The job's precision first, then the others its accelerator has a dense peak for (fp8 needs an
+    fp8 peak; the fp8 recipe is the framework default for the hardware generation)."""
+    peaks = job.cluster.accelerator.peak_tflops
+    out: list[str] = [job.spec.precision]
+    for p in ("bf16", "fp8"):
+        if p not in out and (p == "bf16" or p in peaks):
+            out.append(p)
+    return out
+
+
+def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any],
+                     say: Callable[[str], None]) -> tuple[Job, dict[str, Any] | None]:
+    """With --allow precision: tune each candidate precision (exhaustively or guided, no LLM), keep the
+    fastest. Returns the job to run the audited search on and what changed (None if nothing did)."""
+    results: list[dict[str, Any]] = []
+    for precision in precision_candidates(job):
+        trial = job if precision == job.spec.precision else job.with_spec(precision=precision, fp8_recipe=None,
+                                                                          fp8_param_gather=False)
+        say(f"--allow precision: trying {precision}")
+        doc = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
+        best = doc["best"]["tokens_per_s_per_gpu"] or 0.0
+        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "job": trial})
+    winner = max(results, key=lambda r: (r["tokens_per_s_per_gpu"], r["precision"] == job.spec.precision))
+    summary = {"precision": {"requested": job.spec.precision, "chosen": winner["precision"],
+                             "per_precision": [{k: v for k, v in r.items() if k != "job"} for r in results]}}
+    chosen: Job = winner["job"]
+    return chosen, summary
+
+
