@@ -32,7 +32,7 @@ def test_published_llama3_8b_h200_recipe_imports_and_fit_proves_it() -> None:
     assert job.spec.optimizer.main_grads_dtype == "bf16"  # --grad-reduce-in-bf16
     assert job.spec.kernels.cross_entropy_fusion
     # no --normalization: Megatron's LayerNorm, so the nearest catalog model with that one change
-    assert config.job["model"] == {"base": "llama3-8b", "normalization": "LayerNorm"}
+    assert config.job["model"] == {"base": "llama3-8b", "name": "llama3_8b_h200_bf16", "normalization": "LayerNorm"}
     for option in ("--lr 0.00015", "--apply-layernorm-1p", "--rotary-base 1000000", "--tokenizer-type "
                    "HuggingFaceTokenizer", "torchrun --master-port 6000", "env CUDA_DEVICE_MAX_CONNECTIONS=1"):
         assert option in config.unmodelled

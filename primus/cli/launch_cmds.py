@@ -96,8 +96,9 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
 
 
 def job_yaml(config: LaunchConfig) -> str:
+    what = "a model definition (put the model under `model:` of a job)" if config.model_only else "config"
     lines = [escape_controls(line) for line in (  # comments quote the file: one safe line each
-        f"# imported by primus from {config.kind} config {config.source}", f"# option names: {config.release}",
+        f"# imported by primus from {config.kind} {what} {config.source}", f"# option names: {config.release}",
         *[f"# unmodelled: {item}" for item in config.unmodelled], *[f"# note: {note}" for note in config.notes])]
     return "\n".join(lines) + "\n" + yaml.safe_dump(config.job, sort_keys=False, default_flow_style=None, width=110)
 
@@ -121,7 +122,7 @@ def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gp
     """
     config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus)
     if fmt == "json":
-        doc = {"kind": config.kind, "release": config.release, "job": config.job,
+        doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
         if out_file:
             write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file,))

@@ -45,6 +45,8 @@ def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, no
     """The job mapping a launch config describes, and the options primus does not model ("name value",
     as written in the file). The mapping validates as a job (`primus.job.job_from_mapping`)."""
     config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
+    if config.model_only:
+        raise InputError(str(path), None, "defines a model only (no launch line, no global batch size)")
     return config.job, list(config.unmodelled)
 
 
@@ -53,6 +55,9 @@ def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, no
     """The resolved Job of a launch config, with the import record (unmodelled options, notes)."""
     config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
     p = Path(path)
+    if config.model_only:
+        raise InputError(str(p), None, "defines a model only (no launch line, no global batch size): use "
+                         "`primus import` for its `model:` value and write a job around it")
     return job_from_mapping(config.job, str(p), p.parent), config
 
 

@@ -21,7 +21,9 @@ MOMENT_DTYPES = ("fp32", "fp16", "bf16")
 
 
 def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
-    """The architecture arguments of the job's model."""
+    """The architecture arguments of the job's model. A window of W keys is Megatron's
+    ``--window-size W-1,0`` (W-1 keys to the left plus the query's own position: Megatron-LM's
+    examples/gptoss/02_train.sh writes ``127,0`` for gpt-oss's 128-token window)."""
     m, where = job.model, job.where
     notes: list[str] = []
     if m.position_embedding_type == "alibi":
@@ -38,7 +40,8 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
         "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias, "qk_layernorm": m.qk_layernorm,
         "softmax_type": m.softmax_type, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
-        "window_size": (m.window_size, 0) if m.window_size else None, "window_attn_skip_freq": m.window_attn_skip_freq,
+        "window_size": (m.window_size - 1, 0) if m.window_size else None,
+        "window_attn_skip_freq": m.window_attn_skip_freq,
         "multi_latent_attention": m.multi_latent_attention, "mtp_num_layers": m.mtp_num_layers or None,
     }
     if m.is_moe:

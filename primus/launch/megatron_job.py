@@ -46,6 +46,7 @@ class ImportContext:
     base: ModelSpec | None = None  # the architecture a Primus model file stands for
     header_model: Any = None
     prefer: tuple[str, ...] = ()
+    model_name: str | None = None  # what the file calls the model (header, tokenizer id, file name)
 
 
 class ArgReader:
@@ -122,6 +123,13 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
 # ---- model --------------------------------------------------------------------------------------
 
 
+def model_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> tuple[Any, set[str]]:
+    """The job's `model` value for a file that only defines a model's arguments, and the dests used."""
+    r = ArgReader(ns, ctx)
+    ref, _ = _model(r, ctx, out)
+    return ref, r.consumed
+
+
 def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, ModelSpec]:
     base = ctx.base
     fields: dict[str, Any] = spec_fields(base) if base is not None else {}
@@ -145,6 +153,10 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         take(name)
     if fields.get("num_experts") == 0:
         fields["num_experts"] = None  # Megatron: --num-experts 0 means dense
+    if r.get("quick_geglu"):
+        fields["swiglu"] = True
+        out.note("--quick-geglu: a gated FFN (two input projections, as SwiGLU), modelled as SwiGLU: the same "
+                 "weights and stored activations; the activation function differs")
     if r.get("use_rotary_position_embeddings"):
         fields["position_embedding_type"] = "rope"
     if r.has("vocab_size"):
@@ -164,7 +176,7 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         fields["num_query_groups"] = r.get("num_query_groups")
     if r.has("window_size"):
         left, right = r.get("window_size")
-        fields["window_size"] = left
+        fields["window_size"] = left + 1  # left keys plus the query's own position (see megatron_export)
         if right:
             out.note(f"window_size right extent {right} not modelled (causal attention looks left only)")
     if fields.get("num_experts"):
@@ -195,7 +207,7 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         if not diff:
             return ctx.header_model, spec
         out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")
-    ref, how = model_reference(spec, ctx.prefer)
+    ref, how = model_reference(spec, ctx.prefer, ctx.model_name)
     out.note(how)
     return ref, spec
 

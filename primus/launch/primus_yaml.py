@@ -138,7 +138,9 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                               base_dir=base_dir)
     ctx = ImportContext(where, cluster.gpus, PRIMUS_DEFAULTS, lambda dest: f"{_SECTION}.{dest}",
                         base=catalog_spec(slug) if slug else None, header_model=header.get("model"),
-                        prefer=(slug,) if slug else ())
+                        prefer=(slug,) if slug else (),
+                        model_name=header.get("model_name") or (Path(model_file).stem if model_file != BASE_MODEL_FILE
+                                                                else Path(where).stem))
     job, consumed = job_from_args(ns, ctx, out)
     for key in overrides:
         if key in ns and key not in consumed and ns[key] is not None:

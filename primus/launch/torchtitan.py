@@ -48,6 +48,22 @@ FLOAT8: Final = ("float8", "quantize.linear.float8")
 MX: Final = ("mx", "quantize.linear.mx")
 
 
+#: Keys of torchtitan's earlier JobConfig (torchtitan/config_manager.py, pytorch/torchtitan commit 57387af
+#: of February 2025: ``training.batch_size`` and the parallel degrees under [training] and
+#: [experimental]) and the key of the current schema each one became. Read under the new name, noted.
+OLD_KEYS: Final[dict[str, str]] = {
+    "training.batch_size": "training.local_batch_size",
+    "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
+    "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
+    "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
+    "experimental.context_parallel_degree": "parallelism.context_parallel_degree",
+    "experimental.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree",
+    "experimental.pipeline_parallel_schedule": "parallelism.pipeline_parallel_schedule",
+    "experimental.enable_async_tensor_parallel": "parallelism.enable_async_tensor_parallel",
+}
+OLD_MICROBATCHES: Final = "experimental.pipeline_parallel_microbatches"
+
+
 class _Toml:
     """The parsed file as dotted keys; reads record what was used."""
 
@@ -55,6 +71,13 @@ class _Toml:
         self.flat: dict[str, Any] = {}
         self._walk(doc, "")
         self.used: set[str] = set()
+        self.renamed: list[str] = []
+        for old, new in OLD_KEYS.items():
+            if old in self.flat:
+                if new in self.flat:
+                    raise InputError("torchtitan", old, f"and {new} both given (the same setting in two releases)")
+                self.flat[new] = self.flat.pop(old)
+                self.renamed.append(f"{old} read as {new} (torchtitan's earlier JobConfig)")
 
     def _walk(self, doc: dict[str, Any], prefix: str) -> None:
         for key, value in doc.items():
@@ -86,6 +109,8 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
         raise InputError(where, None, f"invalid TOML: {exc}") from None
     except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
         raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
+    for note in t.renamed:
+        out.note(note)
     if "job.description" in t.flat:
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
@@ -186,6 +211,12 @@ def _parallel(t: _Toml, world: int, num_layers: int, is_moe: bool, where: str,
     local = t.int("training.local_batch_size", 8, where)
     vp, mbs = 1, local
     if pp > 1:
+        if OLD_MICROBATCHES in t.flat and "parallelism.pipeline_parallel_microbatch_size" not in t.flat:
+            count = t.int(OLD_MICROBATCHES, 1, where)
+            if local % count:
+                raise InputError(where, OLD_MICROBATCHES, f"{count} microbatches do not divide the batch {local}")
+            t.flat["parallelism.pipeline_parallel_microbatch_size"] = local // count
+            out.note(f"{OLD_MICROBATCHES} = {count}: microbatch size {local // count}")
         mbs = t.int("parallelism.pipeline_parallel_microbatch_size", 1, where)
         if local % mbs:
             raise InputError(where, "parallelism.pipeline_parallel_microbatch_size", f"does not divide {local}")

@@ -1,0 +1,67 @@
+"""Issue 18 item 2 and issue 21 items 1, 6: launch files in the structure the frameworks publish import
+with the values their framework would read, and an imported model is named as what it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from primus.job import load_job
+from primus.launch import export_job, import_launch, load_launch_job
+from primus.launch.arch import differences
+from primus.solver.api import Question
+from primus.solver.fit import fit
+
+DATA = Path(__file__).resolve().parent / "data"
+TT_2025_02 = DATA / "launch" / "torchtitan" / "llama3_8b_2025_02.toml"
+QWEN2_7B = DATA / "hf" / "qwen2-Qwen2-7B" / "Qwen2-7B.json"
+
+
+def test_torchtitan_early_2025_batch_size_and_degrees_are_read() -> None:
+    # torchtitan 57387af: `training.batch_size` (default 8) is the per-rank batch; read as local_batch_size
+    # it is 1, not the default 8 that made llama3_8b.toml "DOES NOT FIT" (issue 18).
+    job, config = load_launch_job("torchtitan", TT_2025_02, hardware="h100-80gb", nodes=1)
+    assert (job.spec.parallel.mbs, job.spec.global_batch_size, job.spec.parallel.dp) == (1, 8, 8)
+    assert any("training.batch_size read as training.local_batch_size" in n for n in config.notes)
+    assert any("training.tensor_parallel_degree read as parallelism" in n for n in config.notes)
+    assert fit(Question(job)).fits
+
+
+def _qwen2_job(tmp_path: Path) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": str(QWEN2_7B), "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64,
+        "parallel": {"tp": 2, "pp": 1, "cp": 1, "dp": 4, "mbs": 1, "sp": True, "recompute": "selective",
+                     "sharding": "dist_opt"}}))
+    return path
+
+
+def test_a_model_file_exported_and_imported_keeps_its_name(tmp_path: Path) -> None:
+    # Issue 18: a Qwen2 7B exported and imported again came back as {base: llama3.1-405b, ...} and printed
+    # as "llama3.1-405b on 8 x h100-80gb". The base is now the nearest in size, and the name travels.
+    job = load_job(_qwen2_job(tmp_path))
+    for kind in ("megatron", "primus"):
+        out = tmp_path / f"exported.{kind}"
+        out.write_text(export_job(job, kind).text)
+        back, config = load_launch_job(kind, out)
+        assert back.model.name == "Qwen2-7B"
+        assert config.job["model"]["base"] == "llama3.1-8b"
+        assert differences(back.model, job.model) == []
+
+
+def test_quick_geglu_is_a_gated_ffn(tmp_path: Path) -> None:
+    # Megatron-LM examples/gptoss/02_train.sh passes --quick-geglu (gated, like SwiGLU) and --window-size 127,0
+    # for gpt-oss's 128-token sliding window.
+    text = ("--num-layers 36 --hidden-size 2880 --num-attention-heads 64 --group-query-attention "
+            "--num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --quick-geglu --softmax-type learnable "
+            "--window-size 127,0 --window-attn-skip-freq 2 --num-experts 128 --moe-router-topk 4 "
+            "--moe-ffn-hidden-size 2880 --untie-embeddings-and-output-weights --normalization RMSNorm "
+            "--position-embedding-type rope --add-qkv-bias --vocab-size 201088 --attention-dropout 0.0 "
+            "--hidden-dropout 0.0 --bf16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64")
+    path = tmp_path / "gptoss.sh"
+    path.write_text(text)
+    config = import_launch("megatron", path, hardware="h100-80gb", nodes=8)
+    model = config.job["model"]
+    assert isinstance(model, dict) and "swiglu" not in model and "window_size" not in model
+    assert any("--quick-geglu" in n for n in config.notes)
