@@ -60,8 +60,21 @@ def report(config: LaunchConfig) -> None:
 # ---- --from on fit / memory / project -------------------------------------------------------------
 
 
+_ROOT_KEY = "primus.launch.primus_root"
+_ROOT_HELP = ("The AMD Primus checkout whose primus/configs/models/megatron/ holds the experiment's model file "
+              "(default: found above the experiment file).")
+
+
+def _keep_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    ctx.meta[_ROOT_KEY] = value
+
+
 def launch_options(fn: F) -> F:
-    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out."""
+    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out,
+    and ``--primus-root`` for a Primus experiment's model file (kept in the click context, so the
+    commands need no parameter for it)."""
+    fn = click.option("--primus-root", type=click.Path(file_okay=False), default=None, expose_value=False,
+                      callback=_keep_root, help="With --from primus: " + _ROOT_HELP)(fn)
     fn = click.option("--gpus", "launch_gpus", type=_COUNT, default=None,
                       help="With --from: the world size in GPUs, when the file does not give it.")(fn)
     fn = click.option("--nodes", "launch_nodes", type=_COUNT, default=None,
@@ -86,7 +99,10 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         job = load_job(job_file)
     else:
         assert launch_from is not None
-        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus)
+        ctx = click.get_current_context(silent=True)
+        root = ctx.meta.get(_ROOT_KEY) if ctx is not None else None
+        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
+                                      primus_root=root)
         report(config)
     require_precision(job)
     return job
@@ -109,18 +125,19 @@ def job_yaml(config: LaunchConfig) -> str:
 @click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
 @click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
 @click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
+@click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=_ROOT_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Write the job here (atomically) instead of stdout.")
 @format_option("yaml", "json", default="yaml")
 @guarded
 def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gpus: int | None,
-               out_file: str | None, fmt: str) -> None:
+               primus_root: str | None, out_file: str | None, fmt: str) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
     Example: primus import --from megatron train.sh --hardware h100-80gb --out job.yaml
     """
-    config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus)
+    config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}

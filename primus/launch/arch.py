@@ -27,6 +27,8 @@ ARCH_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.model_fields if f not 
 MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_bias")
 MLA_ONLY = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 VOCAB_FIELDS = ("vocab_size", "make_vocab_size_divisible_by")
+#: Fields that do not tell two architectures apart when a vocabulary is looked up by shape.
+SHAPE_IGNORED = (*VOCAB_FIELDS, "hidden_dropout", "attention_dropout")
 
 
 def signature(spec: ModelSpec) -> dict[str, Any]:
@@ -44,6 +46,8 @@ def signature(spec: ModelSpec) -> dict[str, Any]:
     if not spec.multi_latent_attention:
         for key in MLA_ONLY:
             sig[key] = None
+    else:  # MLA's q/kv latent norms are what Megatron's qk_layernorm builds; the ledger counts them always
+        sig["qk_layernorm"] = None
     if spec.window_size is None:
         sig["window_attn_skip_freq"] = None
     if spec.position_embedding_type != "learned_absolute":

@@ -42,6 +42,7 @@ _ALWAYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "contex
            "expert_model_parallel_size", "micro_batch_size", "global_batch_size", "seq_length",
            "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout", "fp8_recipe"}
 SCRIPT = "pretrain_gpt.py"
+_HF_ID = re.compile(r"[\w.-]+/[\w.-]+")  # a Hugging Face model id: ORG/NAME
 
 
 @dataclass
@@ -232,10 +233,9 @@ def _count(value: str, where: str, name: str) -> int:
 def _name(parsed: ParsedLine, where: str) -> str:
     """The file's own name for its model: the Hugging Face id of its tokenizer (``--tokenizer-model
     Qwen/Qwen3-8B``, or a TOKENIZER_MODEL / HF_MODEL_CKPT variable), else the file's name."""
-    given = [item[1].split()[1] for item in parsed.order
-             if item[0] == "other" and item[1].startswith("--tokenizer-model ")]
-    for value in [*given, parsed.variables.get("HF_MODEL_CKPT"), parsed.variables.get("TOKENIZER_MODEL")]:
-        if isinstance(value, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", value):
+    for value in [parsed.ns.get("tokenizer_model"), parsed.variables.get("HF_MODEL_CKPT"),
+                  parsed.variables.get("TOKENIZER_MODEL")]:
+        if isinstance(value, str) and _HF_ID.fullmatch(value):
             return value.split("/")[-1]
     return Path(where).stem
 
@@ -265,6 +265,10 @@ def _model_only(parsed: ParsedLine, header: dict[str, Any], where: str, out: Col
     (Megatron-LM's examples/post_training/modelopt/conf/*.sh): the model, for a job's `model:`."""
     ctx = ImportContext(where, 1, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
                         header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
+    tokenizer = parsed.variables.get("TOKENIZER_MODEL")
+    if "tokenizer_model" not in parsed.ns and isinstance(tokenizer, str) and _HF_ID.fullmatch(tokenizer):
+        parsed.ns["tokenizer_model"] = tokenizer  # what Megatron-LM's modelopt scripts pass as --tokenizer-model
+        parsed.raw["tokenizer_model"] = f"TOKENIZER_MODEL={tokenizer}"
     ref, consumed = model_from_args(parsed.ns, ctx, out)
     for kind, item in parsed.order:
         if kind == "other":

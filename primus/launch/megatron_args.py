@@ -75,11 +75,13 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--squared-relu", "true"), _a("--quick-geglu", "true"), _a("--disable-bias-linear", "false", "add_bias_linear"),
     _a("--add-qkv-bias", "true"), _a("--qk-layernorm", "true"), _a("--softmax-type", "str"),
     _a("--hidden-dropout", "float"), _a("--attention-dropout", "float"), _a("--window-size", "window"),
-    _a("--window-attn-skip-freq", "int"), _a("--num-experts", "int"), _a("--moe-router-topk", "int"),
+    _a("--window-attn-skip-freq", "skipfreq"), _a("--num-experts", "int"), _a("--moe-router-topk", "int"),
     _a("--moe-ffn-hidden-size", "int"), _a("--moe-shared-expert-intermediate-size", "int"),
     _a("--moe-layer-freq", "freq"), _a("--multi-latent-attention", "true"), _a("--q-lora-rank", "int"),
     _a("--kv-lora-rank", "int"), _a("--qk-head-dim", "int"), _a("--qk-pos-emb-head-dim", "int"),
     _a("--v-head-dim", "int"), _a("--mtp-num-layers", "int"),
+    # the tokenizer, read only for the vocabulary when --vocab-size is absent
+    _a("--tokenizer-type", "str"), _a("--tokenizer-model", "str"),
 )
 BY_FLAG: Final = {a.flag: a for a in ARGS}
 BY_DEST: Final = {a.dest: a for a in ARGS}
@@ -138,6 +140,8 @@ def coerce(arg: Arg, value: Any, where: str, label: str) -> Any:
         return [str(v) for v in value] if isinstance(value, list) else str(value).split()
     if kind == "window":
         return parse_window(value, where, label)
+    if kind == "skipfreq":
+        return parse_skip_freq(value, where, label)
     if kind == "freq":
         return parse_layer_freq(value, where, label)
     if isinstance(value, (dict, list)):
@@ -153,6 +157,20 @@ def parse_window(value: Any, where: str, label: str) -> tuple[int, int]:
     except ValueError:
         raise InputError(where, label, f"must be 'left,right', got {shown(value)}") from None
     return left, right
+
+
+def parse_skip_freq(value: Any, where: str, label: str) -> int:
+    """Megatron's window_attn_skip_freq: an int N (every N-th layer full attention), or a per-layer list
+    whose 1s mark sliding-window layers (``is_layer_window_attention`` in megatron/core/transformer/
+    utils.py). A list that follows some N's rule is that N; any other list is refused."""
+    if isinstance(value, list):
+        flags = [bool(v) for v in value]
+        for every in range(1, len(flags) + 1):
+            if all(flag == ((i + 1) % every != 0) for i, flag in enumerate(flags)):
+                return every
+        raise InputError(where, label, "a per-layer window pattern that is not 'every N-th layer full' is not "
+                         "modelled")
+    return int(coerce(Arg(label, label, "int"), value, where, label))
 
 
 _MAX_FREQ = 100_000
