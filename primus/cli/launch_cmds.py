@@ -157,6 +157,32 @@ def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gp
 # ---- primus export ---------------------------------------------------------------------------------
 
 
+def _check_fits(job: Job) -> None:
+    """Export only what `primus fit` accepts: a launch that the framework refuses (a pipeline split it
+    asserts on) or that runs out of memory is worse than none. Otherwise exit 1 with fit's reasons."""
+    from primus.solver.api import Question
+    from primus.solver.fit import fit
+
+    try:
+        result = fit(Question(job))
+    except InputError as exc:
+        if "are free" in exc.reason:
+            return  # export_job explains what to pin
+        raise
+    if result.fits:
+        return
+    click.echo("primus: not exported: `primus fit` refuses this job", err=True)
+    if result.violated_rules:
+        click.echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
+    if result.report is not None:
+        click.echo(f"  peak {result.report.peak_bytes / 2**30:.2f} GiB on stage {result.report.peak.stage}", err=True)
+    for alt in result.alternatives[:3]:
+        click.echo(f"  fits instead: {alt.layout.as_parallel()} (changed: {', '.join(alt.changed)})", err=True)
+    for note in result.notes:
+        click.echo(f"  note: {note}", err=True)
+    raise Negative()
+
+
 def _axis(name: str, help_text: str) -> Callable[[F], F]:
     return click.option(f"--{name}", name.replace("-", "_"), type=click.IntRange(1, 10**9), default=None,
                         help=help_text)
@@ -217,6 +243,8 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
         layout = result.layout
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
+    if layout is None:
+        _check_fits(job)
     exported = export_job(job, kind, layout)
     text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:

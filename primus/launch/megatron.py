@@ -30,6 +30,7 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.launch_env import LAUNCH_ENV, megatron_env, shell_lines
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
 from primus.launch.shell import Command, Script, read_script
@@ -64,7 +65,10 @@ def _commands(text: str, where: str, out: Collector) -> tuple[list[str], bool, S
     script)."""
     script = read_script(text, where)
     for env_name, env_value in script.exported:
-        out.skip(f"env {env_name}={env_value}")
+        if env_name in LAUNCH_ENV:
+            out.note(f"{env_name}={env_value}: a launch requirement of Megatron-LM, read (no effect on memory)")
+        else:
+            out.skip(f"env {env_name}={env_value}")
     for item in script.unresolved:
         out.note(item)
     out.notes.extend(script.notes)
@@ -315,12 +319,14 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
     ns, notes, written = args_from_job(job, layout, fsdp="megatron")
     gpn = job.cluster.gpus_per_node
     nproc = min(job.num_gpus, gpn)
+    fsdp = bool(ns.get("use_torch_fsdp2") or ns.get("use_megatron_fsdp"))
     lines = [f"# Megatron-LM launch line for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.",
              f"# Option names: {MEGATRON_RELEASE}.",
              "# Data, tokenizer, learning-rate and checkpoint options are not written: add your own.",
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
+             *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")))),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]

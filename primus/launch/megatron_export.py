@@ -114,6 +114,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
     if gather and not ov.grad_reduce:
         notes.append("overlap.param_gather dropped: Megatron-LM allows it only with --overlap-grad-reduce")
         gather = False
+    if gather and fsdp == "torch" and layout.sharding == "fsdp":
+        notes.append("overlap.param_gather dropped: Megatron-LM allows it only with the distributed optimizer or "
+                     "Megatron FSDP, not torch FSDP2 (Primus's Megatron refuses it)")
+        gather = False
     tp_comm = ov.tp_comm
     if tp_comm and not layout.sp:
         notes.append("overlap.tp_comm dropped: Megatron-LM overlaps TP communication only with sequence parallel")

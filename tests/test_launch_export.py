@@ -1,0 +1,76 @@
+"""Issue 21 item 5: an exported launch starts. The environment Megatron-LM's validate_args requires is
+written, only what `fit` accepts is exported, and Primus exports name Primus's own model files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from primus.cli.launch_cmds import export_cmd
+from primus.launch import axes_job, export_job
+
+AXES = {"hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64, "precision": "bf16",
+        "pp": 1, "cp": 1, "mbs": 1, "recompute": "full"}
+
+
+def _job(model: str, **axes: object):  # type: ignore[no-untyped-def]
+    return axes_job({"model": model, **AXES, **axes})
+
+
+def test_tensor_parallel_export_sets_cuda_device_max_connections() -> None:
+    # megatron/training/arguments.py (d98e8a6): TP or CP > 1 before Blackwell asserts CUDA_DEVICE_MAX_CONNECTIONS=1
+    text = export_job(_job("llama3.1-8b", tp=2, sp=True, sharding="dist_opt"), "megatron").text
+    lines = text.splitlines()
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in lines
+    assert lines.index("export CUDA_DEVICE_MAX_CONNECTIONS=1") < next(i for i, x in enumerate(lines)
+                                                                        if x.startswith("torchrun"))
+
+
+def test_fsdp_export_unsets_cuda_device_max_connections() -> None:
+    # the same file: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset
+    text = export_job(_job("llama3.1-8b", tp=2, sp=True, sharding="fsdp"), "megatron").text
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text.splitlines()
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" not in text
+
+
+def test_export_refuses_what_fit_refuses(tmp_path: Path) -> None:
+    # Llama 3.1 405B at PP 8 x VP 2: 126 layers do not split into 16 chunks; Megatron-LM would stop at
+    # "Number of layers should be divisible by the pipeline-model-parallel size". Exit 1 with fit's reasons.
+    args = ["--model", "llama3.1-405b", "--hardware", "h100-80gb", "--nodes", "64", "--seq-len", "8192",
+            "--global-batch-size", "512", "--tp", "8", "--pp", "8", "--vp", "2", "--cp", "1", "--mbs", "1", "--sp",
+            "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron", "--out", str(tmp_path / "x.sh")]
+    result = CliRunner().invoke(export_cmd, args)
+    assert result.exit_code == 1
+    assert "not exported" in result.output and "pipeline-split" in result.output
+    assert not (tmp_path / "x.sh").exists()
+
+
+def _primus_doc(model: str, **axes: object) -> dict:  # type: ignore[type-arg]
+    text = export_job(_job(model, **axes), "primus").text
+    return yaml.safe_load(text)["modules"]["pre_trainer"]
+
+
+def test_primus_exports_name_primus_model_files() -> None:
+    # AMD-AGI/Primus fd1eeab ships gpt_oss_120B.yaml (not gpt_oss_120b.yaml) and mixtral_8x22B_v0.1.yaml
+    assert _primus_doc("gpt-oss-120b", tp=1, ep=8, etp=1, sharding="dist_opt")["model"] == "gpt_oss_120B.yaml"
+    assert _primus_doc("mixtral-8x22b", tp=1, ep=8, etp=1, sharding="dist_opt")["model"] == "mixtral_8x22B_v0.1.yaml"
+
+
+def test_deepseek_v3_export_keeps_qk_layernorm() -> None:
+    # Primus's deepseek_v3_base.yaml and Megatron-LM's DeepSeek examples set qk_layernorm: with MLA it builds the
+    # q/kv latent norms DeepSeek-V3 has (and the ledger counts)
+    doc = _primus_doc("deepseek-v3", tp=1, ep=8, etp=1, sharding="dist_opt")
+    assert doc["overrides"]["qk_layernorm"] is True
+
+
+def test_primus_fsdp_export_leaves_out_param_gather_overlap() -> None:
+    job = axes_job({"model": "llama3.1-8b", **AXES, "tp": 1, "sharding": "fsdp"})
+    data = job.spec.model_dump(mode="json", exclude_none=True)
+    data["overlap"] = {"grad_reduce": True, "param_gather": True}
+    from primus.job import job_from_mapping
+
+    exported = export_job(job_from_mapping(data, "test"), "primus")
+    overrides = yaml.safe_load(exported.text)["modules"]["pre_trainer"]["overrides"]
+    assert overrides["use_torch_fsdp2"] is True and overrides["overlap_param_gather"] is False
