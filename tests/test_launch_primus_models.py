@@ -75,3 +75,19 @@ def test_primus_root_names_the_checkout(tmp_path: Path) -> None:
     bad = CliRunner().invoke(import_cmd, ["--from", "primus", str(alone), "--hardware", "mi355x", "--nodes", "4",
                                           "--primus-root", str(tmp_path)])
     assert bad.exit_code == 2 and "not a Primus checkout" in bad.output
+
+
+def test_recompute_layers_beyond_a_virtual_chunk_are_what_megatron_accepts() -> None:
+    # AMD's Grok-1 YAMLs (AMD-AGI/Primus fd1eeab examples/megatron/configs/MI300X/grok1-BF16-pretrain.yaml):
+    # recompute_num_layers 8 at PP 4 x VP 4 over 64 layers (4 layers per chunk). Megatron-LM recomputes
+    # min(8, 4) layers per chunk (megatron/core/recompute.py) and bounds the setting only by the 16 layers
+    # of a pipeline rank (transformer_config.py), so the rule `recompute-layers` accepts it.
+    from primus.launch import axes_job
+
+    job = axes_job({"model": "grok-1-314b", "hardware": "mi300x", "nodes": 8, "seq_len": 8192,
+                    "global_batch_size": 128, "precision": "bf16", "tp": 1, "pp": 4, "vp": 4, "cp": 1, "ep": 8,
+                    "etp": 1, "mbs": 2, "sp": False, "recompute": "full", "recompute_method": "block",
+                    "recompute_num_layers": 8, "sharding": "dist_opt"})
+    result = fit(Question(job))
+    assert "recompute-layers" in result.satisfied_rules
+    assert "recompute-layers" not in result.violated_rules
