@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+from primus.errors import InputError
 from primus.job import load_job
 from primus.launch import export_job, import_launch, load_launch_job
 from primus.launch.arch import differences
 from primus.solver.api import Question
 from primus.solver.fit import fit
+from primus.specs.params import count_params
 
 DATA = Path(__file__).resolve().parent / "data"
 TT_2025_02 = DATA / "launch" / "torchtitan" / "llama3_8b_2025_02.toml"
@@ -65,3 +68,22 @@ def test_quick_geglu_is_a_gated_ffn(tmp_path: Path) -> None:
     model = config.job["model"]
     assert isinstance(model, dict) and "swiglu" not in model and "window_size" not in model
     assert any("--quick-geglu" in n for n in config.notes)
+
+
+TT_CHECKOUT = DATA / "launch" / "torchtitan_checkout" / "torchtitan" / "models"
+
+
+def test_torchtitan_flavor_outside_the_table_is_read_from_the_checkout() -> None:
+    # Qwen3 1.7B: 28 layers, dim 2048, 16 heads / 8 KV heads of 128, FFN 6144, tied embeddings, QK-norm:
+    # 1,720,574,976 parameters (Hugging Face Qwen/Qwen3-1.7B, 1.7B; 1.4B without embeddings)
+    job, config = load_launch_job("torchtitan", TT_CHECKOUT / "qwen3" / "train_configs" / "qwen3_1.7b.toml",
+                                  hardware="h100-80gb", nodes=1)
+    assert job.model.name == "qwen3-1.7B"
+    assert count_params(job.model).total == 1_720_574_976
+    assert any("read from" in n and "statically" in n for n in config.notes)
+
+
+def test_a_torchtitan_image_model_is_not_supported() -> None:
+    with pytest.raises(InputError, match="not supported: diffusion"):
+        import_launch("torchtitan", TT_CHECKOUT / "flux" / "train_configs" / "flux_dev_model.toml",
+                      hardware="h100-80gb", nodes=1)

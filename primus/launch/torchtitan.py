@@ -21,7 +21,7 @@ from typing import Any, Final
 from primus import __version__
 from primus.errors import InputError, shown
 from primus.job import Job
-from primus.launch.arch import catalog_spec
+from primus.launch.arch import build_model, catalog_spec, model_reference
 from primus.launch.common import (
     Collector,
     Exported,
@@ -32,7 +32,9 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.parallel import Layout
+from primus.specs.model import ModelSpec
 
 TORCHTITAN_RELEASE: Final = ("torchtitan v0.2 JobConfig TOML (torchtitan/config/job_config.py, pytorch/torchtitan "
                              "2025; v0.1 [float8] spellings also read)")
@@ -114,13 +116,7 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
     if "job.description" in t.flat:
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
-    slugs = FLAVORS.get((name, flavor))
-    if slugs is None:
-        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
-        raise InputError(where, "model.flavor", f"{name} {flavor} is not a flavor primus maps to a model ({known})")
-    named = header.get("model")
-    slug = named if isinstance(named, str) and named in slugs else slugs[0]
-    model = catalog_spec(slug)
+    slug, model = _model(name, flavor, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
     job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
@@ -156,8 +152,30 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
     for key, value in t.flat.items():
         if key not in t.used:
             out.skip(f"{key} = {json.dumps(value)}")
-    out.note(f"model {slug} from torchtitan flavor {name} {flavor}")
+    out.note(f"model {slug if isinstance(slug, str) else slug['name']} from torchtitan flavor {name} {flavor}")
     return finish("torchtitan", TORCHTITAN_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _model(name: str, flavor: str, header: dict[str, Any], where: str, out: Collector) -> tuple[Any, ModelSpec]:
+    """The job's model for a flavor: a catalog model from the table, else the flavor's own arguments
+    read from the torchtitan checkout the file lives in (`primus.launch.torchtitan_flavors`)."""
+    if name in NOT_LANGUAGE:
+        raise InputError(where, "model.name", f"not supported: {NOT_LANGUAGE[name]}; primus models decoder LLMs")
+    slugs = FLAVORS.get((name, flavor))
+    if slugs is not None:
+        named = header.get("model")
+        slug = named if isinstance(named, str) and named in slugs else slugs[0]
+        return slug, catalog_spec(slug)
+    package = package_dir(Path(where), name) if where else None
+    if package is None or name not in FAMILIES:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
+        raise InputError(where, "model.flavor", f"{name} {flavor} is not a flavor primus maps to a model ({known}); "
+                         f"inside a torchtitan checkout the flavors of {', '.join(FAMILIES)} are read from the code")
+    cls, args = read_flavor(package, flavor, where)
+    spec = build_model(spec_fields(name, args, where), where)
+    ref, how = model_reference(spec, name=f"{name}-{flavor}")
+    out.note(f"flavor {flavor} read from {package / '__init__.py'} ({cls}, statically); {how}")
+    return ref, spec
 
 
 def _loss_compiled(t: _Toml) -> bool:

@@ -1,0 +1,126 @@
+"""torchtitan model flavors read from the checkout a TOML lives in, statically (Python's `ast`).
+
+A torchtitan TOML names a model by ``model.name`` and ``model.flavor``; the flavor's architecture is a
+``ModelArgs(...)`` call in a dict of the model package's ``__init__.py`` (``llama3_args = {"8B":
+TransformerModelArgs(dim=4096, ...)}``, ``qwen3_args = {...}``; pytorch/torchtitan v0.2.2), with the
+dataclass defaults in ``model/args.py``. When a TOML sits inside such a checkout
+(``torchtitan/models/<name>/train_configs/``), the flavor is read from those files, never imported or
+run: only literal keyword values count, and anything else is reported. Families read: ``llama3``
+(the SwiGLU width rule of ``FeedForward``: 2/3 of 4 x dim, times ``ffn_dim_multiplier``, rounded up to
+``multiple_of``) and ``qwen3`` (dense, and MoE with ``moe_args``). ``flux`` is not a language model.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any, Final
+
+from primus.errors import InputError
+from primus.yamlio import read_text
+
+NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)"}
+FAMILIES: Final = ("llama3", "qwen3")
+
+
+def package_dir(toml: Path, name: str) -> Path | None:
+    """The model package of a TOML under torchtitan/models/<name>/train_configs/, if that is where it is."""
+    for parent in toml.resolve().parents:
+        candidate = parent if parent.name == name else parent / name
+        if (candidate / "__init__.py").is_file() and candidate.parent.name == "models":
+            return candidate
+    return None
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _call_kwargs(call: ast.Call, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise InputError(where, "flavor", "a **kwargs in the flavor's arguments is not read statically")
+        if isinstance(kw.value, ast.Call):
+            out[kw.arg] = _call_kwargs(kw.value, where)
+        else:
+            value = _literal(kw.value)
+            if value is None and not (isinstance(kw.value, ast.Constant) and kw.value.value is None):
+                out[kw.arg] = ("unresolved", ast.unparse(kw.value))
+            else:
+                out[kw.arg] = value
+    return out
+
+
+def _class_defaults(tree: ast.Module, cls: str) -> dict[str, Any]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            out: dict[str, Any] = {}
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    value = _literal(item.value)
+                    if value is not None:
+                        out[item.target.id] = value
+            return out
+    return {}
+
+
+def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, Any]]:
+    """(the ModelArgs class name, its keyword values over the class defaults) of a flavor."""
+    tree = ast.parse(read_text(package / "__init__.py"), str(package / "__init__.py"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Call):
+                    cls = ast.unparse(value.func).split(".")[-1]
+                    args = _call_kwargs(value, where)
+                    defaults: dict[str, Any] = {}
+                    args_file = package / "model" / "args.py"
+                    if args_file.is_file():
+                        defaults = _class_defaults(ast.parse(read_text(args_file), str(args_file)), cls)
+                    merged = {**defaults, **args}
+                    moe_file = package.parent / "moe" / "moe.py"
+                    if isinstance(merged.get("moe_args"), dict) and moe_file.is_file():
+                        moe_defaults = _class_defaults(ast.parse(read_text(moe_file), str(moe_file)), "MoEArgs")
+                        merged["moe_args"] = {**moe_defaults, **merged["moe_args"]}
+                    return cls, merged
+    raise InputError(where, "model.flavor", f"{flavor!r} is not a flavor of {package / '__init__.py'}")
+
+
+def spec_fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields (Megatron names) of a llama3 or qwen3 flavor's arguments."""
+    unresolved = [f"{k} = {v[1]}" for k, v in args.items() if isinstance(v, tuple) and v[:1] == ("unresolved",)]
+    if unresolved:
+        raise InputError(where, "model.flavor", f"cannot read statically: {', '.join(unresolved)}")
+    dim, heads = int(args["dim"]), int(args["n_heads"])
+    fields: dict[str, Any] = {
+        "num_layers": int(args["n_layers"]), "hidden_size": dim, "num_attention_heads": heads,
+        "num_query_groups": args.get("n_kv_heads") or heads, "vocab_size": int(args["vocab_size"]),
+        "position_embedding_type": "rope", "normalization": "RMSNorm", "swiglu": True, "add_bias_linear": False,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "untie_embeddings_and_output_weights": not args.get("enable_weight_tying", False),
+        "max_position_embeddings": args.get("max_seq_len"),
+    }
+    if name == "llama3":
+        hidden = int(2 * 4 * dim / 3)
+        if args.get("ffn_dim_multiplier") is not None:
+            hidden = int(float(args["ffn_dim_multiplier"]) * hidden)
+        multiple = int(args.get("multiple_of", 256))
+        fields["ffn_hidden_size"] = multiple * ((hidden + multiple - 1) // multiple)
+        fields["kv_channels"] = dim // heads
+        return fields
+    if name == "qwen3":
+        fields.update(kv_channels=int(args["head_dim"]), qk_layernorm=bool(args.get("qk_norm", True)),
+                      ffn_hidden_size=int(args["hidden_dim"]))
+        if args.get("moe_enabled"):
+            moe = args.get("moe_args") or {}
+            fields.update(num_experts=int(moe["num_experts"]), moe_router_topk=int(moe.get("top_k", 1)),
+                          moe_ffn_hidden_size=int(args["moe_inter_dim"]))
+            if moe.get("num_shared_experts"):
+                fields["moe_shared_expert_intermediate_size"] = int(moe["num_shared_experts"]) * int(
+                    args["moe_inter_dim"])
+        return fields
+    raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
