@@ -12,6 +12,7 @@ from primus.errors import InputError
 from primus.job import load_job
 from primus.launch import export_job, import_launch, load_launch_job
 from primus.launch.arch import differences
+from primus.launch.torchtitan import import_torchtitan_registry
 from primus.solver.api import Question
 from primus.solver.fit import fit
 from primus.specs.params import count_params
@@ -87,3 +88,39 @@ def test_a_torchtitan_image_model_is_not_supported() -> None:
     with pytest.raises(InputError, match="not supported: diffusion"):
         import_launch("torchtitan", TT_CHECKOUT / "flux" / "train_configs" / "flux_dev_model.toml",
                       hardware="h100-80gb", nodes=1)
+
+
+REGISTRY = DATA / "launch" / "torchtitan_registry" / "torchtitan" / "models" / "llama3" / "config_registry.py"
+
+
+def test_torchtitan_config_registry_function_is_read_statically() -> None:
+    # torchtitan after #2386: a Trainer.Config function; 2 x 8192 tokens per microbatch at context 8192 is MBS 2
+    config = import_torchtitan_registry(REGISTRY, "llama3_70b", hardware="h100-80gb", nodes=8)
+    job = config.job
+    assert job["model"] == "llama3.1-70b" and (job["seq_len"], job["global_batch_size"]) == (8192, 16)
+    par = job["parallel"]
+    assert (par["tp"], par["dp"], par["mbs"], par["recompute"], par["sharding"]) == (8, 8, 2, "full", "fsdp")
+    assert "kernels" not in job  # ChunkedLossWrapper: never the whole fp32 logits, not an eager loss
+    assert any("ChunkedLossWrapper" in n for n in config.notes)
+
+
+def test_a_registry_function_that_modifies_its_base_is_followed() -> None:
+    config = import_torchtitan_registry(REGISTRY, "llama3_70b_fp8", hardware="h100-80gb", nodes=8)
+    job = config.job
+    assert (job["precision"], job["fp8_recipe"]) == ("fp8", "tensorwise")  # Float8LinearConverter
+    assert job["parallel"]["cp"] == 2 and job["seq_len"] == 16384  # config.x.y = ... after the base
+    assert job["parallel"]["mbs"] == 1  # 16384 tokens per microbatch over a 16384-token context
+    with pytest.raises(InputError, match="no function 'llama3_8b'"):
+        import_torchtitan_registry(REGISTRY, "llama3_8b", hardware="h100-80gb", nodes=8)
+
+
+def test_import_command_takes_a_config_registry() -> None:
+    from click.testing import CliRunner
+
+    from primus.cli.launch_cmds import import_cmd
+
+    ok = CliRunner().invoke(import_cmd, ["--from", "torchtitan", "--config-registry", str(REGISTRY), "--config",
+                                         "llama3_70b", "--hardware", "h100-80gb", "--nodes", "8"])
+    assert ok.exit_code == 0 and "model: llama3.1-70b" in ok.output
+    neither = CliRunner().invoke(import_cmd, ["--from", "torchtitan", "--hardware", "h100-80gb"])
+    assert neither.exit_code == 2 and "exactly one" in neither.output

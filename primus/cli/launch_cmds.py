@@ -20,6 +20,7 @@ from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.launch.torchtitan import import_torchtitan_registry
 from primus.projection.profile import require_precision
 from primus.report.owned import replace_file
 from primus.safe_text import escape_controls
@@ -121,7 +122,10 @@ def job_yaml(config: LaunchConfig) -> str:
 
 @click.command("import")
 @click.option("--from", "kind", type=click.Choice(KINDS), required=True, help="The format of FILE.")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+@click.option("--config-registry", "registry", type=click.Path(dir_okay=False), default=None,
+              help="With --from torchtitan: a config_registry.py (torchtitan after #2386), read, never run.")
+@click.option("--config", "config_name", default=None, help="With --config-registry: the config function's name.")
 @click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
 @click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
 @click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
@@ -130,14 +134,22 @@ def job_yaml(config: LaunchConfig) -> str:
               help="Write the job here (atomically) instead of stdout.")
 @format_option("yaml", "json", default="yaml")
 @guarded
-def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gpus: int | None,
-               primus_root: str | None, out_file: str | None, fmt: str) -> None:
+def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
+               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
     Example: primus import --from megatron train.sh --hardware h100-80gb --out job.yaml
     """
-    config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
+    if (file is None) == (registry is None):
+        raise InputError("command line", None, "give a FILE or --config-registry PATH --config NAME (exactly one)")
+    if registry is not None:
+        if kind != "torchtitan" or not config_name:
+            raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
+        config = import_torchtitan_registry(Path(registry), config_name, hardware=hardware, nodes=nodes, gpus=gpus)
+    else:
+        assert file is not None
+        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}

@@ -33,6 +33,7 @@ from primus.launch.common import (
     resolve_cluster,
 )
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
+from primus.launch.torchtitan_registry import read_registry
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -69,11 +70,12 @@ OLD_MICROBATCHES: Final = "experimental.pipeline_parallel_microbatches"
 class _Toml:
     """The parsed file as dotted keys; reads record what was used."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any]) -> None:  # a parsed TOML, or a registry's TOML-shaped keys
         self.flat: dict[str, Any] = {}
         self._walk(doc, "")
         self.used: set[str] = set()
         self.renamed: list[str] = []
+        self.chunked_loss = False  # a registry config's ChunkedLossWrapper
         for old, new in OLD_KEYS.items():
             if old in self.flat:
                 if new in self.flat:
@@ -103,7 +105,6 @@ class _Toml:
 
 def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,
                       gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
-    out = Collector()
     header = read_header(text, where)
     try:
         t = _Toml(tomllib.loads(text))
@@ -111,6 +112,30 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
         raise InputError(where, None, f"invalid TOML: {exc}") from None
     except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
         raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
+    return _import(t, header, where, Collector(), hardware, nodes, gpus, base_dir)
+
+
+def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None = None, nodes: int | None = None,
+                               gpus: int | None = None) -> LaunchConfig:
+    """A config function of torchtitan's ``config_registry.py`` (torchtitan after #2386), read with
+    `ast` and never run (`primus.launch.torchtitan_registry`), imported as its TOML would be."""
+    where = f"{path}:{config}"
+    package, registry = read_registry(path, config, where)
+    out = Collector()
+    for item in registry.unresolved:
+        out.note(f"not read (not a literal): {item}")
+    t = _Toml(registry.doc)
+    t.chunked_loss = registry.chunked_loss
+    if registry.chunked_loss:
+        out.note("ChunkedLossWrapper: the loss runs chunk by chunk over the sequence and never holds the whole "
+                 "[tokens, vocab] logits; modelled as a fused cross-entropy (no eager fp32 logits)")
+    out.note(f"config {config} of {package}'s config registry, read statically (torchtitan after #2386, "
+             "pytorch/torchtitan 9810191)")
+    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent)
+
+
+def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardware: str | None, nodes: int | None,
+            gpus: int | None, base_dir: Path | None) -> LaunchConfig:
     for note in t.renamed:
         out.note(note)
     if "job.description" in t.flat:
@@ -180,7 +205,10 @@ def _model(name: str, flavor: str, header: dict[str, Any], where: str, out: Coll
 
 def _loss_compiled(t: _Toml) -> bool:
     """torchtitan compiles the loss when compile is on and "loss" is among `compile.components` (the
-    default); v0.1's `training.compile` compiled model and loss alike."""
+    default); v0.1's `training.compile` compiled model and loss alike. A chunked loss never holds the
+    whole logits either."""
+    if t.chunked_loss:
+        return True
     enabled = t.get("compile.enable")
     if enabled is None:
         enabled = t.get("training.compile", False)
