@@ -74,3 +74,23 @@ def test_primus_fsdp_export_leaves_out_param_gather_overlap() -> None:
     exported = export_job(job_from_mapping(data, "test"), "primus")
     overrides = yaml.safe_load(exported.text)["modules"]["pre_trainer"]["overrides"]
     assert overrides["use_torch_fsdp2"] is True and overrides["overlap_param_gather"] is False
+
+
+def test_torchtitan_export_names_its_release_and_the_registry_form() -> None:
+    # TOML configs load up to torchtitan v0.2.2; #2386 replaced them with config_registry.py functions
+    text = export_job(_job("llama3.1-70b", tp=8, sp=True, sharding="fsdp", nodes=8), "torchtitan").text
+    assert "loads in torchtitan up to v0.2.2" in text
+    assert "--module llama3 --config llama3_70b --training.num_tokens_per_microbatch_per_dp_rank 4096" in text
+
+
+def test_recompute_and_fp8_recipe_survive_a_torchtitan_round_trip(tmp_path: Path) -> None:
+    from primus.launch import import_launch
+
+    job = _job("llama3.1-8b", tp=1, sp=False, sharding="fsdp", precision="fp8", fp8_recipe="mxfp8",
+               recompute_method="block", recompute_num_layers=16)
+    path = tmp_path / "tt.toml"
+    path.write_text(export_job(job, "torchtitan").text)
+    back = import_launch("torchtitan", path).job
+    assert (back["precision"], back["fp8_recipe"]) == ("fp8", "mxfp8")
+    par = back["parallel"]
+    assert (par["recompute"], par["recompute_method"], par["recompute_num_layers"]) == ("full", "block", 16)

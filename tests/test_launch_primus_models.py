@@ -91,3 +91,14 @@ def test_recompute_layers_beyond_a_virtual_chunk_are_what_megatron_accepts() -> 
     result = fit(Question(job))
     assert "recompute-layers" in result.satisfied_rules
     assert "recompute-layers" not in result.violated_rules
+
+
+def test_mxfp4_recipe_is_noted_not_silently_nvfp4(tmp_path: Path) -> None:
+    fp4 = "      fp4: e2m1\n      fp4_recipe: mxfp4\n"
+    text = EXAMPLE.read_text().replace("      cross_entropy_loss_fusion: true\n",
+                                       "      cross_entropy_loss_fusion: true\n" + fp4)
+    path = tmp_path / "mxfp4.yaml"
+    path.write_text(text)
+    config = import_launch("primus", path, hardware="mi355x", nodes=4, primus_root=CHECKOUT)
+    assert config.job["precision"] == "nvfp4"
+    assert any("fp4_recipe mxfp4: modelled as nvfp4" in n for n in config.notes)

@@ -88,3 +88,39 @@ def test_statements_follow_quotes_continuations_and_comments() -> None:
     assert statements(text, "t.sh") == [(1, 'X="a b"'), (3, "Y=(1\n\n2)"), (6, "Z=3"), (6, "W=4")]
     with pytest.raises(InputError, match="unterminated"):
         statements('X="open\n', "t.sh")
+
+
+def test_mla_with_qk_layernorm_is_the_catalog_deepseek_v3(tmp_path: Path) -> None:
+    # Megatron-LM's DeepSeek-R1 model definition (examples/post_training/modelopt/conf) passes --qk-layernorm:
+    # with MLA it builds the q/kv latent norms DeepSeek-V3 has, so it is still deepseek-v3
+    args = ("--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 "
+            "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-layernorm "
+            "--qk-pos-emb-head-dim 64 --v-head-dim 128 --num-experts 256 --moe-router-topk 8 "
+            "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-layer-freq [0]*3+[1]*58 "
+            "--mtp-num-layers 1 --max-position-embeddings 163840 --position-embedding-type rope "
+            "--normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear "
+            "--attention-dropout 0.0 --hidden-dropout 0.0 --bf16 --seq-length 4096 --micro-batch-size 1")
+    path = tmp_path / "DeepSeek-V3.sh"
+    path.write_text(f'TOKENIZER_MODEL="deepseek-ai/DeepSeek-V3"\nMODEL_ARGS=" {args} "\n')
+    config = import_launch("megatron", path)
+    assert config.job == {"model": "deepseek-v3"}
+    assert any("vocabulary 129280 from the tokenizer of deepseek-ai/DeepSeek-V3" in n for n in config.notes)
+
+
+def test_gpt2_bpe_tokenizer_gives_its_vocabulary(tmp_path: Path) -> None:
+    # GPT-2's BPE vocabulary has 50,257 tokens; Megatron pads it (to 50,304 at 128 x TP 1)
+    path = tmp_path / "gpt.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+                    "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 "
+                    "--global-batch-size 256 --bf16 --tokenizer-type GPT2BPETokenizer\n")
+    job, config = load_launch_job("megatron", path, hardware="h100-80gb")
+    assert job.model.vocab_size == 50257 and job.model.padded_vocab_size(1) == 50304
+    assert any("vocabulary 50257 from GPT-2's BPE vocabulary" in n for n in config.notes)
+
+
+def test_an_inference_script_is_not_a_training_run(tmp_path: Path) -> None:
+    path = tmp_path / "serve.sh"
+    path.write_text("torchrun --nproc-per-node 8 tools/run_text_generation_server.py --num-layers 24 "
+                    "--hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --bf16\n")
+    with pytest.raises(InputError, match="not supported: inference"):
+        import_launch("megatron", path, hardware="h100-80gb")

@@ -392,10 +392,24 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
              f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
              f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "
              f"{min(job.num_gpus, job.cluster.gpus_per_node)} -m torchtitan.train --job.config_file <this file>",
+             *_head_lines(name, flavor, tables, layout.mbs, spec.seq_len),
              *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+
+
+def _head_lines(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> list[str]:
+    """This file loads in torchtitan up to v0.2.2; after #2386 (9810191) torchtitan has no TOML configs:
+    the same run is the package's registry config with command-line overrides (the token budget is the
+    micro-batch in tokens, torchtitan/config/configs.py)."""
+    config = f"{name}_{flavor.lower().replace('-', '_').replace('.', '_')}"
+    overrides = [f"--training.num_tokens_per_microbatch_per_dp_rank {mbs * seq}",
+                 f"--training.max_context_length {seq}"]
+    overrides += [f"--parallelism.{k} {_toml(v).strip(chr(34))}" for k, v in tables["parallelism"].items()]
+    return ["# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
+            f"#   -m torchtitan.train --module {name} --config {config} " + " ".join(overrides),
+            "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
 
 
 def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:
