@@ -36,10 +36,11 @@ def test_fsdp_export_unsets_cuda_device_max_connections() -> None:
 
 
 def test_export_refuses_what_fit_refuses(tmp_path: Path) -> None:
-    # Llama 3.1 405B at PP 8 x VP 2: 126 layers do not split into 16 chunks; Megatron-LM would stop at
-    # "Number of layers should be divisible by the pipeline-model-parallel size". Exit 1 with fit's reasons.
-    args = ["--model", "llama3.1-405b", "--hardware", "h100-80gb", "--nodes", "64", "--seq-len", "8192",
-            "--global-batch-size", "512", "--tp", "8", "--pp", "8", "--vp", "2", "--cp", "1", "--mbs", "1", "--sp",
+    # Llama 3.1 405B at PP 5: 126 layers (128 with the embedding and the loss) do not split into 5 stages;
+    # Megatron-LM would stop at "Number of layers should be divisible by the pipeline-model-parallel size".
+    # Exit 1 with fit's reasons, and nothing written.
+    args = ["--model", "llama3.1-405b", "--hardware", "h200", "--gpus", "320", "--seq-len", "8192",
+            "--global-batch-size", "512", "--tp", "8", "--pp", "5", "--cp", "1", "--mbs", "1", "--sp",
             "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron", "--out", str(tmp_path / "x.sh")]
     result = CliRunner().invoke(export_cmd, args)
     assert result.exit_code == 1
@@ -94,3 +95,15 @@ def test_recompute_and_fp8_recipe_survive_a_torchtitan_round_trip(tmp_path: Path
     assert (back["precision"], back["fp8_recipe"]) == ("fp8", "mxfp8")
     par = back["parallel"]
     assert (par["recompute"], par["recompute_method"], par["recompute_num_layers"]) == ("full", "block", 16)
+
+
+def test_export_writes_the_pipeline_options_that_make_the_split_legal() -> None:
+    # 126 layers + embedding + loss = 128 = 16 chunks of 8 at PP 8 x VP 2: legal with Megatron-LM's
+    # --account-for-embedding/loss-in-pipeline-split, and the job fits on 64 nodes of H200
+    args = ["--model", "llama3.1-405b", "--hardware", "h200", "--nodes", "64", "--seq-len", "8192",
+            "--global-batch-size", "512", "--tp", "8", "--pp", "8", "--vp", "2", "--cp", "1", "--mbs", "1", "--sp",
+            "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron"]
+    result = CliRunner().invoke(export_cmd, args)
+    assert result.exit_code == 0, result.output
+    assert "--account-for-embedding-in-pipeline-split" in result.output
+    assert "--account-for-loss-in-pipeline-split" in result.output
