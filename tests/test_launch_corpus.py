@@ -124,3 +124,13 @@ def test_import_command_takes_a_config_registry() -> None:
     assert ok.exit_code == 0 and "model: llama3.1-70b" in ok.output
     neither = CliRunner().invoke(import_cmd, ["--from", "torchtitan", "--hardware", "h100-80gb"])
     assert neither.exit_code == 2 and "exactly one" in neither.output
+
+
+def test_torchtitan_deepseek_16b_flavor_is_read_with_mla_and_shared_experts() -> None:
+    # torchtitan's DeepSeek-V3 "16B" has DeepSeek-V2-Lite's shape: 15,706,484,224 parameters, the same count
+    # primus gives Megatron-LM's own DeepSeek-V2-Lite model definition (Hugging Face lists 15.7B)
+    job, _ = load_launch_job("torchtitan", TT_CHECKOUT / "deepseek_v3" / "train_configs" / "deepseek_v3_16b.toml",
+                             hardware="h100-80gb", nodes=1)
+    assert job.model.multi_latent_attention and job.model.q_lora_rank is None
+    assert (job.model.num_moe_layers, job.model.num_dense_layers) == (26, 1)
+    assert count_params(job.model).total == 15_706_484_224

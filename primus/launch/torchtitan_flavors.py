@@ -7,7 +7,8 @@ dataclass defaults in ``model/args.py``. When a TOML sits inside such a checkout
 (``torchtitan/models/<name>/train_configs/``), the flavor is read from those files, never imported or
 run: only literal keyword values count, and anything else is reported. Families read: ``llama3``
 (the SwiGLU width rule of ``FeedForward``: 2/3 of 4 x dim, times ``ffn_dim_multiplier``, rounded up to
-``multiple_of``) and ``qwen3`` (dense, and MoE with ``moe_args``). ``flux`` is not a language model.
+``multiple_of``), ``qwen3`` (dense, and MoE with ``moe_args``) and ``deepseek_v3`` (MLA, dense layers
+first, shared experts). ``flux`` is not a language model.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from primus.errors import InputError
 from primus.yamlio import read_text
 
 NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)"}
-FAMILIES: Final = ("llama3", "qwen3")
+FAMILIES: Final = ("llama3", "qwen3", "deepseek_v3")
 
 
 def package_dir(toml: Path, name: str) -> Path | None:
@@ -123,4 +124,25 @@ def spec_fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
                 fields["moe_shared_expert_intermediate_size"] = int(moe["num_shared_experts"]) * int(
                     args["moe_inter_dim"])
         return fields
+    if name == "deepseek_v3":
+        return _deepseek(fields, args)
     raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
+
+
+def _deepseek(fields: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeekV3ModelArgs: MLA (``q_lora_rank`` 0 = a plain query projection), ``n_dense_layers``
+    dense layers first, then MoE layers with ``num_shared_experts`` shared experts of the expert width.
+    The q/kv latent norms are built as Megatron's qk_layernorm builds them with MLA."""
+    moe = args.get("moe_args") or {}
+    n_layers, dense = int(args["n_layers"]), int(args.get("n_dense_layers", 0))
+    moe_width = int(args["moe_inter_dim"])
+    fields.update(multi_latent_attention=True, kv_channels=None, num_query_groups=None, qk_layernorm=True,
+                  q_lora_rank=int(args["q_lora_rank"]) or None, kv_lora_rank=int(args["kv_lora_rank"]),
+                  qk_head_dim=int(args["qk_nope_head_dim"]), qk_pos_emb_head_dim=int(args["qk_rope_head_dim"]),
+                  v_head_dim=int(args["v_head_dim"]), ffn_hidden_size=int(args["inter_dim"]),
+                  num_experts=int(moe["num_experts"]), moe_router_topk=int(moe.get("top_k", 1)),
+                  moe_ffn_hidden_size=moe_width, moe_layer_freq=[0] * dense + [1] * (n_layers - dense))
+    shared = int(moe.get("num_shared_experts", 0))
+    if shared:
+        fields["moe_shared_expert_intermediate_size"] = shared * moe_width
+    return fields
