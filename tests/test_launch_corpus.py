@@ -134,3 +134,14 @@ def test_torchtitan_deepseek_16b_flavor_is_read_with_mla_and_shared_experts() ->
     assert job.model.multi_latent_attention and job.model.q_lora_rank is None
     assert (job.model.num_moe_layers, job.model.num_dense_layers) == (26, 1)
     assert count_params(job.model).total == 15_706_484_224
+
+
+def test_a_flavor_built_by_a_function_is_read_from_the_package() -> None:
+    # torchtitan after #2386 builds flavors in functions (llama3_configs = {"1B": _1b}); Llama 3.2 1B has
+    # 1,235,814,400 parameters (Hugging Face meta-llama/Llama-3.2-1B, tied embeddings)
+    config = import_torchtitan_registry(REGISTRY, "llama3_1b", hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert model.name == "llama3-1B" and count_params(model).total == 1_235_814_400
+    assert config.job["parallel"]["mbs"] == 4

@@ -20,7 +20,8 @@ from typing import Any, Final
 from primus.errors import InputError
 from primus.yamlio import read_text
 
-NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)"}
+NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)",
+                        "qwen3_5": "hybrid (Gated DeltaNet linear-attention layers)"}
 FAMILIES: Final = ("llama3", "qwen3", "deepseek_v3")
 
 
@@ -88,11 +89,60 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
                         moe_defaults = _class_defaults(ast.parse(read_text(moe_file), str(moe_file)), "MoEArgs")
                         merged["moe_args"] = {**moe_defaults, **merged["moe_args"]}
                     return cls, merged
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Name):
+                    return value.id, _built_flavor(tree, value.id, package.name, where)
     raise InputError(where, "model.flavor", f"{flavor!r} is not a flavor of {package / '__init__.py'}")
 
 
+#: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
+LAYER_BUILDERS: Final = {"llama3": "_build_llama3_layers", "qwen3": "_build_qwen3_layers"}
+
+
+def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> dict[str, Any]:
+    """A flavor that torchtitan after #2386 builds in a function (``llama3_configs = {"8B": _8b}``, the
+    function returning ``Llama3Model.Config(dim=..., layers=_build_llama3_layers(n_layers=..., hidden_dim=
+    compute_ffn_hidden_dim(dim, multiple_of=1024, ffn_dim_multiplier=1.3), rope=...))``), read with the
+    registry reader into the keyword arguments the v0.2 ``ModelArgs`` had."""
+    from primus.launch.torchtitan_registry import Call, _Reader
+
+    model = _Reader(tree, where).run(function)
+    layers = model.kwargs.get("layers") if isinstance(model, Call) else None
+    if not isinstance(model, Call) or not isinstance(layers, Call) or layers.name != LAYER_BUILDERS.get(package):
+        built = layers.name if isinstance(layers, Call) else "?"
+        raise InputError(where, "model.flavor", f"{function}() builds its layers with {built}: flavors built by "
+                         f"functions are read for {', '.join(f'{k} ({v})' for k, v in LAYER_BUILDERS.items())}")
+    kw = layers.kwargs
+    tied = model.kwargs.get("enable_weight_tying", "lm_head" not in model.kwargs)
+    args: dict[str, Any] = {"dim": model.kwargs.get("dim"), "vocab_size": model.kwargs.get("vocab_size"),
+                            "n_layers": kw.get("n_layers"), "n_heads": kw.get("n_heads"),
+                            "n_kv_heads": kw.get("n_kv_heads"), "enable_weight_tying": tied}
+    hidden = kw.get("hidden_dim")
+    if isinstance(hidden, Call) and hidden.name == "compute_ffn_hidden_dim":
+        args["multiple_of"] = hidden.kwargs.get("multiple_of", 1)  # the function's default
+        args["ffn_dim_multiplier"] = hidden.kwargs.get("ffn_dim_multiplier")
+    elif isinstance(hidden, int):
+        args["hidden_dim"] = hidden
+    if isinstance(kw.get("head_dim"), int):
+        args["head_dim"] = kw["head_dim"]
+    rope = kw.get("rope")
+    if isinstance(rope, Call):
+        args["max_seq_len"] = rope.kwargs.get("max_context_length")
+    missing = [k for k in ("dim", "vocab_size", "n_layers", "n_heads") if not isinstance(args[k], int)]
+    if missing:
+        raise InputError(where, "model.flavor", f"{function}: cannot read {', '.join(missing)} statically")
+    return args
+
+
 def spec_fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
-    """ModelSpec fields (Megatron names) of a llama3 or qwen3 flavor's arguments."""
+    """ModelSpec fields (Megatron names) of a flavor's arguments; one InputError line when one is missing."""
+    try:
+        return _fields(name, args, where)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(where, "model.flavor", f"{name}: the flavor's arguments lack {exc}") from None
+
+
+def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
     unresolved = [f"{k} = {v[1]}" for k, v in args.items() if isinstance(v, tuple) and v[:1] == ("unresolved",)]
     if unresolved:
         raise InputError(where, "model.flavor", f"cannot read statically: {', '.join(unresolved)}")
@@ -105,6 +155,9 @@ def spec_fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
         "untie_embeddings_and_output_weights": not args.get("enable_weight_tying", False),
         "max_position_embeddings": args.get("max_seq_len"),
     }
+    if name == "llama3" and isinstance(args.get("hidden_dim"), int):
+        fields.update(ffn_hidden_size=int(args["hidden_dim"]), kv_channels=dim // heads)
+        return fields
     if name == "llama3":
         hidden = int(2 * 4 * dim / 3)
         if args.get("ffn_dim_multiplier") is not None:

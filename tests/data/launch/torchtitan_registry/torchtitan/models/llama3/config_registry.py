@@ -32,3 +32,10 @@ def llama3_70b_fp8() -> Trainer.Config:
     config.parallelism.context_parallel_degree = 2
     config.training.max_context_length = 16384
     return config
+
+
+def llama3_1b() -> Trainer.Config:
+    return Trainer.Config(
+        model_spec=model_registry("1B"),
+        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=4 * 8192, max_context_length=8192),
+    )
