@@ -26,7 +26,7 @@ from primus.yamlio import loads_yaml, read_text
 
 MODELS_DIR: Final = Path("primus/configs/models/megatron")
 BASE_MODEL_FILE: Final = "language_model.yaml"
-MAX_CHAIN: Final = 32
+MAX_CHAIN: Final = 32  # files in one extends chain; Primus's deepest is 6 (a loop guard, not a limit users meet)
 
 #: Primus model files (AMD-AGI/Primus fd1eeab, primus/configs/models/megatron/) whose model is a primus
 #: catalog model: used when there is no checkout to read the file from. Names as Primus spells them.

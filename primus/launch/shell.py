@@ -33,8 +33,10 @@ from primus.errors import InputError
 Value = str | list[str]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+#: Blocks that are never entered, and the word that closes each.
 _OPEN_BLOCK = {"while": "done", "for": "done", "until": "done", "case": "esac", "select": "done"}
-_MAX_ARITH = 10**15
+#: A bound on arithmetic results, so a hostile `$((...))` cannot build a huge integer (bash is 64-bit).
+_MAX_ARITH = 2**63
 
 
 @dataclass(frozen=True)
@@ -291,10 +293,7 @@ class Expander:
 
     def _inner(self, word: str) -> str:
         """A default word (``${X:-"a b"}``): quotes removed, expansions done, no splitting."""
-        saved = self.in_test
-        out = " ".join(self.words(word)) if word.strip() else ""
-        self.in_test = saved
-        return out
+        return " ".join(self.words(word)) if word.strip() else ""
 
     def _arith(self, inner: str, raw: str) -> str:
         expanded = " ".join(self.words(inner.replace("(", " ( ").replace(")", " ) ")))

@@ -34,6 +34,14 @@ def package_dir(toml: Path, name: str) -> Path | None:
     return None
 
 
+def parse_python(path: Path) -> ast.Module:
+    """A Python file's syntax tree (never executed); a file that does not parse is one InputError line."""
+    try:
+        return ast.parse(read_text(path), str(path))
+    except (SyntaxError, ValueError) as exc:
+        raise InputError(str(path), None, f"not Python that parses ({exc.__class__.__name__}: {exc})") from None
+
+
 def _literal(node: ast.AST) -> Any:
     try:
         return ast.literal_eval(node)
@@ -72,7 +80,7 @@ def _class_defaults(tree: ast.Module, cls: str) -> dict[str, Any]:
 
 def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, Any]]:
     """(the ModelArgs class name, its keyword values over the class defaults) of a flavor."""
-    tree = ast.parse(read_text(package / "__init__.py"), str(package / "__init__.py"))
+    tree = parse_python(package / "__init__.py")
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values, strict=True):
@@ -82,11 +90,11 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
                     defaults: dict[str, Any] = {}
                     args_file = package / "model" / "args.py"
                     if args_file.is_file():
-                        defaults = _class_defaults(ast.parse(read_text(args_file), str(args_file)), cls)
+                        defaults = _class_defaults(parse_python(args_file), cls)
                     merged = {**defaults, **args}
                     moe_file = package.parent / "moe" / "moe.py"
                     if isinstance(merged.get("moe_args"), dict) and moe_file.is_file():
-                        moe_defaults = _class_defaults(ast.parse(read_text(moe_file), str(moe_file)), "MoEArgs")
+                        moe_defaults = _class_defaults(parse_python(moe_file), "MoEArgs")
                         merged["moe_args"] = {**moe_defaults, **merged["moe_args"]}
                     return cls, merged
             for key, value in zip(node.value.keys, node.value.values, strict=True):

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from primus.errors import InputError
-from primus.yamlio import read_text
 
 #: Config classes whose keyword arguments are a TOML section of the same name.
 SECTIONS: Final = {"TrainingConfig": "training", "ParallelismConfig": "parallelism", "CompileConfig": "compile"}
 AC_MODES: Final = {"FullAC": "full", "SelectiveAC": "selective", "MemoryBudgetAC": "memory_budget"}
 CONVERTERS: Final = {"Float8LinearConverter": "quantize.linear.float8", "MXFP8LinearConverter": "quantize.linear.mx"}
-MAX_DEPTH: Final = 8
+MAX_DEPTH: Final = 8  # config functions calling config functions; torchtitan's go 2 deep (a loop guard)
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,9 @@ class Unresolved:
 
 def read_registry(path: Path, config: str, where: str) -> tuple[str, Registry]:
     """(the model package, the TOML-shaped keys) of `config` in the registry file at `path`."""
-    tree = ast.parse(read_text(path), str(path))
+    from primus.launch.torchtitan_flavors import parse_python
+
+    tree = parse_python(path)
     reader = _Reader(tree, where)
     trainer = reader.run(config)
     if not isinstance(trainer, Call):
