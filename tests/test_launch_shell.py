@@ -124,3 +124,8 @@ def test_an_inference_script_is_not_a_training_run(tmp_path: Path) -> None:
                     "--hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --bf16\n")
     with pytest.raises(InputError, match="not supported: inference"):
         import_launch("megatron", path, hardware="h100-80gb")
+
+
+def test_a_here_document_is_data_not_statements() -> None:
+    text = "cat > cfg.txt <<'EOF'\nit's \"unbalanced\n  --num-layers 99\nEOF\nA=1\n"
+    assert statements(text, "t.sh") == [(1, "cat > cfg.txt <<'EOF'"), (5, "A=1")]

@@ -33,6 +33,7 @@ from primus.errors import InputError
 Value = str | list[str]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 #: Blocks that are never entered, and the word that closes each.
 _OPEN_BLOCK = {"while": "done", "for": "done", "until": "done", "case": "esac", "select": "done"}
 #: A bound on arithmetic results, so a hostile `$((...))` cannot build a huge integer (bash is 64-bit).
@@ -116,7 +117,17 @@ def statements(text: str, where: str) -> list[tuple[int, str]]:
             flush()
             start = line
         elif c == "\n" and depth == 0:
+            heredoc = _HEREDOC.search("".join(buf))
             flush()
+            if heredoc is not None:  # the document's lines are data, not statements: skip to its end
+                end_word = heredoc.group(2)
+                while i + 1 < n:
+                    nl = text.find("\n", i + 1)
+                    body = text[i + 1: n if nl < 0 else nl]
+                    line += 1
+                    i = n - 1 if nl < 0 else nl
+                    if body.strip() == end_word:
+                        break
             start = line + 1
         else:
             buf.append(c)
