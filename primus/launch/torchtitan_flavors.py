@@ -104,7 +104,8 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
 
 
 #: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
-LAYER_BUILDERS: Final = {"llama3": "_build_llama3_layers", "qwen3": "_build_qwen3_layers"}
+LAYER_BUILDERS: Final = {"llama3": ("_build_llama3_layers",),
+                          "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers")}
 
 
 def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> dict[str, Any]:
@@ -116,10 +117,12 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
 
     model = _Reader(tree, where).run(function)
     layers = model.kwargs.get("layers") if isinstance(model, Call) else None
-    if not isinstance(model, Call) or not isinstance(layers, Call) or layers.name != LAYER_BUILDERS.get(package):
+    builders = LAYER_BUILDERS.get(package, ())
+    if not isinstance(model, Call) or not isinstance(layers, Call) or layers.name not in builders:
         built = layers.name if isinstance(layers, Call) else "?"
+        known = ", ".join(f"{k} ({', '.join(v)})" for k, v in LAYER_BUILDERS.items())
         raise InputError(where, "model.flavor", f"{function}() builds its layers with {built}: flavors built by "
-                         f"functions are read for {', '.join(f'{k} ({v})' for k, v in LAYER_BUILDERS.items())}")
+                         f"functions are read for {known}")
     kw = layers.kwargs
     tied = model.kwargs.get("enable_weight_tying", "lm_head" not in model.kwargs)
     args: dict[str, Any] = {"dim": model.kwargs.get("dim"), "vocab_size": model.kwargs.get("vocab_size"),
@@ -133,6 +136,10 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
         args["hidden_dim"] = hidden
     if isinstance(kw.get("head_dim"), int):
         args["head_dim"] = kw["head_dim"]
+    if layers.name == "_build_qwen3_moe_layers":  # every layer MoE, softmax top-k, no shared expert
+        args.update(moe_enabled=True, moe_inter_dim=kw.get("moe_hidden_dim"), hidden_dim=kw.get("moe_hidden_dim"),
+                    moe_args={"num_experts": kw.get("num_experts"), "top_k": kw.get("top_k"),
+                              "num_shared_experts": 0})
     rope = kw.get("rope")
     if isinstance(rope, Call):
         args["max_seq_len"] = rope.kwargs.get("max_context_length")
