@@ -104,7 +104,14 @@ def _registry_rows(root: Path) -> list[Row]:
         for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")):
             rel = f"{path.relative_to(root)}:{fn.name}"
             try:
-                config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE, nodes=1)
+                try:
+                    config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE, nodes=1)
+                except InputError as exc:  # a config for fewer GPUs than a node: its own size
+                    found = re.search(r"= (\d+) but the job has", exc.reason)
+                    if found is None:
+                        raise
+                    config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE,
+                                                        gpus=int(found.group(1)))
             except InputError as exc:
                 outcome = "not supported" if "not supported" in exc.reason else "failed"
                 rows.append(Row("torchtitan HEAD", rel, outcome, "", None, f"{exc.field}: {exc.reason}"))

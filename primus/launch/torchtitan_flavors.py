@@ -105,7 +105,12 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
 
 #: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
 LAYER_BUILDERS: Final = {"llama3": ("_build_llama3_layers",),
-                          "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers")}
+                          "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers"),
+                          "deepseek_v3": ("_build_dsv3_layers",)}
+#: `_build_dsv3_layers` keywords and the v0.2 DeepSeekV3ModelArgs field each one was.
+_DSV3: Final = {"n_dense_layers": "n_dense_layers", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
+                "v_head_dim": "v_head_dim", "dense_hidden_dim": "inter_dim", "moe_hidden_dim": "moe_inter_dim"}
 
 
 def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> dict[str, Any]:
@@ -136,6 +141,10 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
         args["hidden_dim"] = hidden
     if isinstance(kw.get("head_dim"), int):
         args["head_dim"] = kw["head_dim"]
+    if layers.name == "_build_dsv3_layers":
+        args.update({field: kw.get(key) for key, field in _DSV3.items()})
+        args["moe_args"] = {"num_experts": kw.get("num_experts"), "top_k": kw.get("router_top_k"),
+                            "num_shared_experts": kw.get("num_shared_experts", 0)}
     if layers.name == "_build_qwen3_moe_layers":  # every layer MoE, softmax top-k, no shared expert
         args.update(moe_enabled=True, moe_inter_dim=kw.get("moe_hidden_dim"), hidden_dim=kw.get("moe_hidden_dim"),
                     moe_args={"num_experts": kw.get("num_experts"), "top_k": kw.get("top_k"),

@@ -143,6 +143,9 @@ def read_registry(path: Path, config: str, where: str) -> tuple[str, Registry]:
             and isinstance(model.args[0], str)):
         raise InputError(where, f"{config}.model_spec", "is not model_registry(\"FLAVOR\", ...) of the package")
     out.doc["model"] = {"name": package, "flavor": model.args[0]}
+    for key, value in model.kwargs.items():
+        if key not in ("converters", "attn_backend", "tp_gemm_backend"):
+            out.unresolved.append(f"model_registry {key}={getattr(value, 'text', value)} (not read)")
     converters = model.kwargs.get("converters") or []
     for conv in converters if isinstance(converters, list) else []:
         kind = CONVERTERS.get(conv.name) if isinstance(conv, Call) else None
