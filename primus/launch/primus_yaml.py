@@ -131,6 +131,14 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     return finish("primus", PRIMUS_RELEASE, where, job, header, cluster, out, base_dir)
 
 
+#: Megatron dests that Primus's trainer config (pre_trainer.yaml and trainer_base.yaml, fd1eeab) sets: a model
+#: file that repeats one does not change it (primus/core/launcher/parser.py merges the model preset into the
+#: trainer config without overriding). The overrides still do.
+TRAINER_KEYS: Final = frozenset({"seq_length", "make_vocab_size_divisible_by", "micro_batch_size",
+                                 "global_batch_size", "bf16", "use_distributed_optimizer", "use_flash_attn",
+                                 "fp8_recipe"})
+
+
 #: What a model file must give when primus cannot read it and has no catalog model for it.
 _ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads")
 
@@ -146,7 +154,10 @@ def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, pr
         out.note(f"model file {model_file} read from the Primus checkout {root} ({' < '.join(found.chain)})")
         file_ns: dict[str, Any] = {}
         for key, value in found.values.items():
-            if key in BY_DEST:
+            if key in TRAINER_KEYS:
+                out.note(f"{model_file}: {key}: {value} is not used: Primus keeps the trainer config's value when "
+                         "the model file repeats a key (merge_namespace, allow_override=False)")
+            elif key in BY_DEST:
                 file_ns[key] = coerce(BY_DEST[key], value, where, f"{model_file}: {key}")
         return file_ns, slug
     if model_file == BASE_MODEL_FILE:
