@@ -145,3 +145,38 @@ def test_a_flavor_built_by_a_function_is_read_from_the_package() -> None:
     model = resolve_model(config.job["model"], "test")
     assert model.name == "llama3-1B" and count_params(model).total == 1_235_814_400
     assert config.job["parallel"]["mbs"] == 4
+
+
+LAUNCH = DATA / "launch"
+#: Every launch fixture written in the structure the frameworks publish, and what importing it gives:
+#: a catalog model, a derived model's name, or the refusal's words (exit 2).
+CORPUS = [
+    ("megatron", "megatron/llama3_8b_arrays_fp8.sh", "llama3-8b"),
+    ("megatron", "megatron/llama3.1_8b_model_args.sh", "llama3.1-8b"),
+    ("megatron", "megatron/hybrid_model_args.sh", "not supported: hybrid"),
+    ("megatron", "megatron/bert_arrays.sh", "not supported: BERT"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml",
+     "mixtral-8x22b"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-4node.yaml",
+     "mixtral-8x22b"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/zebra_hybrid_1B-pretrain.yaml",
+     "not supported: mamba"),
+    ("torchtitan", "torchtitan/llama3_8b_2025_02.toml", "llama3.1-8b"),
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/qwen3/train_configs/qwen3_1.7b.toml", "qwen3-1.7B"),
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/deepseek_v3/train_configs/deepseek_v3_16b.toml",
+     "deepseek_v3-16B"),
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/flux/train_configs/flux_dev_model.toml",
+     "not supported: diffusion"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "expected"), CORPUS)
+def test_the_fixture_corpus_imports_as_its_framework_would(kind: str, name: str, expected: str) -> None:
+    hardware = "mi355x" if kind == "primus" else "h100-80gb"
+    if expected.startswith("not supported"):
+        with pytest.raises(InputError, match=expected):
+            import_launch(kind, LAUNCH / name, hardware=hardware, nodes=4)
+        return
+    config = import_launch(kind, LAUNCH / name, hardware=hardware, nodes=None if "arrays" in name else 4)
+    ref = config.job["model"]
+    assert (ref if isinstance(ref, str) else ref["name"]) == expected
