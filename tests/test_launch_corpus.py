@@ -164,7 +164,7 @@ CORPUS = [
     ("torchtitan", "torchtitan/llama3_8b_2025_02.toml", "llama3.1-8b"),
     ("torchtitan", "torchtitan_checkout/torchtitan/models/qwen3/train_configs/qwen3_1.7b.toml", "qwen3-1.7B"),
     ("torchtitan", "torchtitan_checkout/torchtitan/models/deepseek_v3/train_configs/deepseek_v3_16b.toml",
-     "deepseek_v3-16B"),
+     "deepseek-v2-lite"),  # the catalog model of that shape (checkpoint-exact count)
     ("torchtitan", "torchtitan_checkout/torchtitan/models/flux/train_configs/flux_dev_model.toml",
      "not supported: diffusion"),
 ]

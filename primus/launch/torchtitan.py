@@ -70,7 +70,7 @@ OLD_MICROBATCHES: Final = "experimental.pipeline_parallel_microbatches"
 class _Toml:
     """The parsed file as dotted keys; reads record what was used."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:  # a parsed TOML, or a registry's TOML-shaped keys
+    def __init__(self, doc: dict[str, Any], where: str) -> None:  # a parsed TOML, or a registry's TOML-shaped keys
         self.flat: dict[str, Any] = {}
         self._walk(doc, "")
         self.used: set[str] = set()
@@ -79,7 +79,7 @@ class _Toml:
         for old, new in OLD_KEYS.items():
             if old in self.flat:
                 if new in self.flat:
-                    raise InputError("torchtitan", old, f"and {new} both given (the same setting in two releases)")
+                    raise InputError(where, old, f"and {new} both given (the same setting in two releases)")
                 self.flat[new] = self.flat.pop(old)
                 self.renamed.append(f"{old} read as {new} (torchtitan's earlier JobConfig)")
 
@@ -107,12 +107,12 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
                       gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
     header = read_header(text, where)
     try:
-        t = _Toml(tomllib.loads(text))
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(where, None, f"invalid TOML: {exc}") from None
     except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
         raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
-    return _import(t, header, where, Collector(), hardware, nodes, gpus, base_dir)
+    return _import(_Toml(doc, where), header, where, Collector(), hardware, nodes, gpus, base_dir)
 
 
 def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None = None, nodes: int | None = None,
@@ -124,7 +124,7 @@ def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None 
     out = Collector()
     for item in registry.unresolved:
         out.note(f"not read (not a literal): {item}")
-    t = _Toml(registry.doc)
+    t = _Toml(registry.doc, where)
     t.chunked_loss = registry.chunked_loss
     if registry.chunked_loss:
         out.note("ChunkedLossWrapper: the loss runs chunk by chunk over the sequence and never holds the whole "
