@@ -154,14 +154,14 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
         if out_file:
-            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file,))
+            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file, registry))
         else:
             emit_json(doc)
         return
     report(config)
     text = job_yaml(config)
     if out_file:
-        write_atomically(out_file, text, "import", (file,))
+        write_atomically(out_file, text, "import", (file, registry))
     else:
         click.echo(text, nl=False)
 
