@@ -102,3 +102,14 @@ def test_mxfp4_recipe_is_noted_not_silently_nvfp4(tmp_path: Path) -> None:
     config = import_launch("primus", path, hardware="mi355x", nodes=4, primus_root=CHECKOUT)
     assert config.job["precision"] == "nvfp4"
     assert any("fp4_recipe mxfp4: modelled as nvfp4" in n for n in config.notes)
+
+
+def test_fit_from_a_primus_experiment_takes_primus_root(tmp_path: Path) -> None:
+    from primus.cli.solver_cmds import fit_cmd
+
+    alone = tmp_path / "exp.yaml"
+    shutil.copy(FOUR_NODE, alone)
+    result = CliRunner().invoke(fit_cmd, ["--from", "primus", str(alone), "--hardware", "mi355x", "--nodes", "4",
+                                          "--primus-root", str(CHECKOUT)])
+    assert result.exit_code == 0, result.output
+    assert "read from the Primus checkout" in result.output and "FITS" in result.output
