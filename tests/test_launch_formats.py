@@ -35,7 +35,7 @@ def test_published_primus_llama31_70b_experiment() -> None:
 
 
 def test_published_primus_experiment_with_placeholders() -> None:
-    # AMD-AGI/Primus examples/megatron/configs/MI300X/deepseek_v3-BF16-pretrain.yaml (commit 252d5e6)
+    # AMD-AGI/Primus examples/megatron/configs/MI300X/deepseek_v3-BF16-pretrain.yaml (commit 68d9244)
     config = import_launch("primus", DATA / "primus_deepseek_v3-BF16-pretrain.yaml", hardware="mi300x", nodes=8)
     par = config.job["parallel"]
     assert (par["tp"], par["pp"], par["ep"], par["mbs"]) == (1, 1, 8, 4)  # ${PRIMUS_EP:8} -> 8

@@ -15,13 +15,13 @@ from primus.solver.api import Question
 from primus.solver.fit import fit
 
 DATA = Path(__file__).resolve().parent / "data" / "launch"
-H200_BF16 = DATA / "llama3_8b_h200_bf16.sh"  # NVIDIA/Megatron-LM examples/llama, commit ae711c0
+H200_BF16 = DATA / "llama3_8b_h200_bf16.sh"  # NVIDIA/Megatron-LM examples/llama, commit 0c0185b
 H100_FP8 = DATA / "llama3_8b_h100_fp8.sh"  # NVIDIA/Megatron-LM examples/llama, commit 157006d
 GPT3_175B = DATA / "gpt3_175b_distributed.sh"  # NVIDIA/Megatron-LM examples/gpt3, commit 157006d
 
 
 def test_published_llama3_8b_h200_recipe_imports_and_fit_proves_it() -> None:
-    # https://github.com/NVIDIA/Megatron-LM/blob/ae711c0f5ea50a49a568184138e1cd5f049f252c/examples/llama/
+    # https://github.com/NVIDIA/Megatron-LM/blob/0c0185b16dc7e98c9f2adfbf476fd52f58894644/examples/llama/
     # train_llama3_8b_h200_bf16.sh: TP1 CP1 PP1, MBS 1, GBS 128, seq 8192, distributed optimizer, 8 x H200.
     job, config = load_launch_job("megatron", H200_BF16, hardware="h200")
     assert job.num_gpus == 8  # from `python -m torch.distributed.run --nnodes 1 --nproc-per-node 8`
@@ -32,9 +32,9 @@ def test_published_llama3_8b_h200_recipe_imports_and_fit_proves_it() -> None:
     assert job.spec.optimizer.main_grads_dtype == "bf16"  # --grad-reduce-in-bf16
     assert job.spec.kernels.cross_entropy_fusion
     # no --normalization: Megatron's LayerNorm, so the nearest catalog model with that one change
-    assert config.job["model"] == {"base": "llama3-8b", "normalization": "LayerNorm"}
+    assert config.job["model"] == {"base": "llama3-8b", "name": "llama3_8b_h200_bf16", "normalization": "LayerNorm"}
     for option in ("--lr 0.00015", "--apply-layernorm-1p", "--rotary-base 1000000", "--tokenizer-type "
-                   "HuggingFaceTokenizer", "torchrun --master-port 6000", "env CUDA_DEVICE_MAX_CONNECTIONS=1"):
+                   "HuggingFaceTokenizer", "torchrun --master-port 6000"):
         assert option in config.unmodelled
     result = fit(Question(job))
     assert result.fits

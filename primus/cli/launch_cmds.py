@@ -18,8 +18,9 @@ import yaml
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import echo, emit_json
 from primus.errors import InputError
-from primus.job import Job, load_job
+from primus.job import Job, job_from_mapping, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.launch.torchtitan import import_torchtitan_registry
 from primus.projection.profile import require_precision
 from primus.report.owned import replace_file
 from primus.safe_text import escape_controls
@@ -60,8 +61,21 @@ def report(config: LaunchConfig) -> None:
 # ---- --from on fit / memory / project -------------------------------------------------------------
 
 
+_ROOT_KEY = "primus.launch.primus_root"
+_ROOT_HELP = ("The AMD Primus checkout whose primus/configs/models/megatron/ holds the experiment's model file "
+              "(default: found above the experiment file).")
+
+
+def _keep_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    ctx.meta[_ROOT_KEY] = value
+
+
 def launch_options(fn: F) -> F:
-    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out."""
+    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out,
+    and ``--primus-root`` for a Primus experiment's model file (kept in the click context, so the
+    commands need no parameter for it)."""
+    fn = click.option("--primus-root", type=click.Path(file_okay=False), default=None, expose_value=False,
+                      callback=_keep_root, help="With --from primus: " + _ROOT_HELP)(fn)
     fn = click.option("--gpus", "launch_gpus", type=_COUNT, default=None,
                       help="With --from: the world size in GPUs, when the file does not give it.")(fn)
     fn = click.option("--nodes", "launch_nodes", type=_COUNT, default=None,
@@ -86,7 +100,10 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         job = load_job(job_file)
     else:
         assert launch_from is not None
-        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus)
+        ctx = click.get_current_context(silent=True)
+        root = ctx.meta.get(_ROOT_KEY) if ctx is not None else None
+        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
+                                      primus_root=root)
         report(config)
     require_precision(job)
     return job
@@ -96,47 +113,101 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
 
 
 def job_yaml(config: LaunchConfig) -> str:
+    what = "a model definition (put the model under `model:` of a job)" if config.model_only else "config"
     lines = [escape_controls(line) for line in (  # comments quote the file: one safe line each
-        f"# imported by primus from {config.kind} config {config.source}", f"# option names: {config.release}",
+        f"# imported by primus from {config.kind} {what} {config.source}", f"# option names: {config.release}",
         *[f"# unmodelled: {item}" for item in config.unmodelled], *[f"# note: {note}" for note in config.notes])]
     return "\n".join(lines) + "\n" + yaml.safe_dump(config.job, sort_keys=False, default_flow_style=None, width=110)
 
 
 @click.command("import")
 @click.option("--from", "kind", type=click.Choice(KINDS), required=True, help="The format of FILE.")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+@click.option("--config-registry", "registry", type=click.Path(dir_okay=False), default=None,
+              help="With --from torchtitan: a config_registry.py (torchtitan after #2386), read, never run.")
+@click.option("--config", "config_name", default=None, help="With --config-registry: the config function's name.")
 @click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
 @click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
 @click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
+@click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=_ROOT_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Write the job here (atomically) instead of stdout.")
 @format_option("yaml", "json", default="yaml")
 @guarded
-def import_cmd(kind: str, file: str, hardware: str | None, nodes: int | None, gpus: int | None,
-               out_file: str | None, fmt: str) -> None:
+def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
+               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
     Example: primus import --from megatron train.sh --hardware h100-80gb --out job.yaml
     """
-    config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus)
+    if (file is None) == (registry is None):
+        raise InputError("command line", None, "give a FILE or --config-registry PATH --config NAME (exactly one)")
+    if registry is not None:
+        if kind != "torchtitan" or not config_name:
+            raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
+        config = import_torchtitan_registry(Path(registry), config_name, hardware=hardware, nodes=nodes, gpus=gpus)
+    else:
+        assert file is not None
+        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
     if fmt == "json":
-        doc = {"kind": config.kind, "release": config.release, "job": config.job,
+        doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
         if out_file:
-            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file,))
+            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file, registry))
         else:
             emit_json(doc)
         return
     report(config)
     text = job_yaml(config)
     if out_file:
-        write_atomically(out_file, text, "import", (file,))
+        write_atomically(out_file, text, "import", (file, registry))
     else:
         click.echo(text, nl=False)
 
 
 # ---- primus export ---------------------------------------------------------------------------------
+
+
+#: The pipeline options that let a layer count split into PP x VP chunks (Megatron-LM's
+#: --account-for-embedding/loss-in-pipeline-split): tried when fit's only structural refusal is the split.
+_SPLIT_OPTIONS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def _check_fits(job: Job) -> Job:
+    """Export only what `primus fit` accepts: a launch that the framework refuses (a pipeline split it
+    asserts on) or that runs out of memory is worse than none. When the pipeline split is the problem
+    and Megatron's embedding/loss accounting makes it legal, the job with those options is exported
+    (noted); otherwise exit 1 with fit's reasons."""
+    from primus.solver.api import Question
+    from primus.solver.fit import fit
+
+    try:
+        result = fit(Question(job))
+    except InputError as exc:
+        if "are free" in exc.reason:
+            return job  # export_job explains what to pin
+        raise
+    if result.fits:
+        return job
+    if "pipeline-split" in result.violated_rules and not all(getattr(job.spec.pipeline, o) for o in _SPLIT_OPTIONS):
+        data = job.spec.model_dump(mode="json", exclude_none=True)
+        data.setdefault("pipeline", {}).update(dict.fromkeys(_SPLIT_OPTIONS, True))
+        with_split = job_from_mapping(data, job.where, job.base_dir)
+        if fit(Question(with_split)).fits:
+            click.echo("primus: note: the pipeline split is legal only with the embedding and the loss counted as "
+                       "layers (--account-for-embedding/loss-in-pipeline-split): written", err=True)
+            return with_split
+    click.echo("primus: not exported: `primus fit` refuses this job", err=True)
+    if result.violated_rules:
+        click.echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
+    if result.report is not None:
+        click.echo(f"  peak {result.report.peak_bytes / 2**30:.2f} GiB on stage {result.report.peak.stage}", err=True)
+    for alt in result.alternatives[:3]:
+        click.echo(f"  fits instead: {alt.layout.as_parallel()} (changed: {', '.join(alt.changed)})", err=True)
+    for note in result.notes:
+        click.echo(f"  note: {note}", err=True)
+    raise Negative()
 
 
 def _axis(name: str, help_text: str) -> Callable[[F], F]:
@@ -199,6 +270,8 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
         layout = result.layout
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
+    if layout is None:
+        job = _check_fits(job)
     exported = export_job(job, kind, layout)
     text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:

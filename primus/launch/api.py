@@ -33,26 +33,39 @@ def _kind(kind: str) -> str:
 
 
 def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, nodes: int | None = None,
-                  gpus: int | None = None) -> LaunchConfig:
-    """Read a launch config file as a job. Bad files raise InputError (one line: file, field, reason)."""
+                  gpus: int | None = None, primus_root: str | Path | None = None) -> LaunchConfig:
+    """Read a launch config file as a job. Bad files raise InputError (one line: file, field, reason).
+    `primus_root` is the AMD Primus checkout whose model files a Primus experiment names (found from
+    the file's path when not given)."""
     p = Path(path)
     text = read_text(p)
-    return _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent)
+    extra: dict[str, Any] = {}
+    if primus_root is not None:
+        if _kind(kind) != "primus":
+            raise InputError("command line", "--primus-root", "goes with Primus experiment files only")
+        extra["primus_root"] = Path(primus_root)
+    return _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent,
+                                   **extra)
 
 
 def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
-                    gpus: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                    gpus: int | None = None, primus_root: str | Path | None = None) -> tuple[dict[str, Any], list[str]]:
     """The job mapping a launch config describes, and the options primus does not model ("name value",
     as written in the file). The mapping validates as a job (`primus.job.job_from_mapping`)."""
-    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
+    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
+    if config.model_only:
+        raise InputError(str(path), None, "defines a model only (no launch line, no global batch size)")
     return config.job, list(config.unmodelled)
 
 
 def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
-                    gpus: int | None = None) -> tuple[Job, LaunchConfig]:
+                    gpus: int | None = None, primus_root: str | Path | None = None) -> tuple[Job, LaunchConfig]:
     """The resolved Job of a launch config, with the import record (unmodelled options, notes)."""
-    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus)
+    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
     p = Path(path)
+    if config.model_only:
+        raise InputError(str(p), None, "defines a model only (no launch line, no global batch size): use "
+                         "`primus import` for its `model:` value and write a job around it")
     return job_from_mapping(config.job, str(p), p.parent), config
 
 

@@ -11,20 +11,24 @@ both what the model is and how it departs from the nearest known one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from primus.catalog.models import catalog_models, resolve_model
 from primus.errors import InputError
 from primus.specs.base import parse_spec
 from primus.specs.model import ModelSpec
+from primus.specs.params import count_params
 
 DESCRIPTIVE = frozenset({"name", "display_name", "source", "notes", "published"})
 ARCH_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.model_fields if f not in DESCRIPTIVE)
 MOE_ONLY = ("moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_bias")
 MLA_ONLY = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 VOCAB_FIELDS = ("vocab_size", "make_vocab_size_divisible_by")
+#: Fields that do not tell two architectures apart when a vocabulary is looked up by shape.
+SHAPE_IGNORED = (*VOCAB_FIELDS, "hidden_dropout", "attention_dropout")
 
 
 def signature(spec: ModelSpec) -> dict[str, Any]:
@@ -42,6 +46,8 @@ def signature(spec: ModelSpec) -> dict[str, Any]:
     if not spec.multi_latent_attention:
         for key in MLA_ONLY:
             sig[key] = None
+    else:  # MLA's q/kv latent norms are what Megatron's qk_layernorm builds; the ledger counts them always
+        sig["qk_layernorm"] = None
     if spec.window_size is None:
         sig["window_attn_skip_freq"] = None
     if spec.position_embedding_type != "learned_absolute":
@@ -71,31 +77,46 @@ def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = ()) -> tuple[str | dict[str, Any], str]:
-    """The job's `model` value for an architecture, and a note saying how it was chosen."""
+def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = (), name: str | None = None
+                    ) -> tuple[str | dict[str, Any], str]:
+    """The job's `model` value for an architecture, and a note saying how it was chosen.
+
+    An architecture that is no catalog model becomes ``{base, name, <changed fields>}``: the base is
+    the entry with the fewest differing fields, ties going to the nearest in parameter count (so a
+    7B model is not written over a 405B one); `name` (the file's own name for the model, else
+    "imported") keeps it from printing as its base."""
     target = signature(spec)
-    best: tuple[int, int, int, str, list[str]] | None = None
+    size = count_params(spec).total
+    best: tuple[int, int, int, float, str, list[str]] | None = None
     for slug, cat, sig_items in _catalog():
         sig = dict(sig_items)
         diff = [f for f in ARCH_FIELDS if sig[f] != target[f]]
         same_context = cat.max_position_embeddings == spec.max_position_embeddings
-        key = (len(diff), 0 if slug in prefer else 1, 0 if same_context else 1, slug, diff)
-        if best is None or key[:4] < best[:4]:
+        distance = abs(math.log(max(_total(slug), 1) / max(size, 1)))
+        key = (len(diff), 0 if slug in prefer else 1, 0 if same_context else 1, distance, slug, diff)
+        if best is None or key[:5] < best[:5]:
             best = key
     assert best is not None
-    slug, diff = best[3], best[4]
+    slug, diff = best[4], best[5]
     if not diff:
         return slug, f"the architecture options equal catalog model {slug}"
     base = catalog_spec(slug)
     raw = [f for f in ARCH_FIELDS if getattr(base, f) != getattr(spec, f)]
     # Fewest overrides first: the differing fields whose written value differs (an MLA rank left as
     # written when MLA is switched off is no difference), else every written difference.
+    label = name or "imported"
     for fields in ([f for f in diff if f in raw], raw):
-        ref: dict[str, Any] = {"base": slug, **{f: _jsonable(getattr(spec, f)) for f in fields}}
+        ref: dict[str, Any] = {"base": slug, "name": label, **{f: _jsonable(getattr(spec, f)) for f in fields}}
         if not differences(resolve_model(ref, "import", "model"), spec):
             changed = ", ".join(fields)
-            return ref, f"no catalog model has this architecture; nearest is {slug}, with {changed} changed"
+            return ref, (f"no catalog model has this architecture: named {label!r}, written as {slug} with "
+                         f"{changed} changed")
     raise InputError("import", "model", f"cannot express the architecture as {slug} with overrides")  # pragma: no cover
+
+
+@cache
+def _total(slug: str) -> int:
+    return count_params(catalog_spec(slug)).total
 
 
 def catalog_matches(fields: Mapping[str, Any], ignore: tuple[str, ...]) -> list[str]:

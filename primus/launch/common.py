@@ -26,6 +26,8 @@ from primus.specs.job import JobSpec
 from primus.yamlio import loads_json
 
 KINDS: tuple[str, ...] = ("megatron", "primus", "torchtitan")
+#: Header keys the importer uses itself rather than merging into the job.
+HEADER_ONLY = frozenset({"hardware", "nodes", "gpus", "model", "model_name"})
 HEADER_TAG = "primus-job:"
 MAX_VALUE_CHARS = 200
 
@@ -42,6 +44,7 @@ class LaunchConfig:
     unmodelled: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     source: str = ""
+    model_only: bool = False  # a file of model arguments only: `job` holds just the model
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def read_header(text: str, where: str) -> dict[str, Any]:
             doc = loads_json(body[len(HEADER_TAG):].strip(), where)
             if not isinstance(doc, dict):
                 raise InputError(where, "primus-job", "the header must be a JSON object")
+            if "model_name" in doc and not isinstance(doc["model_name"], str):
+                raise InputError(where, "primus-job.model_name", "must be a string")
             for key in ("parallel", "framework"):
                 if key in doc:
                     raise InputError(where, f"primus-job.{key}", "belongs in the launch options, not the header")
@@ -133,6 +138,8 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
     keep["hardware"] = job.spec.hardware
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
         keep["model"] = job.spec.model
+    else:  # a model file: its architecture is written out; its name travels here
+        keep["model_name"] = job.model.name
     return nest(keep)
 
 
@@ -222,7 +229,7 @@ def finish(kind: str, release: str, where: str, native: dict[str, Any], header: 
            cluster: Cluster, out: Collector, base_dir: Path | None = None) -> LaunchConfig:
     """Merge the header's residual keys under the natively read ones, put the cluster in, validate
     the result as a job (so a bad file fails here, with one line), and order the keys as a job file."""
-    extra = {k: v for k, v in header.items() if k not in ("hardware", "nodes", "gpus", "model")}
+    extra = {k: v for k, v in header.items() if k not in HEADER_ONLY}
     merged = deep_merge(extra, native)
     merged["hardware"] = cluster.hardware
     merged.pop("nodes", None)

@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from primus import __version__
 from primus.errors import InputError, shown
@@ -30,18 +30,20 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.launch_env import LAUNCH_ENV, megatron_env, shell_lines
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
-from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args
+from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
+from primus.launch.shell import Command, Script, read_script
 from primus.parallel import Layout
 from primus.yamlio import int_too_long
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LAUNCHER_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "--module", "-m"}
 _ALWAYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
            "expert_model_parallel_size", "micro_batch_size", "global_batch_size", "seq_length",
            "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout", "fp8_recipe"}
 SCRIPT = "pretrain_gpt.py"
+_HF_ID = re.compile(r"[\w.-]+/[\w.-]+")  # a Hugging Face model id: ORG/NAME
 
 
 @dataclass
@@ -51,97 +53,61 @@ class ParsedLine:
     order: list[tuple[str, str]] = field(default_factory=list)  # ("known", dest) or ("other", text)
     nnodes: int | None = None
     nproc: int | None = None
+    script: str | None = None  # the training script the launcher runs (pretrain_gpt.py)
+    launched: bool = True  # False: a file of argument definitions with no launch line
+    variables: dict[str, Any] = field(default_factory=dict)
 
 
-def _commands(text: str, where: str, out: Collector) -> tuple[list[str], dict[str, str]]:
-    """The command with the most ``--`` options (variables substituted), and the file's assignments."""
-    env: dict[str, str] = {}
-    best: list[str] = []
-    skipped = 0
-    for lineno, line in _logical_lines(text):
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            raise InputError(where, f"line {lineno}", f"cannot split into words ({exc})") from None
-        if not words:
-            continue
-        exported = words[0] == "export"
-        body = words[1:] if exported else words
-        if body and all(_ASSIGN.match(w) for w in body):
-            for w in body:
-                name, value = _ASSIGN.match(w).groups()  # type: ignore[union-attr]
-                env[name] = _expand(value, env)
-                if exported:
-                    out.skip(f"env {name}={env[name]}")
-            continue
-        if sum(w.startswith("--") for w in words) > sum(w.startswith("--") for w in best):
-            skipped += bool(best)
-            best = words
+def _commands(text: str, where: str, out: Collector) -> tuple[list[str], bool, Script]:
+    """The command with the most ``--`` options, after bash's expansion (`primus.launch.shell`); a
+    file with no such command (a model definition: ``MODEL_ARGS="..."``) gives the words of every
+    variable that holds ``--`` options, in the order they were defined. Returns (words, launched,
+    script)."""
+    script = read_script(text, where)
+    for env_name, env_value in script.exported:
+        if env_name in LAUNCH_ENV:
+            out.note(f"{env_name}={env_value}: a launch requirement of Megatron-LM, read (no effect on memory)")
         else:
-            skipped += 1
-    if not best:
+            out.skip(f"env {env_name}={env_value}")
+    for item in script.unresolved:
+        out.note(item)
+    out.notes.extend(script.notes)
+    best: Command | None = None
+    for cmd in script.commands:
+        if _options(cmd.words) > (_options(best.words) if best else 0):
+            best = cmd
+    if best is not None:
+        others = len(script.commands) - 1
+        if others:
+            out.note(f"{others} other shell line(s) skipped: only the command with the most options is read")
+        return [*best.prefix, *best.words], True, script
+    words: list[str] = []
+    used: list[str] = []
+    for var in sorted(script.variables, key=lambda n: script.defined_at.get(n, 0)):
+        value = script.variables[var]
+        items = " ".join(value).split() if isinstance(value, list) else value.split()
+        if items and items[0].startswith("--"):
+            words += items
+            used.append(var)
+    if not words:
         raise InputError(where, None, "no command with -- options found (expected Megatron-LM arguments)")
-    if skipped:
-        out.note(f"{skipped} other shell line(s) skipped: only the command with the most options is read")
-    return [_expand(w, env) for w in best], env
+    out.note(f"no launch line: the arguments of {', '.join(used)} are read (a model definition)")
+    return words, False, script
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """Comments cut per physical line (a ``#`` at a word start, outside quotes), then ``\\``-newline
-    continuations joined, as the shell does; blank results dropped."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = _strip_comment(raw).rstrip()
-        if not pending:
-            start = lineno
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        joined = (pending + line).strip()
-        pending = ""
-        if joined:
-            out.append((start, joined))
-    if pending.strip():
-        out.append((start, pending.strip()))
-    return out
-
-
-def _strip_comment(line: str) -> str:
-    quote = ""
-    escaped = False
-    for i, char in enumerate(line):
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i]
-    return line
-
-
-def _expand(word: str, env: dict[str, str]) -> str:
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(3)
-        if name in env:
-            return env[name]
-        return match.group(2) if match.group(2) is not None else match.group(0)
-
-    return _VAR.sub(sub, word)
+def _options(words: tuple[str, ...] | list[str]) -> int:
+    return sum(w.startswith("--") for w in words)
 
 
 def parse_line(text: str, where: str, out: Collector) -> ParsedLine:
-    words, _ = _commands(text, where, out)
-    parsed = ParsedLine()
+    words, launched, script = _commands(text, where, out)
+    parsed = ParsedLine(launched=launched, variables=dict(script.variables))
     i = 0
     while i < len(words) and _ASSIGN.match(words[i]):
         out.skip(f"env {words[i]}")
         i += 1
     i = _launcher(words, i, parsed, where, out)
+    _check_kind(parsed.script, words[i:], where)
     while i < len(words):
         word = words[i]
         if not word.startswith("--"):
@@ -177,6 +143,34 @@ def parse_line(text: str, where: str, out: Collector) -> ParsedLine:
     return parsed
 
 
+#: Training scripts that are not a decoder-only GPT pre-training run, and what they are.
+NOT_DECODER: Final = {"pretrain_bert.py": "BERT (an encoder)", "pretrain_t5.py": "T5 (an encoder-decoder)",
+                      "pretrain_mamba.py": "hybrid (Mamba layers)", "pretrain_vlm.py": "a vision-language model",
+                      "pretrain_retro.py": "RETRO (retrieval)", "pretrain_ict.py": "ICT (a retriever)",
+                      "pretrain_vision_classify.py": "a vision model", "pretrain_vision_dino.py": "a vision model",
+                      "pretrain_vision_inpaint.py": "a vision model"}
+#: Megatron-LM options that make a model a Mamba hybrid (megatron/training/arguments.py).
+HYBRID_FLAGS: Final = ("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model",
+                       "--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--mamba-num-heads", "--mamba-state-dim")
+_INFERENCE = ("inference", "text_generation", "generate", "run_text_gen")
+
+
+def _check_kind(script: str | None, words: list[str], where: str) -> None:
+    """Refuse (exit 2, one line) what is not a decoder-only pre-training run: other model families,
+    Mamba hybrids, inference servers."""
+    name = Path(script).name if script else ""
+    if name in NOT_DECODER:
+        raise InputError(where, name, f"not supported: {NOT_DECODER[name]}; primus models decoder-only GPT training")
+    flags = {w.partition("=")[0] for w in words if w.startswith("--")}
+    hybrid = [f for f in HYBRID_FLAGS if f in flags]
+    if hybrid or any(w in ("HybridModel", "MambaModel") for w in words):
+        raise InputError(where, hybrid[0] if hybrid else "--export-model-type",
+                         "not supported: hybrid (Mamba layers); primus models transformer decoders only")
+    if name and any(key in name for key in _INFERENCE):
+        raise InputError(where, name, "not supported: inference (this script serves or generates; it does not "
+                         "train)")
+
+
 def _store(parsed: ParsedLine, dest: str, value: Any, raw: str, out: Collector) -> None:
     if dest in parsed.ns:
         out.note(f"{BY_DEST[dest].flag} given twice: the last wins (argparse)")
@@ -190,6 +184,11 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
     --nnodes and --nproc-per-node; returns the index of the first training argument."""
     if i >= len(words):
         return i
+    starts = [k for k in range(i, len(words)) if Path(words[k]).name == "torchrun"
+              or re.fullmatch(r"python[0-9.]*", Path(words[k]).name)]
+    if starts and starts[0] > i and not any(w.endswith(".py") for w in words[i:starts[0]]):
+        out.skip("launcher prefix: " + " ".join(words[i:starts[0]]))  # uv run, nsys profile ...
+        i = starts[0]
     head = Path(words[i]).name
     if head.startswith("python"):
         i += 1
@@ -201,10 +200,17 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
     elif head == "torchrun":
         i += 1
     if head != "torchrun":
-        return i + 1 if i < len(words) and words[i].endswith(".py") else i
+        if i < len(words) and words[i].endswith(".py"):
+            parsed.script = words[i]
+            return i + 1
+        return i
     while i < len(words):
         word = words[i]
         if not word.startswith("-"):
+            parsed.script = word
+            if parsed.nproc is not None and parsed.nnodes is None:
+                parsed.nnodes = 1
+                out.note("torchrun --nproc-per-node without --nnodes: one node (torchrun's default)")
             return i + 1  # the training script
         name, eq, value = word.partition("=")
         step = 1
@@ -228,15 +234,27 @@ def _count(value: str, where: str, name: str) -> int:
     return int(value)
 
 
+def _name(parsed: ParsedLine, where: str) -> str:
+    """The file's own name for its model: the Hugging Face id of its tokenizer (``--tokenizer-model
+    Qwen/Qwen3-8B``, or a TOKENIZER_MODEL / HF_MODEL_CKPT variable), else the file's name."""
+    for value in [parsed.ns.get("tokenizer_model"), parsed.variables.get("HF_MODEL_CKPT"),
+                  parsed.variables.get("TOKENIZER_MODEL")]:
+        if isinstance(value, str) and _HF_ID.fullmatch(value):
+            return value.split("/")[-1]
+    return Path(where).stem
+
+
 def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,
                     gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
     out = Collector()
     header = read_header(text, where)
     parsed = parse_line(text, where, out)
+    if not parsed.launched and "global_batch_size" not in parsed.ns:
+        return _model_only(parsed, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               file_nnodes=parsed.nnodes, file_nproc=parsed.nproc, base_dir=base_dir)
     ctx = ImportContext(where, cluster.gpus, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
-                        header_model=header.get("model"))
+                        header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
     job, consumed = job_from_args(parsed.ns, ctx, out)
     for kind, item in parsed.order:
         if kind == "other":
@@ -244,6 +262,26 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
         elif item not in consumed:
             out.skip(parsed.raw[item])
     return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _model_only(parsed: ParsedLine, header: dict[str, Any], where: str, out: Collector) -> LaunchConfig:
+    """A file that defines a model's arguments and neither launches nor gives a global batch
+    (Megatron-LM's examples/post_training/modelopt/conf/*.sh): the model, for a job's `model:`."""
+    ctx = ImportContext(where, 1, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
+                        header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
+    tokenizer = parsed.variables.get("TOKENIZER_MODEL")
+    if "tokenizer_model" not in parsed.ns and isinstance(tokenizer, str) and _HF_ID.fullmatch(tokenizer):
+        parsed.ns["tokenizer_model"] = tokenizer  # what Megatron-LM's modelopt scripts pass as --tokenizer-model
+        parsed.raw["tokenizer_model"] = f"TOKENIZER_MODEL={tokenizer}"
+    ref, consumed = model_from_args(parsed.ns, ctx, out)
+    for kind, item in parsed.order:
+        if kind == "other":
+            out.skip(item)
+        elif item not in consumed:
+            out.skip(parsed.raw[item])
+    out.note("a model definition (no launch line, no global batch size): use the model under `model:` of a job")
+    return LaunchConfig("megatron", MEGATRON_RELEASE, {"model": ref}, tuple(out.unmodelled), tuple(out.notes),
+                        where, model_only=True)
 
 
 # ---- export -------------------------------------------------------------------------------------
@@ -281,12 +319,14 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
     ns, notes, written = args_from_job(job, layout, fsdp="megatron")
     gpn = job.cluster.gpus_per_node
     nproc = min(job.num_gpus, gpn)
+    fsdp = bool(ns.get("use_torch_fsdp2") or ns.get("use_megatron_fsdp"))
     lines = [f"# Megatron-LM launch line for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.",
              f"# Option names: {MEGATRON_RELEASE}.",
              "# Data, tokenizer, learning-rate and checkpoint options are not written: add your own.",
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
+             *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")))),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]

@@ -72,14 +72,16 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--make-vocab-size-divisible-by", "int"), _a("--position-embedding-type", "str"),
     _a("--use-rotary-position-embeddings", "true"), _a("--max-position-embeddings", "int"),
     _a("--untie-embeddings-and-output-weights", "true"), _a("--normalization", "str"), _a("--swiglu", "true"),
-    _a("--squared-relu", "true"), _a("--disable-bias-linear", "false", "add_bias_linear"),
+    _a("--squared-relu", "true"), _a("--quick-geglu", "true"), _a("--disable-bias-linear", "false", "add_bias_linear"),
     _a("--add-qkv-bias", "true"), _a("--qk-layernorm", "true"), _a("--softmax-type", "str"),
     _a("--hidden-dropout", "float"), _a("--attention-dropout", "float"), _a("--window-size", "window"),
-    _a("--window-attn-skip-freq", "int"), _a("--num-experts", "int"), _a("--moe-router-topk", "int"),
+    _a("--window-attn-skip-freq", "skipfreq"), _a("--num-experts", "int"), _a("--moe-router-topk", "int"),
     _a("--moe-ffn-hidden-size", "int"), _a("--moe-shared-expert-intermediate-size", "int"),
     _a("--moe-layer-freq", "freq"), _a("--multi-latent-attention", "true"), _a("--q-lora-rank", "int"),
     _a("--kv-lora-rank", "int"), _a("--qk-head-dim", "int"), _a("--qk-pos-emb-head-dim", "int"),
     _a("--v-head-dim", "int"), _a("--mtp-num-layers", "int"),
+    # the tokenizer, read only for the vocabulary when --vocab-size is absent
+    _a("--tokenizer-type", "str"), _a("--tokenizer-model", "str"),
 )
 BY_FLAG: Final = {a.flag: a for a in ARGS}
 BY_DEST: Final = {a.dest: a for a in ARGS}
@@ -98,7 +100,7 @@ MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
     "account_for_loss_in_pipeline_split": False, "group_query_attention": False, "num_query_groups": 1,
     "make_vocab_size_divisible_by": 128, "position_embedding_type": "learned_absolute",
     "untie_embeddings_and_output_weights": False, "normalization": "LayerNorm", "swiglu": False,
-    "squared_relu": False, "add_bias_linear": True, "add_qkv_bias": False, "qk_layernorm": False,
+    "squared_relu": False, "quick_geglu": False, "add_bias_linear": True, "add_qkv_bias": False, "qk_layernorm": False,
     "softmax_type": "vanilla", "hidden_dropout": 0.1, "attention_dropout": 0.1, "moe_router_topk": 2,
     "moe_layer_freq": 1, "multi_latent_attention": False, "kv_lora_rank": 32, "qk_head_dim": 128,
     "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": 0,
@@ -138,6 +140,8 @@ def coerce(arg: Arg, value: Any, where: str, label: str) -> Any:
         return [str(v) for v in value] if isinstance(value, list) else str(value).split()
     if kind == "window":
         return parse_window(value, where, label)
+    if kind == "skipfreq":
+        return parse_skip_freq(value, where, label)
     if kind == "freq":
         return parse_layer_freq(value, where, label)
     if isinstance(value, (dict, list)):
@@ -153,6 +157,20 @@ def parse_window(value: Any, where: str, label: str) -> tuple[int, int]:
     except ValueError:
         raise InputError(where, label, f"must be 'left,right', got {shown(value)}") from None
     return left, right
+
+
+def parse_skip_freq(value: Any, where: str, label: str) -> int:
+    """Megatron's window_attn_skip_freq: an int N (every N-th layer full attention), or a per-layer list
+    whose 1s mark sliding-window layers (``is_layer_window_attention`` in megatron/core/transformer/
+    utils.py). A list that follows some N's rule is that N; any other list is refused."""
+    if isinstance(value, list):
+        flags = [bool(v) for v in value]
+        for every in range(1, len(flags) + 1):
+            if all(flag == ((i + 1) % every != 0) for i, flag in enumerate(flags)):
+                return every
+        raise InputError(where, label, "a per-layer window pattern that is not 'every N-th layer full' is not "
+                         "modelled")
+    return int(coerce(Arg(label, label, "int"), value, where, label))
 
 
 _MAX_FREQ = 100_000

@@ -21,7 +21,9 @@ MOMENT_DTYPES = ("fp32", "fp16", "bf16")
 
 
 def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
-    """The architecture arguments of the job's model."""
+    """The architecture arguments of the job's model. A window of W keys is Megatron's
+    ``--window-size W-1,0`` (W-1 keys to the left plus the query's own position: Megatron-LM's
+    examples/gptoss/02_train.sh writes ``127,0`` for gpt-oss's 128-token window)."""
     m, where = job.model, job.where
     notes: list[str] = []
     if m.position_embedding_type == "alibi":
@@ -36,9 +38,11 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "max_position_embeddings": m.max_position_embeddings or job.spec.seq_len,
         "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
         "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
-        "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias, "qk_layernorm": m.qk_layernorm,
+        "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias,
+        "qk_layernorm": m.qk_layernorm or m.multi_latent_attention,
         "softmax_type": m.softmax_type, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
-        "window_size": (m.window_size, 0) if m.window_size else None, "window_attn_skip_freq": m.window_attn_skip_freq,
+        "window_size": (m.window_size - 1, 0) if m.window_size else None,
+        "window_attn_skip_freq": m.window_attn_skip_freq,
         "multi_latent_attention": m.multi_latent_attention, "mtp_num_layers": m.mtp_num_layers or None,
     }
     if m.is_moe:
@@ -49,6 +53,9 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     if m.multi_latent_attention:
         ns.update(q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_head_dim=m.qk_head_dim,
                   qk_pos_emb_head_dim=m.qk_pos_emb_head_dim, v_head_dim=m.v_head_dim)
+    if m.multi_latent_attention and not m.qk_layernorm:
+        notes.append("--qk-layernorm written: with MLA it builds the q/kv latent norms that DeepSeek-V3's "
+                     "architecture has and the ledger counts (Megatron-LM examples pass it)")
     if m.embedding_layernorm:
         notes.append("model.embedding_layernorm has no Megatron-LM option: the launch config omits it")
     if m.moe_router_bias:
@@ -106,6 +113,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
     gather = ov.param_gather and layout.sharding in SHARDED
     if gather and not ov.grad_reduce:
         notes.append("overlap.param_gather dropped: Megatron-LM allows it only with --overlap-grad-reduce")
+        gather = False
+    if gather and fsdp == "torch" and layout.sharding == "fsdp":
+        notes.append("overlap.param_gather dropped: Megatron-LM allows it only with the distributed optimizer or "
+                     "Megatron FSDP, not torch FSDP2 (Primus's Megatron refuses it)")
         gather = False
     tp_comm = ov.tp_comm
     if tp_comm and not layout.sp:

@@ -16,6 +16,7 @@ from primus.catalog.models import resolve_model
 from primus.errors import InputError
 from primus.job import Job
 from primus.launch.arch import (
+    SHAPE_IGNORED,
     VOCAB_FIELDS,
     build_model,
     catalog_matches,
@@ -27,6 +28,7 @@ from primus.launch.arch import (
 from primus.launch.common import Collector, data_parallel
 from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.launch.megatron_export import model_args, runtime_args
+from primus.launch.tokenizers import vocab_from_tokenizer
 from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
 from primus.specs.model import ModelSpec
@@ -46,6 +48,7 @@ class ImportContext:
     base: ModelSpec | None = None  # the architecture a Primus model file stands for
     header_model: Any = None
     prefer: tuple[str, ...] = ()
+    model_name: str | None = None  # what the file calls the model (header, tokenizer id, file name)
 
 
 class ArgReader:
@@ -122,6 +125,13 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
 # ---- model --------------------------------------------------------------------------------------
 
 
+def model_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> tuple[Any, set[str]]:
+    """The job's `model` value for a file that only defines a model's arguments, and the dests used."""
+    r = ArgReader(ns, ctx)
+    ref, _ = _model(r, ctx, out)
+    return ref, r.consumed
+
+
 def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, ModelSpec]:
     base = ctx.base
     fields: dict[str, Any] = spec_fields(base) if base is not None else {}
@@ -145,6 +155,10 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         take(name)
     if fields.get("num_experts") == 0:
         fields["num_experts"] = None  # Megatron: --num-experts 0 means dense
+    if r.get("quick_geglu"):
+        fields["swiglu"] = True
+        out.note("--quick-geglu: a gated FFN (two input projections, as SwiGLU), modelled as SwiGLU: the same "
+                 "weights and stored activations; the activation function differs")
     if r.get("use_rotary_position_embeddings"):
         fields["position_embedding_type"] = "rope"
     if r.has("vocab_size"):
@@ -164,7 +178,7 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         fields["num_query_groups"] = r.get("num_query_groups")
     if r.has("window_size"):
         left, right = r.get("window_size")
-        fields["window_size"] = left
+        fields["window_size"] = left + 1  # left keys plus the query's own position (see megatron_export)
         if right:
             out.note(f"window_size right extent {right} not modelled (causal attention looks left only)")
     if fields.get("num_experts"):
@@ -187,7 +201,15 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         elif base is None:
             fields["moe_ffn_hidden_size"] = megatron_ffn
     if fields.get("vocab_size") is None:
-        fields.update(_vocab_from_catalog(fields, ctx, out))
+        by_name = vocab_from_tokenizer(r.ns.get("tokenizer_type"), r.ns.get("tokenizer_model"))
+        if by_name is not None:
+            for dest in ("tokenizer_type", "tokenizer_model"):
+                r.get(dest)
+            fields["vocab_size"] = by_name[0]
+            out.note(f"vocabulary {by_name[0]} from {by_name[1]}, padded as Megatron-LM pads it (a multiple of "
+                     f"{fields.get('make_vocab_size_divisible_by') or 128} x TP)")
+        else:
+            fields.update(_vocab_from_catalog(fields, ctx, out))
     spec = build_model(fields, ctx.where)
     if ctx.header_model is not None:
         named = resolve_model(ctx.header_model, ctx.where, "primus-job.model")
@@ -195,13 +217,13 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         if not diff:
             return ctx.header_model, spec
         out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")
-    ref, how = model_reference(spec, ctx.prefer)
+    ref, how = model_reference(spec, ctx.prefer, ctx.model_name)
     out.note(how)
     return ref, spec
 
 
 def _vocab_from_catalog(fields: dict[str, Any], ctx: ImportContext, out: Collector) -> dict[str, Any]:
-    matches = catalog_matches(fields, VOCAB_FIELDS)
+    matches = catalog_matches(fields, SHAPE_IGNORED)
     if not matches:
         raise InputError(ctx.where, ctx.label("vocab_size"),
                          "is not given (Megatron reads it from the tokenizer) and the architecture matches no "
@@ -250,9 +272,16 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
             par["recompute_method"] = method
         else:
             out.note("full recompute without a recompute method (Megatron-LM refuses it): modelled as uniform")
-        layers = r.pos("recompute_num_layers")
-        if layers is not None:
-            par["recompute_num_layers"] = layers
+        if r.get("recompute_num_layers") == 0 and method == "block":
+            # Megatron-LM's block method checkpoints the first N layers of each chunk: N = 0 is none
+            out.note("full recompute with the block method and recompute_num_layers 0 recomputes no layer: "
+                     "modelled as no recompute")
+            par["recompute"] = "none"
+            par.pop("recompute_method", None)
+        else:
+            layers = r.pos("recompute_num_layers")
+            if layers is not None:
+                par["recompute_num_layers"] = layers
     par["sharding"] = _sharding(r, ctx)
     return par
 

@@ -3,17 +3,17 @@
 A Primus experiment names a trainer config and a Primus model file and lists Megatron arguments by
 their argparse dest under ``modules.pre_trainer.overrides`` (see AMD-AGI/Primus
 ``examples/megatron/configs/MI300X/*-pretrain.yaml``). Keys absent from the overrides take Primus's
-defaults, which differ from Megatron's: ``primus/configs/modules/megatron/pre_trainer.yaml`` (commit
-44a21d1: micro batch 2, global batch 16, sequence 1024, bf16, distributed optimizer) over
-``primus/configs/models/megatron/language_model.yaml`` (commit 0158a86: sequence parallel on, SwiGLU,
-no linear biases, untied embeddings). ``${NAME:default}`` placeholders take their written default
-(the environment is not read). The model file is mapped to a primus catalog model when it is one of
-Primus's published models; architecture keys in the overrides apply on top of it.
+defaults, which differ from Megatron's: ``primus/configs/modules/megatron/pre_trainer.yaml`` and the
+``trainer_base.yaml`` it extends (micro batch 2, global batch 16, sequence 1024, bf16, distributed
+optimizer) over ``primus/configs/models/megatron/language_model.yaml`` (sequence parallel on, SwiGLU,
+no linear biases, untied embeddings), all at AMD-AGI/Primus fd1eeab. ``${NAME:default}`` placeholders
+take their written default (the environment is not read). The model file is read from a Primus
+checkout with its ``extends:`` chain (`primus.launch.primus_models`); without one, it stands for the
+catalog model of the same name; architecture keys in the overrides apply on top of it.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,50 +36,30 @@ from primus.launch.common import (
 )
 from primus.launch.megatron_args import BY_DEST, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args
+from primus.launch.primus_models import (
+    BASE_MODEL_FILE,
+    MODEL_FILES,
+    MODELS_DIR,
+    SLUG_OF_FILE,
+    find_root,
+    read_model_file,
+    substitute,
+)
 from primus.parallel import Layout
 from primus.yamlio import loads_yaml
 
 PRIMUS_RELEASE: Final = ("AMD Primus (AMD-AGI/Primus) Megatron trainer: experiment YAML modules.pre_trainer."
                          "overrides with Megatron-LM dest names; defaults of primus/configs/modules/megatron/"
-                         "pre_trainer.yaml (44a21d1) and primus/configs/models/megatron/language_model.yaml "
-                         "(0158a86)")
-
-#: Primus model files (primus/configs/models/megatron/) that are published models in primus's catalog.
-MODEL_FILES: Final[dict[str, str]] = {
-    "llama2-7b": "llama2_7B.yaml", "llama2-13b": "llama2_13B.yaml", "llama3-70b": "llama3_70B.yaml",
-    "llama3-8b": "llama3_8B.yaml", "llama3.1-8b": "llama3.1_8B.yaml", "llama3.1-70b": "llama3.1_70B.yaml",
-    "llama3.1-405b": "llama3.1_405B.yaml", "mixtral-8x7b": "mixtral_8x7B_v0.1.yaml",
-    "deepseek-v3": "deepseek_v3.yaml", "qwen3-30b-a3b": "qwen3_30B_A3B.yaml",
-    "qwen3-235b-a22b": "qwen3_235B_A22B.yaml", "grok-1-314b": "grok1.yaml", "gpt-oss-120b": "gpt_oss_120b.yaml",
-}
-SLUG_OF_FILE: Final = {v: k for k, v in MODEL_FILES.items()}
-BASE_MODEL_FILE: Final = "language_model.yaml"
+                         "pre_trainer.yaml and primus/configs/models/megatron/language_model.yaml at AMD-AGI/Primus "
+                         "commit fd1eeabbad15135e3702094087e96142b4b4eacb (2026)")
 
 PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "micro_batch_size": 2, "global_batch_size": 16, "seq_length": 1024, "bf16": True,
     "use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True, "swiglu": True,
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
 }
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 _SECTION = "modules.pre_trainer.overrides"
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
-
-
-def _substitute(value: Any, where: str, key: str, out: Collector) -> Any:
-    """``${NAME:default}`` → its default; a value that is wholly a placeholder is re-read as YAML so
-    ``${PRIMUS_TP:8}`` is the integer 8 and ``${X:null}`` is null."""
-    if not isinstance(value, str) or "${" not in value:
-        return value
-
-    def sub(match: re.Match[str]) -> str:
-        if match.group(2) is None:
-            raise InputError(where, key, f"{match.group(0)} has no default and the environment is not read")
-        out.note(f"{key}: {match.group(0)} read as its default {match.group(2)!r}")
-        return match.group(2)
-
-    text = _PLACEHOLDER.sub(sub, value)
-    whole = _PLACEHOLDER.fullmatch(value.strip()) is not None
-    return loads_yaml(text, where) if whole and text.strip() else text
 
 
 def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -97,7 +77,8 @@ def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
 
 
 def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,
-                  gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
+                  gpus: int | None = None, base_dir: Path | None = None,
+                  primus_root: Path | None = None) -> LaunchConfig:
     out = Collector()
     header = read_header(text, where)
     doc = loads_yaml(text, where)
@@ -117,35 +98,92 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     ns: dict[str, Any] = {}
     unknown: list[str] = []
     for key, value in overrides.items():
-        value = _substitute(value, where, f"overrides.{key}", out)
+        value = substitute(value, where, f"overrides.{key}", out)
         if key in BY_DEST:
             ns[key] = coerce(BY_DEST[key], value, where, f"overrides.{key}")
         else:
             unknown.append(f"{key}: {value}")
-    model_file = str(_substitute(module.get("model", BASE_MODEL_FILE), where, "model", out))
-    slug = SLUG_OF_FILE.get(Path(model_file).name)
-    if slug is None and model_file != BASE_MODEL_FILE:
-        out.note(f"Primus model file {model_file} is not a catalog model: the overrides must give the architecture")
+    _fp4_recipe(ns, overrides, out)
+    model_file = str(substitute(module.get("model", BASE_MODEL_FILE), where, f"modules.{name}.model", out))
+    file_ns, slug = _model_file(model_file, ns, where, name, primus_root, out)
     for key, value in module.items():
         if key not in ("framework", "config", "model", "overrides"):
             out.skip(f"modules.{name}.{key}: {value}")
     if module.get("config", "pre_trainer.yaml") != "pre_trainer.yaml":
         out.note(f"trainer config {module.get('config')}: defaults taken from pre_trainer.yaml")
     for key in ("seq_length", "global_batch_size", "micro_batch_size"):
-        if key not in ns:
+        if key not in ns and key not in file_ns:
             out.note(f"{key} not in the overrides: Primus's default {PRIMUS_DEFAULTS[key]}")
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
+    from_catalog = slug is not None and not file_ns
     ctx = ImportContext(where, cluster.gpus, PRIMUS_DEFAULTS, lambda dest: f"{_SECTION}.{dest}",
-                        base=catalog_spec(slug) if slug else None, header_model=header.get("model"),
-                        prefer=(slug,) if slug else ())
-    job, consumed = job_from_args(ns, ctx, out)
+                        base=catalog_spec(slug) if from_catalog and slug else None,
+                        header_model=header.get("model"), prefer=(slug,) if slug else (),
+                        model_name=header.get("model_name") or (Path(model_file).stem if model_file != BASE_MODEL_FILE
+                                                                else Path(where).stem))
+    job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
     for key in overrides:
         if key in ns and key not in consumed and ns[key] is not None:
             out.skip(f"{key}: {overrides[key]}")
     for item in unknown:
         out.skip(item)
     return finish("primus", PRIMUS_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+#: Megatron dests that Primus's trainer config (pre_trainer.yaml and trainer_base.yaml, fd1eeab) sets: a model
+#: file that repeats one does not change it (primus/core/launcher/parser.py merges the model preset into the
+#: trainer config without overriding). The overrides still do.
+TRAINER_KEYS: Final = frozenset({"seq_length", "make_vocab_size_divisible_by", "micro_batch_size",
+                                 "global_batch_size", "bf16", "use_distributed_optimizer", "use_flash_attn",
+                                 "fp8_recipe"})
+
+
+#: What a model file must give when primus cannot read it and has no catalog model for it.
+_ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads")
+
+
+def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, primus_root: Path | None,
+                out: Collector) -> tuple[dict[str, Any], str | None]:
+    """The Megatron arguments of the experiment's model file (read from the Primus checkout with its
+    `extends:` chain; {} when there is none) and the catalog model it stands for, if any."""
+    slug = SLUG_OF_FILE.get(Path(model_file).name)
+    root = find_root(Path(where), primus_root, where)
+    found = read_model_file(root, model_file, where, out) if root is not None else None
+    if found is not None:
+        out.note(f"model file {model_file} read from the Primus checkout {root} ({' < '.join(found.chain)})")
+        file_ns: dict[str, Any] = {}
+        for key, value in found.values.items():
+            if key in TRAINER_KEYS:
+                out.note(f"{model_file}: {key}: {value} is not used: Primus keeps the trainer config's value when "
+                         "the model file repeats a key (merge_namespace, allow_override=False)")
+            elif key in BY_DEST:
+                file_ns[key] = coerce(BY_DEST[key], value, where, f"{model_file}: {key}")
+        return file_ns, slug
+    if model_file == BASE_MODEL_FILE:
+        return {}, None
+    missing = (f"{model_file} is not in {root / MODELS_DIR}" if root is not None else
+               f"no Primus checkout holds {model_file} (none found above the experiment file; give --primus-root)")
+    if slug is not None:
+        out.note(f"{missing}: catalog model {slug} stands for it")
+        return {}, slug
+    if not all(key in ns for key in _ARCHITECTURE):
+        known = ", ".join(sorted(SLUG_OF_FILE))
+        raise InputError(where, f"modules.{module}.model", f"{missing}, and it is not one of the model files primus "
+                         f"knows ({known}); the overrides do not give the architecture either")
+    out.note(f"{missing}: the overrides give the architecture")
+    return {}, None
+
+
+def _fp4_recipe(ns: dict[str, Any], overrides: dict[str, Any], out: Collector) -> None:
+    """Primus's ``fp4_recipe`` (nvfp4 or mxfp4): primus models NVFP4 (16-element blocks, an fp8 scale
+    each); MXFP4's 32-element blocks with e8m0 scales hold fewer scale bytes, so it is noted, not
+    silently taken as NVFP4."""
+    recipe = overrides.get("fp4_recipe")
+    if ns.get("fp4") and recipe not in (None, "nvfp4"):
+        out.note(f"fp4_recipe {recipe}: modelled as nvfp4 (the scale bytes differ: 1 per 32 weights for mxfp4, "
+                 "1 per 16 for nvfp4, an upper bound)")
+        ns.pop("fp4_recipe", None)
 
 
 def _yaml_value(value: Any) -> Any:

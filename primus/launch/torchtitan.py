@@ -21,7 +21,7 @@ from typing import Any, Final
 from primus import __version__
 from primus.errors import InputError, shown
 from primus.job import Job
-from primus.launch.arch import catalog_spec
+from primus.launch.arch import build_model, catalog_spec, model_reference
 from primus.launch.common import (
     Collector,
     Exported,
@@ -32,7 +32,10 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
+from primus.launch.torchtitan_registry import read_registry
 from primus.parallel import Layout
+from primus.specs.model import ModelSpec
 
 TORCHTITAN_RELEASE: Final = ("torchtitan v0.2 JobConfig TOML (torchtitan/config/job_config.py, pytorch/torchtitan "
                              "2025; v0.1 [float8] spellings also read)")
@@ -48,13 +51,37 @@ FLOAT8: Final = ("float8", "quantize.linear.float8")
 MX: Final = ("mx", "quantize.linear.mx")
 
 
+#: Keys of torchtitan's earlier JobConfig (torchtitan/config_manager.py, pytorch/torchtitan commit 57387af
+#: of February 2025: ``training.batch_size`` and the parallel degrees under [training] and
+#: [experimental]) and the key of the current schema each one became. Read under the new name, noted.
+OLD_KEYS: Final[dict[str, str]] = {
+    "training.batch_size": "training.local_batch_size",
+    "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
+    "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
+    "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
+    "experimental.context_parallel_degree": "parallelism.context_parallel_degree",
+    "experimental.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree",
+    "experimental.pipeline_parallel_schedule": "parallelism.pipeline_parallel_schedule",
+    "experimental.enable_async_tensor_parallel": "parallelism.enable_async_tensor_parallel",
+}
+OLD_MICROBATCHES: Final = "experimental.pipeline_parallel_microbatches"
+
+
 class _Toml:
     """The parsed file as dotted keys; reads record what was used."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], where: str) -> None:  # a parsed TOML, or a registry's TOML-shaped keys
         self.flat: dict[str, Any] = {}
         self._walk(doc, "")
         self.used: set[str] = set()
+        self.renamed: list[str] = []
+        self.chunked_loss = False  # a registry config's ChunkedLossWrapper
+        for old, new in OLD_KEYS.items():
+            if old in self.flat:
+                if new in self.flat:
+                    raise InputError(where, old, f"and {new} both given (the same setting in two releases)")
+                self.flat[new] = self.flat.pop(old)
+                self.renamed.append(f"{old} read as {new} (torchtitan's earlier JobConfig)")
 
     def _walk(self, doc: dict[str, Any], prefix: str) -> None:
         for key, value in doc.items():
@@ -78,24 +105,43 @@ class _Toml:
 
 def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,
                       gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
-    out = Collector()
     header = read_header(text, where)
     try:
-        t = _Toml(tomllib.loads(text))
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(where, None, f"invalid TOML: {exc}") from None
     except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
         raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
+    return _import(_Toml(doc, where), header, where, Collector(), hardware, nodes, gpus, base_dir)
+
+
+def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None = None, nodes: int | None = None,
+                               gpus: int | None = None) -> LaunchConfig:
+    """A config function of torchtitan's ``config_registry.py`` (torchtitan after #2386), read with
+    `ast` and never run (`primus.launch.torchtitan_registry`), imported as its TOML would be."""
+    where = f"{path}:{config}"
+    package, registry = read_registry(path, config, where)
+    out = Collector()
+    for item in registry.unresolved:
+        out.note(f"not read (not a literal): {item}")
+    t = _Toml(registry.doc, where)
+    t.chunked_loss = registry.chunked_loss
+    if registry.chunked_loss:
+        out.note("ChunkedLossWrapper: the loss runs chunk by chunk over the sequence and never holds the whole "
+                 "[tokens, vocab] logits; modelled as a fused cross-entropy (no eager fp32 logits)")
+    out.note(f"config {config} of {package}'s config registry, read statically (torchtitan after #2386, "
+             "pytorch/torchtitan 9810191)")
+    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent)
+
+
+def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardware: str | None, nodes: int | None,
+            gpus: int | None, base_dir: Path | None) -> LaunchConfig:
+    for note in t.renamed:
+        out.note(note)
     if "job.description" in t.flat:
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
-    slugs = FLAVORS.get((name, flavor))
-    if slugs is None:
-        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
-        raise InputError(where, "model.flavor", f"{name} {flavor} is not a flavor primus maps to a model ({known})")
-    named = header.get("model")
-    slug = named if isinstance(named, str) and named in slugs else slugs[0]
-    model = catalog_spec(slug)
+    slug, model = _model(name, flavor, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
     job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
@@ -131,13 +177,38 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
     for key, value in t.flat.items():
         if key not in t.used:
             out.skip(f"{key} = {json.dumps(value)}")
-    out.note(f"model {slug} from torchtitan flavor {name} {flavor}")
+    out.note(f"model {slug if isinstance(slug, str) else slug['name']} from torchtitan flavor {name} {flavor}")
     return finish("torchtitan", TORCHTITAN_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _model(name: str, flavor: str, header: dict[str, Any], where: str, out: Collector) -> tuple[Any, ModelSpec]:
+    """The job's model for a flavor: a catalog model from the table, else the flavor's own arguments
+    read from the torchtitan checkout the file lives in (`primus.launch.torchtitan_flavors`)."""
+    if name in NOT_LANGUAGE:
+        raise InputError(where, "model.name", f"not supported: {NOT_LANGUAGE[name]}; primus models decoder LLMs")
+    slugs = FLAVORS.get((name, flavor))
+    if slugs is not None:
+        named = header.get("model")
+        slug = named if isinstance(named, str) and named in slugs else slugs[0]
+        return slug, catalog_spec(slug)
+    package = package_dir(Path(where), name) if where else None
+    if package is None or name not in FAMILIES:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
+        raise InputError(where, "model.flavor", f"{name} {flavor} is not a flavor primus maps to a model ({known}); "
+                         f"inside a torchtitan checkout the flavors of {', '.join(FAMILIES)} are read from the code")
+    cls, args = read_flavor(package, flavor, where)
+    spec = build_model(spec_fields(name, args, where), where)
+    ref, how = model_reference(spec, name=f"{name}-{flavor}")
+    out.note(f"flavor {flavor} read from {package / '__init__.py'} ({cls}, statically); {how}")
+    return ref, spec
 
 
 def _loss_compiled(t: _Toml) -> bool:
     """torchtitan compiles the loss when compile is on and "loss" is among `compile.components` (the
-    default); v0.1's `training.compile` compiled model and loss alike."""
+    default); v0.1's `training.compile` compiled model and loss alike. A chunked loss never holds the
+    whole logits either."""
+    if t.chunked_loss:
+        return True
     enabled = t.get("compile.enable")
     if enabled is None:
         enabled = t.get("training.compile", False)
@@ -186,6 +257,12 @@ def _parallel(t: _Toml, world: int, num_layers: int, is_moe: bool, where: str,
     local = t.int("training.local_batch_size", 8, where)
     vp, mbs = 1, local
     if pp > 1:
+        if OLD_MICROBATCHES in t.flat and "parallelism.pipeline_parallel_microbatch_size" not in t.flat:
+            count = t.int(OLD_MICROBATCHES, 1, where)
+            if local % count:
+                raise InputError(where, OLD_MICROBATCHES, f"{count} microbatches do not divide the batch {local}")
+            t.flat["parallelism.pipeline_parallel_microbatch_size"] = local // count
+            out.note(f"{OLD_MICROBATCHES} = {count}: microbatch size {local // count}")
         mbs = t.int("parallelism.pipeline_parallel_microbatch_size", 1, where)
         if local % mbs:
             raise InputError(where, "parallelism.pipeline_parallel_microbatch_size", f"does not divide {local}")
@@ -315,10 +392,24 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
              f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
              f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "
              f"{min(job.num_gpus, job.cluster.gpus_per_node)} -m torchtitan.train --job.config_file <this file>",
+             *_head_lines(name, flavor, tables, layout.mbs, spec.seq_len),
              *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+
+
+def _head_lines(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> list[str]:
+    """This file loads in torchtitan up to v0.2.2; after #2386 (9810191) torchtitan has no TOML configs:
+    the same run is the package's registry config with command-line overrides (the token budget is the
+    micro-batch in tokens, torchtitan/config/configs.py)."""
+    config = f"{name}_{flavor.lower().replace('-', '_').replace('.', '_')}"
+    overrides = [f"--training.num_tokens_per_microbatch_per_dp_rank {mbs * seq}",
+                 f"--training.max_context_length {seq}"]
+    overrides += [f"--parallelism.{k} {_toml(v).strip(chr(34))}" for k, v in tables["parallelism"].items()]
+    return ["# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
+            f"#   -m torchtitan.train --module {name} --config {config} " + " ".join(overrides),
+            "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
 
 
 def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:

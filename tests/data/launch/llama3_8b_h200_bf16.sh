@@ -2,8 +2,8 @@
 # Published Megatron-LM performance recipe: Llama 3 8B, BF16, 8 x H200 (one node), with the loss and
 # iteration-time curves it produced (examples/llama/assets/train_llama3_8b_h200_bf16_*.png).
 # Source: NVIDIA/Megatron-LM examples/llama/train_llama3_8b_h200_bf16.sh at commit
-# ae711c0f5ea50a49a568184138e1cd5f049f252c
-# (https://github.com/NVIDIA/Megatron-LM/blob/ae711c0f5ea50a49a568184138e1cd5f049f252c/examples/llama/train_llama3_8b_h200_bf16.sh).
+# 0c0185b16dc7e98c9f2adfbf476fd52f58894644
+# (https://github.com/NVIDIA/Megatron-LM/blob/0c0185b16dc7e98c9f2adfbf476fd52f58894644/examples/llama/train_llama3_8b_h200_bf16.sh).
 # The script builds its command from bash arrays; this is the command it runs with its defaults
 # (real-data branch, GPUS_PER_NODE=8, NUM_NODES=1), arrays expanded in the script's order, the
 # commented-out options and inline comments dropped; site paths are shortened to $-placeholders.

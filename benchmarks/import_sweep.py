@@ -1,0 +1,173 @@
+"""Import every launch file the frameworks publish, as a new user would, and tabulate the outcome.
+
+    python benchmarks/import_sweep.py --megatron PATH/Megatron-LM --primus PATH/Primus \\
+        --torchtitan PATH/torchtitan [--details out.csv]
+
+Each path is a checkout (a plain directory tree). The files swept (issue 21's table):
+
+- Megatron-LM ``examples/{gpt3,gptoss,llama,megatron_fsdp,mixtral}/*.sh`` (launch scripts) and
+  ``examples/post_training/modelopt/conf/*/*.sh`` (model definitions);
+- Primus ``examples/megatron/configs/{MI300X,MI325X,MI355X}/*.yaml`` (experiments; the model files
+  are read from the same checkout);
+- torchtitan ``torchtitan/models/*/train_configs/*.toml`` (TOML releases), and with ``--torchtitan-head``
+  every config function of ``torchtitan/models/*/config_registry.py`` (torchtitan after #2386).
+
+``--hardware`` is taken from the folder name (MI300X → mi300x, ...; h100-80gb otherwise) and
+``--nodes 1`` is given whenever the file does not state its size. A row is imported (a job, or a
+model for a definition file), refused as "not supported" (exit 2, a hybrid or non-decoder model), or
+failed (any other refusal, with its reason). Nothing here is timed; the outcome does not depend on
+the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from primus.errors import InputError
+from primus.launch import LaunchConfig, import_launch
+from primus.specs.params import count_params
+
+HARDWARE = {"MI300X": "mi300x", "MI325X": "mi325x", "MI355X": "mi355x"}
+DEFAULT_HARDWARE = "h100-80gb"
+GPUS_PER_NODE = 8  # every accelerator in HARDWARE and DEFAULT_HARDWARE has 8 per node
+MEGATRON_GLOBS = ("examples/gpt3/*.sh", "examples/gptoss/*train*.sh", "examples/llama/*.sh",
+                  "examples/megatron_fsdp/train_*.sh", "examples/mixtral/*.sh",
+                  "examples/post_training/modelopt/conf/*/*.sh")
+PRIMUS_GLOBS = tuple(f"examples/megatron/configs/{gpu}/*.yaml" for gpu in HARDWARE)
+TORCHTITAN_GLOBS = ("torchtitan/models/*/train_configs/*.toml", "torchtitan/models/*/*/train_configs/*.toml")
+
+
+@dataclass(frozen=True)
+class Row:
+    corpus: str
+    path: str
+    outcome: str  # imported | model | not supported | failed
+    model: str
+    params: int | None
+    detail: str
+
+
+def _hardware(path: Path) -> str:
+    return next((hw for folder, hw in HARDWARE.items() if folder in path.parts), DEFAULT_HARDWARE)
+
+
+def _import_sized(kind: str, path: Path, kwargs: dict[str, Any]) -> LaunchConfig:
+    """Import with the file's own world size; one node when it states none; the fewest nodes that hold
+    its layout when that is larger (a script's NUM_NODES=1 placeholder)."""
+    nodes: int | None = None
+    for _ in range(3):
+        try:
+            return import_launch(kind, path, hardware=_hardware(path), nodes=nodes, **kwargs)
+        except InputError as exc:
+            found = re.search(r"= (\d+) does not divide", exc.reason)
+            if "world size" in exc.reason:
+                nodes = 1
+            elif found is not None:
+                nodes = -(-int(found.group(1)) // GPUS_PER_NODE)
+            else:
+                raise
+    return import_launch(kind, path, hardware=_hardware(path), nodes=nodes, **kwargs)
+
+
+def _one(corpus: str, kind: str, path: Path, root: Path) -> Row:
+    rel = str(path.relative_to(root))
+    kwargs = {"primus_root": root} if kind == "primus" else {}
+    try:
+        config = _import_sized(kind, path, kwargs)
+    except InputError as exc:
+        outcome = "not supported" if "not supported" in exc.reason else "failed"
+        return Row(corpus, rel, outcome, "", None, f"{exc.field}: {exc.reason}" if exc.field else exc.reason)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], rel)
+    ref = config.job["model"]
+    name = ref if isinstance(ref, str) else f"{ref.get('name', '?')} (like {ref['base']})"
+    return Row(corpus, rel, "model" if config.model_only else "imported", name, count_params(model).total, "")
+
+
+def _registry_rows(root: Path) -> list[Row]:
+    """Every config function of torchtitan's config_registry.py files (torchtitan after #2386)."""
+    import ast
+
+    from primus.launch.torchtitan import import_torchtitan_registry
+
+    rows: list[Row] = []
+    for path in sorted(root.glob("torchtitan/models/*/config_registry.py")):
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")):
+            rel = f"{path.relative_to(root)}:{fn.name}"
+            try:
+                try:
+                    config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE, nodes=1)
+                except InputError as exc:  # a config for fewer GPUs than a node: its own size
+                    found = re.search(r"= (\d+) but the job has", exc.reason)
+                    if found is None:
+                        raise
+                    config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE,
+                                                        gpus=int(found.group(1)))
+            except InputError as exc:
+                outcome = "not supported" if "not supported" in exc.reason else "failed"
+                rows.append(Row("torchtitan HEAD", rel, outcome, "", None, f"{exc.field}: {exc.reason}"))
+                continue
+            from primus.catalog.models import resolve_model
+
+            ref = config.job["model"]
+            name = ref if isinstance(ref, str) else f"{ref.get('name', '?')} (like {ref['base']})"
+            total = count_params(resolve_model(ref, rel)).total
+            rows.append(Row("torchtitan HEAD", rel, "imported", name, total, ""))
+    return rows
+
+
+def sweep(megatron: Path | None, primus: Path | None, torchtitan: Path | None,
+          torchtitan_head: Path | None = None) -> list[Row]:
+    rows: list[Row] = []
+    for corpus, kind, root, globs in (("Megatron-LM", "megatron", megatron, MEGATRON_GLOBS),
+                                      ("Primus", "primus", primus, PRIMUS_GLOBS),
+                                      ("torchtitan", "torchtitan", torchtitan, TORCHTITAN_GLOBS)):
+        if root is None:
+            continue
+        for pattern in globs:
+            for path in sorted(root.glob(pattern)):
+                rows.append(_one(corpus, kind, path, root))
+    if torchtitan_head is not None:
+        rows += _registry_rows(torchtitan_head)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megatron", type=Path)
+    parser.add_argument("--primus", type=Path)
+    parser.add_argument("--torchtitan", type=Path, help="a torchtitan checkout with TOML configs (v0.1 to v0.2.2)")
+    parser.add_argument("--torchtitan-head", type=Path, help="a torchtitan checkout with config_registry.py files")
+    parser.add_argument("--details", type=Path, help="write every row here (CSV)")
+    args = parser.parse_args(argv)
+    rows = sweep(args.megatron, args.primus, args.torchtitan, args.torchtitan_head)
+    counts = Counter((r.corpus, r.outcome) for r in rows)
+    print("| corpus | files | imported | model only | not supported | failed |")
+    print("|---|---|---|---|---|---|")
+    for corpus in dict.fromkeys(r.corpus for r in rows):
+        total = sum(v for (c, _), v in counts.items() if c == corpus)
+        print(f"| {corpus} | {total} | {counts[(corpus, 'imported')]} | {counts[(corpus, 'model')]} | "
+              f"{counts[(corpus, 'not supported')]} | {counts[(corpus, 'failed')]} |")
+    reasons = Counter((r.corpus, r.detail[:110]) for r in rows if r.outcome == "failed")
+    for (corpus, reason), n in reasons.most_common():
+        print(f"  {corpus}: {n} x {reason}")
+    if args.details:
+        with args.details.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["corpus", "path", "outcome", "model", "params", "detail"])
+            for r in rows:
+                writer.writerow([r.corpus, r.path, r.outcome, r.model, r.params or "", r.detail])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The environment a Megatron-LM launch needs, as named data with its source.
+
+Megatron-LM's ``validate_args`` (megatron/training/arguments.py, NVIDIA/Megatron-LM d98e8a6, 2026)
+asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP or CP > 1 on a device before Blackwell (Hopper,
+Ampere, and AMD's CDNA 3 report a compute capability below 10) without FSDP or the MoE all-to-all
+overlap, and asserts that it is *not* 1 with torch FSDP2 or Megatron FSDP. The export writes the
+setting the launch needs. These facts belong to the framework stack; they live here, as data, until
+the stack definitions (``stacks/``) hold them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+#: Environment variables the export writes, read back on import as understood (they change no bytes).
+LAUNCH_ENV: Final = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
+SOURCE: Final = "megatron/training/arguments.py validate_args, NVIDIA/Megatron-LM d98e8a6"
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """One environment variable for the launch: its value (None = must be unset) and why."""
+
+    name: str
+    value: str | None
+    why: str
+
+
+def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool) -> tuple[EnvSetting, ...]:
+    """What Megatron-LM's argument validation requires of CUDA_DEVICE_MAX_CONNECTIONS for a layout."""
+    if fsdp:
+        return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", None,
+                           f"FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset ({SOURCE})"),)
+    if (tp > 1 or cp > 1) and not moe_a2a_overlap:
+        return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                           f"TP or CP > 1 before Blackwell requires CUDA_DEVICE_MAX_CONNECTIONS=1 ({SOURCE})"),)
+    return ()
+
+
+def shell_lines(settings: tuple[EnvSetting, ...]) -> list[str]:
+    """The settings as bash lines, each after a comment with its reason."""
+    lines: list[str] = []
+    for s in settings:
+        lines.append(f"# {s.why}")
+        lines.append(f"export {s.name}={s.value}" if s.value is not None else f"unset {s.name}")
+    return lines

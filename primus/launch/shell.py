@@ -1,0 +1,528 @@
+"""Read a bash launch script the way bash would expand it, without running anything.
+
+Megatron-LM's own ``examples/`` scripts build the command line from variables and bash arrays
+(``MODEL_ARGS=( --num-layers 32 ... )``, ``TRAINING_ARGS+=("${DDP_ARGS[@]}")``), defaults
+(``${MASTER_PORT:-29500}``), arithmetic (``WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))``), quoted
+multi-line strings (``MODEL_ARGS=" \\ --num-layers 36 \\ ..."``) and line continuations, with
+``if [[ "$DTYPE" == "fp8" ]]`` blocks that add arguments. This module reads such a file statically:
+
+- statements are split as bash splits them (quotes and array parentheses span lines, ``\\``-newline
+  joins lines, ``#`` starts a comment at a word start, ``;`` separates);
+- words are expanded as bash expands them: ``$NAME``, ``${NAME}``, ``${NAME:-default}`` (also ``-``,
+  ``:=``, ``=``), positional ``$1``/``${1:-default}``, ``${ARR[@]}``/``${ARR[*]}``, ``$((arith))``
+  (integers, ``+ - * / %``, parentheses; evaluated by a bounded parser), with word splitting of
+  unquoted expansions and quoted ``"${ARR[@]}"`` keeping one word per element;
+- ``if``/``elif``/``else`` tests made of ``[ ]``/``[[ ]]`` string and integer comparisons, ``-z``/``-n``,
+  ``!``, ``&&`` and ``||`` are evaluated; a test it cannot decide (a file test) takes the first branch,
+  with a note naming its line;
+- loops, ``case`` blocks and function bodies are not entered (noted);
+- nothing is executed: a command substitution ``$(...)`` or a backtick is left as written and reported
+  as unresolved with its line; variables the file never sets stay as written (``$DATA_PATH``), except
+  in a test, where an unset variable is empty, as in a fresh shell.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass, field
+
+from primus.errors import InputError
+from primus.launch.shell_conditions import condition
+
+Value = str | list[str]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+#: Blocks that are never entered, and the word that closes each.
+_OPEN_BLOCK = {"while": "done", "for": "done", "until": "done", "case": "esac", "select": "done"}
+#: A bound on arithmetic results, so a hostile `$((...))` cannot build a huge integer (bash is 64-bit).
+_MAX_ARITH = 2**63
+
+
+@dataclass(frozen=True)
+class Command:
+    """A simple command after expansion: its first line in the file and its words."""
+
+    line: int
+    words: tuple[str, ...]
+    prefix: tuple[str, ...] = ()  # NAME=value words before the command (its environment)
+
+
+@dataclass
+class Script:
+    """What a script defines and runs: variables (strings or arrays) in definition order, the
+    exported ones, the commands, notes on how the file was read, and unresolved substitutions."""
+
+    variables: dict[str, Value] = field(default_factory=dict)
+    defined_at: dict[str, int] = field(default_factory=dict)
+    exported: list[tuple[str, str]] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+# ---- statements -----------------------------------------------------------------------------------
+
+
+def statements(text: str, where: str) -> list[tuple[int, str]]:
+    """Split the file into statements (line of their start, text), as bash does: quotes and ``( )``
+    span lines, ``\\``-newline joins, comments are cut, ``;`` and newlines end a statement."""
+    out: list[tuple[int, str]] = []
+    buf: list[str] = []
+    quote, depth, line, start = "", 0, 1, 1
+    i, n = 0, len(text)
+
+    def flush() -> None:
+        body = "".join(buf).strip()
+        if body:
+            out.append((start, body))
+        buf.clear()
+
+    while i < n:
+        c = text[i]
+        if quote == "'":
+            buf.append(c)
+            quote = "" if c == "'" else quote
+        elif c == "\\" and i + 1 < n:
+            if text[i + 1] == "\n":  # continuation: removed, inside double quotes too
+                line += 1
+                i += 2
+                continue
+            buf.append(text[i:i + 2])
+            i += 2
+            continue
+        elif quote == '"':
+            buf.append(c)
+            if c == '"':
+                quote = ""
+        elif c in "'\"":
+            quote = c
+            buf.append(c)
+        elif c == "#" and (not buf or buf[-1][-1:].isspace() or buf[-1][-1:] in "(;"):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif c == "(":
+            depth += 1
+            buf.append(c)
+        elif c == ")":
+            depth = max(0, depth - 1)
+            buf.append(c)
+        elif c == ";" and depth == 0:
+            if i + 1 < n and text[i + 1] == ";":  # ';;' ends a case item
+                buf.append(";;")
+                i += 2
+                continue
+            flush()
+            start = line
+        elif c == "\n" and depth == 0:
+            heredoc = _HEREDOC.search("".join(buf))
+            flush()
+            if heredoc is not None:  # the document's lines are data, not statements: skip to its end
+                end_word = heredoc.group(2)
+                while i + 1 < n:
+                    nl = text.find("\n", i + 1)
+                    body = text[i + 1: n if nl < 0 else nl]
+                    line += 1
+                    i = n - 1 if nl < 0 else nl
+                    if body.strip() == end_word:
+                        break
+            start = line + 1
+        else:
+            buf.append(c)
+        if c == "\n":
+            line += 1
+            if not "".join(buf).strip():
+                start = line
+        i += 1
+    if quote:
+        raise InputError(where, f"line {start}", f"unterminated {quote} quote")
+    flush()
+    return out
+
+
+# ---- expansion ------------------------------------------------------------------------------------
+
+
+class Expander:
+    """Expands words against the variables read so far; records substitutions it will not run."""
+
+    def __init__(self, script: Script, where: str) -> None:
+        self.script, self.where = script, where
+        self.line = 0
+        self.in_test = False
+
+    def unresolved(self, text: str) -> None:
+        self.script.unresolved.append(f"line {self.line}: {text} is not run (read, never executed)")
+
+    def words(self, text: str) -> list[str]:
+        """Split and expand a statement's text into words."""
+        words: list[str] = []
+        cur: list[str] = []
+        have = False
+        i, n = 0, len(text)
+        while i < n:
+            c = text[i]
+            if c.isspace():
+                if have:
+                    words.append("".join(cur))
+                cur, have = [], False
+                i += 1
+            elif c == "'":
+                end = text.find("'", i + 1)
+                end = n if end < 0 else end
+                cur.append(text[i + 1:end])
+                have, i = True, end + 1
+            elif c == '"':
+                i, pieces = self._double(text, i + 1)
+                if len(pieces) == 1:
+                    cur.append(pieces[0])
+                    have = True
+                else:  # "${ARR[@]}": one word per element
+                    cur.append(pieces[0])
+                    words.append("".join(cur))
+                    words.extend(pieces[1:-1])
+                    cur, have = [pieces[-1]], True
+            elif c == "\\" and i + 1 < n:
+                cur.append(text[i + 1])
+                have, i = True, i + 2
+            elif c == "$" or c == "`":
+                i, value = self._dollar(text, i)
+                flat = " ".join(value) if isinstance(value, list) else value
+                if flat[:1].isspace() and have:
+                    words.append("".join(cur))
+                    cur, have = [], False
+                for k, part in enumerate(flat.split()):
+                    if k:
+                        words.append("".join(cur))
+                        cur = []
+                    cur.append(part)
+                    have = True
+                if flat[-1:].isspace() and have:
+                    words.append("".join(cur))
+                    cur, have = [], False
+            else:
+                cur.append(c)
+                have, i = True, i + 1
+        if have:
+            words.append("".join(cur))
+        return words
+
+    def _double(self, text: str, i: int) -> tuple[int, list[str]]:
+        """The inside of a double-quoted string from i; returns the index after the closing quote and
+        the pieces (more than one only for ``"${ARR[@]}"``)."""
+        pieces = [""]
+        n = len(text)
+        while i < n and text[i] != '"':
+            c = text[i]
+            if c == "\\" and i + 1 < n and text[i + 1] in '$`"\\':
+                pieces[-1] += text[i + 1]
+                i += 2
+            elif c in "$`":
+                i, value = self._dollar(text, i)
+                if isinstance(value, list):
+                    if not value:
+                        continue
+                    pieces[-1] += value[0]
+                    pieces.extend(value[1:])
+                else:
+                    pieces[-1] += value
+            else:
+                pieces[-1] += c
+                i += 1
+        return i + 1, pieces
+
+    def _dollar(self, text: str, i: int) -> tuple[int, Value]:
+        """Expand the ``$...`` (or backtick) at i; returns the index after it and the value (a list
+        for an array expanded with [@] or [*])."""
+        n = len(text)
+        if text[i] == "`":
+            end = text.find("`", i + 1)
+            end = n - 1 if end < 0 else end
+            raw = text[i:end + 1]
+            self.unresolved(raw)
+            return end + 1, raw
+        if text.startswith("$((", i):
+            end = _matching(text, i + 1)
+            inner = text[i + 3:end - 1]
+            raw = text[i:end + 1]
+            return end + 1, self._arith(inner, raw)
+        if text.startswith("$(", i):
+            end = _matching(text, i + 1)
+            raw = text[i:end + 1]
+            self.unresolved(raw)
+            return end + 1, raw
+        if text.startswith("${", i):
+            end = text.find("}", i)
+            if end < 0:
+                raise InputError(self.where, f"line {self.line}", "unterminated ${")
+            return end + 1, self._braced(text[i + 2:end], text[i:end + 1])
+        match = _NAME.match(text, i + 1) or re.compile(r"[0-9#?@*$!-]").match(text, i + 1)
+        if not match:
+            return i + 1, "$"
+        name = match.group()
+        return match.end(), self._lookup(name, "$" + name)
+
+    def _lookup(self, name: str, raw: str) -> Value:
+        value = self.script.variables.get(name)
+        if value is None:
+            return "" if self.in_test else raw
+        return value
+
+    def _braced(self, body: str, raw: str) -> Value:
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(\[([@*]|\d+)\])?(?:(:?[-=+])(.*))?", body, re.S)
+        if not match:  # ${#ARR[@]}, ${X/a/b}, ...: not expanded
+            self.unresolved(raw)
+            return raw
+        name, index, op, word = match.group(1), match.group(3), match.group(4), match.group(5)
+        value = self.script.variables.get(name)
+        if index is not None:
+            if value is None:
+                value = None
+            elif index in "@*":
+                value = value if isinstance(value, list) else [value]
+            else:
+                items = value if isinstance(value, list) else [value]
+                value = items[int(index)] if int(index) < len(items) else ""
+        elif isinstance(value, list):
+            value = value[0] if value else ""
+        empty = value is None or (op is not None and op.startswith(":") and value in ("", []))
+        if op is None:
+            if value is None:
+                return "" if self.in_test else raw
+            return value
+        if op.endswith("+"):
+            return "" if empty else " ".join(self.words(word or ""))
+        if empty:
+            default = self._inner(word or "")
+            if op.endswith("="):
+                self.script.variables[name] = default
+            return default
+        assert value is not None
+        return value
+
+    def _inner(self, word: str) -> str:
+        """A default word (``${X:-"a b"}``): quotes removed, expansions done, no splitting."""
+        return " ".join(self.words(word)) if word.strip() else ""
+
+    def _arith(self, inner: str, raw: str) -> str:
+        expanded = " ".join(self.words(inner.replace("(", " ( ").replace(")", " ) ")))
+        expanded = _NAME.sub(lambda m: _num(self.script.variables.get(m.group())), expanded)
+        try:
+            value = _eval_arith(ast.parse(expanded, mode="eval").body)
+        except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+            self.unresolved(raw)
+            return raw
+        return str(value)
+
+
+def _num(value: Value | None) -> str:
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    value = (value or "0").strip()
+    return value if re.fullmatch(r"-?\d+", value) else "None"
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod}
+
+
+def _eval_arith(node: ast.AST, depth: int = 0) -> int:
+    """Bash integer arithmetic on a parsed expression: integer constants, + - * / %, unary minus."""
+    if depth > 50:
+        raise ValueError("too deep")
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _eval_arith(node.operand, depth + 1)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        left, right = _eval_arith(node.left, depth + 1), _eval_arith(node.right, depth + 1)
+        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            quotient = abs(left) // abs(right)  # bash truncates toward zero
+            result = quotient if (left >= 0) == (right >= 0) else -quotient
+        elif type(node.op) in _OPS:
+            result = _OPS[type(node.op)](left, right)
+        else:
+            raise ValueError("operator")
+        if abs(result) > _MAX_ARITH:
+            raise ValueError("too large")
+        return int(result)
+    raise ValueError("not integer arithmetic")
+
+
+def _matching(text: str, i: int) -> int:
+    """Index of the ')' closing the '(' at i."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "(":
+            depth += 1
+        elif text[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+    return len(text) - 1
+
+
+# ---- the reader -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Frame:
+    active: bool  # this branch runs
+    taken: bool  # some branch of this if already ran (or is running)
+    parent: bool  # the enclosing code runs
+
+
+def read_script(text: str, where: str) -> Script:
+    """Read a bash script statically (see the module docstring)."""
+    script = Script()
+    ex = Expander(script, where)
+    frames: list[_Frame] = []
+    skip_until: list[str] = []
+    skipped_blocks: list[str] = []
+    queue = list(statements(text, where))
+    while queue:
+        line, stmt = queue.pop(0)
+        ex.line = line
+        head = stmt.split(None, 1)[0]
+        if head in ("then", "else", "do") and stmt != head:  # `then X=1` on one line: two statements
+            queue[:0] = [(line, head), (line, stmt[len(head):].strip())]
+            continue
+        if skip_until:
+            if head in _OPEN_BLOCK or (re.match(r"^(function\s+\w+|\w+\s*\(\s*\))", stmt) and "{" in stmt):
+                skip_until.append(_OPEN_BLOCK.get(head, "}"))
+            elif head == skip_until[-1] or (stmt.rstrip().endswith(skip_until[-1]) and skip_until[-1] == "}"):
+                skip_until.pop()
+            continue
+        running = not frames or frames[-1].active
+        if head in _OPEN_BLOCK:
+            if not stmt.rstrip().endswith(_OPEN_BLOCK[head]):
+                skip_until.append(_OPEN_BLOCK[head])
+            skipped_blocks.append(f"{head} on line {line}")
+            continue
+        if re.match(r"^(function\s+\w+|\w+\s*\(\s*\))", stmt):
+            if not stmt.rstrip().endswith("}"):
+                skip_until.append("}")
+            skipped_blocks.append(f"function on line {line}")
+            continue
+        if head in ("if", "elif"):
+            rest = stmt.split(None, 1)[1] if " " in stmt else ""
+            rest = re.sub(r"\bthen\s*$", "", rest).strip()
+            if head == "if":
+                parent = running
+                frames.append(_Frame(False, False, parent))
+            frame = frames[-1] if frames else None
+            if frame is None:
+                raise InputError(where, f"line {line}", "elif without if")
+            if not frame.parent or frame.taken:
+                frame.active = False
+                continue
+            ex.in_test = True
+            value = condition(ex.words(rest))
+            ex.in_test = False
+            if value is None:
+                script.notes.append(f"line {line}: the test `{rest}` cannot be decided without running it; "
+                                    "its first branch is read")
+                value = True
+            frame.active = value
+            frame.taken = value
+            continue
+        if head == "then" and frames:
+            continue
+        if head == "else":
+            if not frames:
+                raise InputError(where, f"line {line}", "else without if")
+            frame = frames[-1]
+            frame.active = frame.parent and not frame.taken
+            frame.taken = True
+            continue
+        if head == "fi":
+            if not frames:
+                raise InputError(where, f"line {line}", "fi without if")
+            frames.pop()
+            continue
+        if not running:
+            continue
+        _statement(stmt, line, script, ex)
+    if skipped_blocks:
+        script.notes.append("not entered (read, never run): " + ", ".join(skipped_blocks))
+    return script
+
+
+def _statement(stmt: str, line: int, script: Script, ex: Expander) -> None:
+    exported = stmt.startswith("export ")
+    body = stmt[len("export "):].lstrip() if exported else stmt
+    array = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)\)\s*$", body, re.S)
+    if array:
+        name, append, inner = array.groups()
+        items = ex.words(inner)
+        old = script.variables.get(name)
+        base = (old if isinstance(old, list) else ([old] if old else [])) if append else []
+        script.variables[name] = base + items
+        script.defined_at.setdefault(name, line)
+        return
+    words_text = body
+    assign = _ASSIGN.match(words_text.split(None, 1)[0]) if words_text else None
+    if assign and _only_assignments(words_text):
+        for word in _raw_words(words_text):
+            match = _ASSIGN.match(word)
+            assert match is not None
+            name, append, raw_value = match.groups()
+            value = " ".join(ex.words(raw_value)) if raw_value else ""  # no splitting in an assignment
+            old = script.variables.get(name)
+            if append and isinstance(old, list):
+                script.variables[name] = [*old, value]
+            else:
+                script.variables[name] = (str(old or "") + value) if append else value
+            script.defined_at.setdefault(name, line)
+            if exported:
+                script.exported.append((name, value))
+        return
+    if exported:
+        return  # `export NAME` of an existing variable
+    words = ex.words(body)
+    prefix: list[str] = []
+    while words and _ASSIGN.match(words[0]):
+        prefix.append(words.pop(0))
+    if words:
+        script.commands.append(Command(line, tuple(words), tuple(prefix)))
+
+
+def _raw_words(text: str) -> list[str]:
+    """Words of an assignment statement before expansion (quotes kept), split at unquoted blanks."""
+    out: list[str] = []
+    cur, quote, i = "", "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            cur += c
+            if c == "\\" and quote == '"' and i + 1 < len(text):
+                cur += text[i + 1]
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote, cur = c, cur + c
+        elif c == "\\" and i + 1 < len(text):
+            cur += text[i:i + 2]
+            i += 1
+        elif c.isspace():
+            if cur:
+                out.append(cur)
+            cur = ""
+        elif c == "$" and text.startswith("$(", i):
+            end = _matching(text, i + 1)
+            cur += text[i:end + 1]
+            i = end
+        else:
+            cur += c
+        i += 1
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _only_assignments(text: str) -> bool:
+    return all(_ASSIGN.match(w) for w in _raw_words(text))

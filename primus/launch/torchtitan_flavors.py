@@ -1,0 +1,225 @@
+"""torchtitan model flavors read from the checkout a TOML lives in, statically (Python's `ast`).
+
+A torchtitan TOML names a model by ``model.name`` and ``model.flavor``; the flavor's architecture is a
+``ModelArgs(...)`` call in a dict of the model package's ``__init__.py`` (``llama3_args = {"8B":
+TransformerModelArgs(dim=4096, ...)}``, ``qwen3_args = {...}``; pytorch/torchtitan v0.2.2), with the
+dataclass defaults in ``model/args.py``. When a TOML sits inside such a checkout
+(``torchtitan/models/<name>/train_configs/``), the flavor is read from those files, never imported or
+run: only literal keyword values count, and anything else is reported. Families read: ``llama3``
+(the SwiGLU width rule of ``FeedForward``: 2/3 of 4 x dim, times ``ffn_dim_multiplier``, rounded up to
+``multiple_of``), ``qwen3`` (dense, and MoE with ``moe_args``) and ``deepseek_v3`` (MLA, dense layers
+first, shared experts). ``flux`` is not a language model.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any, Final
+
+from primus.errors import InputError
+from primus.yamlio import read_text
+
+NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)",
+                        "qwen3_5": "hybrid (Gated DeltaNet linear-attention layers)"}
+FAMILIES: Final = ("llama3", "qwen3", "deepseek_v3")
+
+
+def package_dir(toml: Path, name: str) -> Path | None:
+    """The model package of a TOML under torchtitan/models/<name>/train_configs/, if that is where it is."""
+    for parent in toml.resolve().parents:
+        candidate = parent if parent.name == name else parent / name
+        if (candidate / "__init__.py").is_file() and candidate.parent.name == "models":
+            return candidate
+    return None
+
+
+def parse_python(path: Path) -> ast.Module:
+    """A Python file's syntax tree (never executed); a file that does not parse is one InputError line."""
+    try:
+        return ast.parse(read_text(path), str(path))
+    except (SyntaxError, ValueError) as exc:
+        raise InputError(str(path), None, f"not Python that parses ({exc.__class__.__name__}: {exc})") from None
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _call_kwargs(call: ast.Call, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise InputError(where, "flavor", "a **kwargs in the flavor's arguments is not read statically")
+        if isinstance(kw.value, ast.Call):
+            out[kw.arg] = _call_kwargs(kw.value, where)
+        else:
+            value = _literal(kw.value)
+            if value is None and not (isinstance(kw.value, ast.Constant) and kw.value.value is None):
+                out[kw.arg] = ("unresolved", ast.unparse(kw.value))
+            else:
+                out[kw.arg] = value
+    return out
+
+
+def _class_defaults(tree: ast.Module, cls: str) -> dict[str, Any]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            out: dict[str, Any] = {}
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    value = _literal(item.value)
+                    if value is not None:
+                        out[item.target.id] = value
+            return out
+    return {}
+
+
+def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, Any]]:
+    """(the ModelArgs class name, its keyword values over the class defaults) of a flavor."""
+    tree = parse_python(package / "__init__.py")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Call):
+                    cls = ast.unparse(value.func).split(".")[-1]
+                    args = _call_kwargs(value, where)
+                    defaults: dict[str, Any] = {}
+                    args_file = package / "model" / "args.py"
+                    if args_file.is_file():
+                        defaults = _class_defaults(parse_python(args_file), cls)
+                    merged = {**defaults, **args}
+                    moe_file = package.parent / "moe" / "moe.py"
+                    if isinstance(merged.get("moe_args"), dict) and moe_file.is_file():
+                        moe_defaults = _class_defaults(parse_python(moe_file), "MoEArgs")
+                        merged["moe_args"] = {**moe_defaults, **merged["moe_args"]}
+                    return cls, merged
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Name):
+                    return value.id, _built_flavor(tree, value.id, package.name, where)
+    raise InputError(where, "model.flavor", f"{flavor!r} is not a flavor of {package / '__init__.py'}")
+
+
+#: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
+LAYER_BUILDERS: Final = {"llama3": ("_build_llama3_layers",),
+                          "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers"),
+                          "deepseek_v3": ("_build_dsv3_layers",)}
+#: `_build_dsv3_layers` keywords and the v0.2 DeepSeekV3ModelArgs field each one was.
+_DSV3: Final = {"n_dense_layers": "n_dense_layers", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
+                "v_head_dim": "v_head_dim", "dense_hidden_dim": "inter_dim", "moe_hidden_dim": "moe_inter_dim"}
+
+
+def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> dict[str, Any]:
+    """A flavor that torchtitan after #2386 builds in a function (``llama3_configs = {"8B": _8b}``, the
+    function returning ``Llama3Model.Config(dim=..., layers=_build_llama3_layers(n_layers=..., hidden_dim=
+    compute_ffn_hidden_dim(dim, multiple_of=1024, ffn_dim_multiplier=1.3), rope=...))``), read with the
+    registry reader into the keyword arguments the v0.2 ``ModelArgs`` had."""
+    from primus.launch.torchtitan_registry import Call, _Reader
+
+    model = _Reader(tree, where).run(function)
+    layers = model.kwargs.get("layers") if isinstance(model, Call) else None
+    builders = LAYER_BUILDERS.get(package, ())
+    if not isinstance(model, Call) or not isinstance(layers, Call) or layers.name not in builders:
+        built = layers.name if isinstance(layers, Call) else "?"
+        known = ", ".join(f"{k} ({', '.join(v)})" for k, v in LAYER_BUILDERS.items())
+        raise InputError(where, "model.flavor", f"{function}() builds its layers with {built}: flavors built by "
+                         f"functions are read for {known}")
+    kw = layers.kwargs
+    tied = model.kwargs.get("enable_weight_tying", "lm_head" not in model.kwargs)
+    args: dict[str, Any] = {"dim": model.kwargs.get("dim"), "vocab_size": model.kwargs.get("vocab_size"),
+                            "n_layers": kw.get("n_layers"), "n_heads": kw.get("n_heads"),
+                            "n_kv_heads": kw.get("n_kv_heads"), "enable_weight_tying": tied}
+    hidden = kw.get("hidden_dim")
+    if isinstance(hidden, Call) and hidden.name == "compute_ffn_hidden_dim":
+        args["multiple_of"] = hidden.kwargs.get("multiple_of", 1)  # the function's default
+        args["ffn_dim_multiplier"] = hidden.kwargs.get("ffn_dim_multiplier")
+    elif isinstance(hidden, int):
+        args["hidden_dim"] = hidden
+    if isinstance(kw.get("head_dim"), int):
+        args["head_dim"] = kw["head_dim"]
+    if layers.name == "_build_dsv3_layers":
+        args.update({field: kw.get(key) for key, field in _DSV3.items()})
+        args["moe_args"] = {"num_experts": kw.get("num_experts"), "top_k": kw.get("router_top_k"),
+                            "num_shared_experts": kw.get("num_shared_experts", 0)}
+    if layers.name == "_build_qwen3_moe_layers":  # every layer MoE, softmax top-k, no shared expert
+        args.update(moe_enabled=True, moe_inter_dim=kw.get("moe_hidden_dim"), hidden_dim=kw.get("moe_hidden_dim"),
+                    moe_args={"num_experts": kw.get("num_experts"), "top_k": kw.get("top_k"),
+                              "num_shared_experts": 0})
+    rope = kw.get("rope")
+    if isinstance(rope, Call):
+        args["max_seq_len"] = rope.kwargs.get("max_context_length")
+    missing = [k for k in ("dim", "vocab_size", "n_layers", "n_heads") if not isinstance(args[k], int)]
+    if missing:
+        raise InputError(where, "model.flavor", f"{function}: cannot read {', '.join(missing)} statically")
+    return args
+
+
+def spec_fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields (Megatron names) of a flavor's arguments; one InputError line when one is missing."""
+    try:
+        return _fields(name, args, where)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(where, "model.flavor", f"{name}: the flavor's arguments lack {exc}") from None
+
+
+def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
+    unresolved = [f"{k} = {v[1]}" for k, v in args.items() if isinstance(v, tuple) and v[:1] == ("unresolved",)]
+    if unresolved:
+        raise InputError(where, "model.flavor", f"cannot read statically: {', '.join(unresolved)}")
+    dim, heads = int(args["dim"]), int(args["n_heads"])
+    fields: dict[str, Any] = {
+        "num_layers": int(args["n_layers"]), "hidden_size": dim, "num_attention_heads": heads,
+        "num_query_groups": args.get("n_kv_heads") or heads, "vocab_size": int(args["vocab_size"]),
+        "position_embedding_type": "rope", "normalization": "RMSNorm", "swiglu": True, "add_bias_linear": False,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "untie_embeddings_and_output_weights": not args.get("enable_weight_tying", False),
+        "max_position_embeddings": args.get("max_seq_len"),
+    }
+    if name == "llama3" and isinstance(args.get("hidden_dim"), int):
+        fields.update(ffn_hidden_size=int(args["hidden_dim"]), kv_channels=dim // heads)
+        return fields
+    if name == "llama3":
+        hidden = int(2 * 4 * dim / 3)
+        if args.get("ffn_dim_multiplier") is not None:
+            hidden = int(float(args["ffn_dim_multiplier"]) * hidden)
+        multiple = int(args.get("multiple_of", 256))
+        fields["ffn_hidden_size"] = multiple * ((hidden + multiple - 1) // multiple)
+        fields["kv_channels"] = dim // heads
+        return fields
+    if name == "qwen3":
+        fields.update(kv_channels=int(args["head_dim"]), qk_layernorm=bool(args.get("qk_norm", True)),
+                      ffn_hidden_size=int(args["hidden_dim"]))
+        if args.get("moe_enabled"):
+            moe = args.get("moe_args") or {}
+            fields.update(num_experts=int(moe["num_experts"]), moe_router_topk=int(moe.get("top_k", 1)),
+                          moe_ffn_hidden_size=int(args["moe_inter_dim"]))
+            if moe.get("num_shared_experts"):
+                fields["moe_shared_expert_intermediate_size"] = int(moe["num_shared_experts"]) * int(
+                    args["moe_inter_dim"])
+        return fields
+    if name == "deepseek_v3":
+        return _deepseek(fields, args)
+    raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
+
+
+def _deepseek(fields: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeekV3ModelArgs: MLA (``q_lora_rank`` 0 = a plain query projection), ``n_dense_layers``
+    dense layers first, then MoE layers with ``num_shared_experts`` shared experts of the expert width.
+    The q/kv latent norms are built as Megatron's qk_layernorm builds them with MLA."""
+    moe = args.get("moe_args") or {}
+    n_layers, dense = int(args["n_layers"]), int(args.get("n_dense_layers", 0))
+    moe_width = int(args["moe_inter_dim"])
+    fields.update(multi_latent_attention=True, kv_channels=None, num_query_groups=None, qk_layernorm=True,
+                  q_lora_rank=int(args["q_lora_rank"]) or None, kv_lora_rank=int(args["kv_lora_rank"]),
+                  qk_head_dim=int(args["qk_nope_head_dim"]), qk_pos_emb_head_dim=int(args["qk_rope_head_dim"]),
+                  v_head_dim=int(args["v_head_dim"]), ffn_hidden_size=int(args["inter_dim"]),
+                  num_experts=int(moe["num_experts"]), moe_router_topk=int(moe.get("top_k", 1)),
+                  moe_ffn_hidden_size=moe_width, moe_layer_freq=[0] * dense + [1] * (n_layers - dense))
+    shared = int(moe.get("num_shared_experts", 0))
+    if shared:
+        fields["moe_shared_expert_intermediate_size"] = shared * moe_width
+    return fields

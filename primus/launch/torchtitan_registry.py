@@ -1,0 +1,197 @@
+"""torchtitan's Python configs (``torchtitan/models/<pkg>/config_registry.py``), read with `ast`.
+
+Since pytorch/torchtitan #2386 (9810191, 2026) a training config is a function returning
+``Trainer.Config(...)``, chosen with ``--module <pkg> --config <function>``; the TOML files are gone.
+This module reads such a function statically — it never imports or runs the file — and turns it into
+the same keys a v0.2 TOML holds, so `primus.launch.torchtitan` reads both alike:
+
+- the function's ``return Trainer.Config(...)`` (or ``config = other_function()`` in the same file,
+  followed by ``config.section.key = value`` changes), local names bound to calls, and literal values;
+- ``model_registry("8B", converters=[Float8LinearConverter.Config(...)])``: the flavor of the package
+  (``llama3``), and fp8 / mxfp8 converters;
+- ``TrainingConfig(num_tokens_per_microbatch_per_dp_rank=8 * 8192, max_context_length=8192)``: the
+  micro-batch (tokens ÷ context length) and the sequence length (torchtitan/config/configs.py);
+  ``num_tokens_per_train_step`` the global batch in tokens;
+- ``ParallelismConfig``, ``CompileConfig`` as their TOML sections; ``FullAC`` / ``SelectiveAC`` (the
+  default) / ``MemoryBudgetAC`` as ``activation_checkpoint.mode``; ``ChunkedLossWrapper`` as a chunked
+  loss, which never holds the whole [tokens, vocab] logits.
+
+Anything else it meets (a call it does not know, a non-literal value) is reported, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from primus.errors import InputError
+
+#: Config classes whose keyword arguments are a TOML section of the same name.
+SECTIONS: Final = {"TrainingConfig": "training", "ParallelismConfig": "parallelism", "CompileConfig": "compile"}
+AC_MODES: Final = {"FullAC": "full", "SelectiveAC": "selective", "MemoryBudgetAC": "memory_budget"}
+CONVERTERS: Final = {"Float8LinearConverter": "quantize.linear.float8", "MXFP8LinearConverter": "quantize.linear.mx"}
+MAX_DEPTH: Final = 8  # config functions calling config functions; torchtitan's go 2 deep (a loop guard)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A constructor call as written: its name (last dotted part, ``Config`` dropped) and arguments."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class Registry:
+    """The TOML-shaped keys of one config function, and what could not be read."""
+
+    doc: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unresolved: list[str] = field(default_factory=list)
+    chunked_loss: bool = False
+
+
+class _Reader:
+    def __init__(self, tree: ast.Module, where: str) -> None:
+        self.where = where
+        self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.unresolved: list[str] = []
+
+    def value(self, node: ast.AST, scope: dict[str, Any], depth: int) -> Any:
+        if isinstance(node, ast.Name) and node.id in scope:
+            return scope[node.id]
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            parts = [p for p in func.split(".") if p != "Config"]
+            name = parts[-1] if parts else func
+            if name in self.functions and not node.args and not node.keywords:
+                return self.run(name, depth + 1)
+            return Call(name, tuple(self.value(a, scope, depth) for a in node.args),
+                        {k.arg or "**": self.value(k.value, scope, depth) for k in node.keywords})
+        if isinstance(node, ast.List):
+            return [self.value(e, scope, depth) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.FloorDiv)):
+            left, right = self.value(node.left, scope, depth), self.value(node.right, scope, depth)
+            if isinstance(left, int) and isinstance(right, int):
+                ops = {ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}
+                return ops[type(node.op)] if type(node.op) in ops else left // right
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            return Unresolved(ast.unparse(node))
+
+    def run(self, name: str, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise InputError(self.where, name, "the config functions call each other too deeply")
+        fn = self.functions.get(name)
+        if fn is None:
+            known = ", ".join(n for n in self.functions if not n.startswith("_"))
+            raise InputError(self.where, "--config", f"no function {name!r} in the registry ({known})")
+        scope: dict[str, Any] = {}
+        for stmt in fn.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+                value = self.value(stmt.value, scope, depth)
+                if isinstance(target, ast.Name):
+                    scope[target.id] = value
+                elif isinstance(target, ast.Attribute):
+                    self._set(target, value, scope)
+            elif isinstance(stmt, ast.Return) and stmt.value is not None:
+                return self.value(stmt.value, scope, depth)
+        raise InputError(self.where, name, "the function returns no config")
+
+    def _set(self, target: ast.Attribute, value: Any, scope: dict[str, Any]) -> None:
+        path: list[str] = []
+        node: ast.AST = target
+        while isinstance(node, ast.Attribute):
+            path.insert(0, node.attr)
+            node = node.value
+        base = scope.get(node.id) if isinstance(node, ast.Name) else None
+        if not isinstance(base, Call):
+            self.unresolved.append(ast.unparse(target))
+            return
+        obj: Call = base
+        for part in path[:-1]:
+            child = obj.kwargs.get(part)
+            if not isinstance(child, Call):
+                child = Call(part, (), {})
+                obj.kwargs[part] = child
+            obj = child
+        obj.kwargs[path[-1]] = value
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    text: str
+
+
+def read_registry(path: Path, config: str, where: str) -> tuple[str, Registry]:
+    """(the model package, the TOML-shaped keys) of `config` in the registry file at `path`."""
+    from primus.launch.torchtitan_flavors import parse_python
+
+    tree = parse_python(path)
+    reader = _Reader(tree, where)
+    trainer = reader.run(config)
+    if not isinstance(trainer, Call):
+        raise InputError(where, config, "does not return a Trainer.Config(...) call")
+    out = Registry()
+    package = path.resolve().parent.name
+    model = trainer.kwargs.get("model_spec")
+    if not (isinstance(model, Call) and model.name == "model_registry" and model.args
+            and isinstance(model.args[0], str)):
+        raise InputError(where, f"{config}.model_spec", "is not model_registry(\"FLAVOR\", ...) of the package")
+    out.doc["model"] = {"name": package, "flavor": model.args[0]}
+    for key, value in model.kwargs.items():
+        if key not in ("converters", "attn_backend", "tp_gemm_backend"):
+            out.unresolved.append(f"model_registry {key}={getattr(value, 'text', value)} (not read)")
+    converters = model.kwargs.get("converters") or []
+    for conv in converters if isinstance(converters, list) else []:
+        kind = CONVERTERS.get(conv.name) if isinstance(conv, Call) else None
+        if kind is None:
+            out.unresolved.append(f"model converter {getattr(conv, 'name', conv)}")
+        else:
+            out.doc["model"].setdefault("converters", []).append(kind)
+    for value in trainer.kwargs.values():
+        if isinstance(value, Call) and value.name in SECTIONS:
+            out.doc[SECTIONS[value.name]] = {k: v for k, v in value.kwargs.items() if not isinstance(v, Call)}
+    moved = out.doc.get("compile", {}).pop("enable_async_tensor_parallel", None)
+    if moved is not None:  # after #2386 async TP is a compile option; the TOML had it under [parallelism]
+        out.doc.setdefault("parallelism", {})["enable_async_tensor_parallel"] = moved
+    ac = trainer.kwargs.get("activation_checkpoint")
+    mode = "selective" if ac is None else AC_MODES.get(ac.name) if isinstance(ac, Call) else None
+    if mode is None:
+        out.unresolved.append(f"activation_checkpoint {getattr(ac, 'name', ac)}")
+    else:
+        out.doc["activation_checkpoint"] = {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective"
+                                                             else {})}
+    loss = trainer.kwargs.get("loss")
+    out.chunked_loss = isinstance(loss, Call) and loss.name == "ChunkedLossWrapper"
+    for section, values in out.doc.items():
+        for key, value in list(values.items()):
+            if isinstance(value, Unresolved) or (isinstance(value, list) and any(isinstance(v, Unresolved)
+                                                                                 for v in value)):
+                text = value.text if isinstance(value, Unresolved) else repr(value)
+                out.unresolved.append(f"{section}.{key} = {text[:80]}")
+                del values[key]
+    _tokens(out, where)
+    out.unresolved.extend(reader.unresolved)
+    return package, out
+
+
+def _tokens(out: Registry, where: str) -> None:
+    """The token budget as the TOML's batch: micro-batch = tokens per microbatch ÷ context length."""
+    training = out.doc.setdefault("training", {})
+    context = training.pop("max_context_length", 2048)  # TrainingConfig's default
+    per_micro = training.pop("num_tokens_per_microbatch_per_dp_rank", 16384)
+    per_step = training.pop("num_tokens_per_train_step", -1)
+    if not isinstance(context, int) or not isinstance(per_micro, int) or per_micro % context:
+        raise InputError(where, "training.num_tokens_per_microbatch_per_dp_rank",
+                         f"{per_micro} is not a whole number of {context}-token sequences")
+    training["seq_len"] = context
+    training["local_batch_size"] = per_micro // context
+    if isinstance(per_step, int) and per_step > 0:
+        if per_step % context:
+            raise InputError(where, "training.num_tokens_per_train_step", f"is not a multiple of {context}")
+        training["global_batch_size"] = per_step // context

@@ -1,0 +1,182 @@
+"""Issue 18 item 2 and issue 21 items 1, 6: launch files in the structure the frameworks publish import
+with the values their framework would read, and an imported model is named as what it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus.errors import InputError
+from primus.job import load_job
+from primus.launch import export_job, import_launch, load_launch_job
+from primus.launch.arch import differences
+from primus.launch.torchtitan import import_torchtitan_registry
+from primus.solver.api import Question
+from primus.solver.fit import fit
+from primus.specs.params import count_params
+
+DATA = Path(__file__).resolve().parent / "data"
+TT_2025_02 = DATA / "launch" / "torchtitan" / "llama3_8b_2025_02.toml"
+QWEN2_7B = DATA / "hf" / "qwen2-Qwen2-7B" / "Qwen2-7B.json"
+
+
+def test_torchtitan_early_2025_batch_size_and_degrees_are_read() -> None:
+    # torchtitan 57387af: `training.batch_size` (default 8) is the per-rank batch; read as local_batch_size
+    # it is 1, not the default 8 that made llama3_8b.toml "DOES NOT FIT" (issue 18).
+    job, config = load_launch_job("torchtitan", TT_2025_02, hardware="h100-80gb", nodes=1)
+    assert (job.spec.parallel.mbs, job.spec.global_batch_size, job.spec.parallel.dp) == (1, 8, 8)
+    assert any("training.batch_size read as training.local_batch_size" in n for n in config.notes)
+    assert any("training.tensor_parallel_degree read as parallelism" in n for n in config.notes)
+    assert fit(Question(job)).fits
+
+
+def _qwen2_job(tmp_path: Path) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": str(QWEN2_7B), "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64,
+        "parallel": {"tp": 2, "pp": 1, "cp": 1, "dp": 4, "mbs": 1, "sp": True, "recompute": "selective",
+                     "sharding": "dist_opt"}}))
+    return path
+
+
+def test_a_model_file_exported_and_imported_keeps_its_name(tmp_path: Path) -> None:
+    # Issue 18: a Qwen2 7B exported and imported again came back as {base: llama3.1-405b, ...} and printed
+    # as "llama3.1-405b on 8 x h100-80gb". The base is now the nearest in size, and the name travels.
+    job = load_job(_qwen2_job(tmp_path))
+    for kind in ("megatron", "primus"):
+        out = tmp_path / f"exported.{kind}"
+        out.write_text(export_job(job, kind).text)
+        back, config = load_launch_job(kind, out)
+        assert back.model.name == "Qwen2-7B"
+        assert config.job["model"]["base"] == "llama3.1-8b"
+        assert differences(back.model, job.model) == []
+
+
+def test_quick_geglu_is_a_gated_ffn(tmp_path: Path) -> None:
+    # Megatron-LM examples/gptoss/02_train.sh passes --quick-geglu (gated, like SwiGLU) and --window-size 127,0
+    # for gpt-oss's 128-token sliding window.
+    text = ("--num-layers 36 --hidden-size 2880 --num-attention-heads 64 --group-query-attention "
+            "--num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --quick-geglu --softmax-type learnable "
+            "--window-size 127,0 --window-attn-skip-freq 2 --num-experts 128 --moe-router-topk 4 "
+            "--moe-ffn-hidden-size 2880 --untie-embeddings-and-output-weights --normalization RMSNorm "
+            "--position-embedding-type rope --add-qkv-bias --vocab-size 201088 --attention-dropout 0.0 "
+            "--hidden-dropout 0.0 --bf16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64")
+    path = tmp_path / "gptoss.sh"
+    path.write_text(text)
+    config = import_launch("megatron", path, hardware="h100-80gb", nodes=8)
+    model = config.job["model"]
+    assert isinstance(model, dict) and "swiglu" not in model and "window_size" not in model
+    assert any("--quick-geglu" in n for n in config.notes)
+
+
+TT_CHECKOUT = DATA / "launch" / "torchtitan_checkout" / "torchtitan" / "models"
+
+
+def test_torchtitan_flavor_outside_the_table_is_read_from_the_checkout() -> None:
+    # Qwen3 1.7B: 28 layers, dim 2048, 16 heads / 8 KV heads of 128, FFN 6144, tied embeddings, QK-norm:
+    # 1,720,574,976 parameters (Hugging Face Qwen/Qwen3-1.7B, 1.7B; 1.4B without embeddings)
+    job, config = load_launch_job("torchtitan", TT_CHECKOUT / "qwen3" / "train_configs" / "qwen3_1.7b.toml",
+                                  hardware="h100-80gb", nodes=1)
+    assert job.model.name == "qwen3-1.7B"
+    assert count_params(job.model).total == 1_720_574_976
+    assert any("read from" in n and "statically" in n for n in config.notes)
+
+
+def test_a_torchtitan_image_model_is_not_supported() -> None:
+    with pytest.raises(InputError, match="not supported: diffusion"):
+        import_launch("torchtitan", TT_CHECKOUT / "flux" / "train_configs" / "flux_dev_model.toml",
+                      hardware="h100-80gb", nodes=1)
+
+
+REGISTRY = DATA / "launch" / "torchtitan_registry" / "torchtitan" / "models" / "llama3" / "config_registry.py"
+
+
+def test_torchtitan_config_registry_function_is_read_statically() -> None:
+    # torchtitan after #2386: a Trainer.Config function; 2 x 8192 tokens per microbatch at context 8192 is MBS 2
+    config = import_torchtitan_registry(REGISTRY, "llama3_70b", hardware="h100-80gb", nodes=8)
+    job = config.job
+    assert job["model"] == "llama3.1-70b" and (job["seq_len"], job["global_batch_size"]) == (8192, 16)
+    par = job["parallel"]
+    assert (par["tp"], par["dp"], par["mbs"], par["recompute"], par["sharding"]) == (8, 8, 2, "full", "fsdp")
+    assert "kernels" not in job  # ChunkedLossWrapper: never the whole fp32 logits, not an eager loss
+    assert any("ChunkedLossWrapper" in n for n in config.notes)
+
+
+def test_a_registry_function_that_modifies_its_base_is_followed() -> None:
+    config = import_torchtitan_registry(REGISTRY, "llama3_70b_fp8", hardware="h100-80gb", nodes=8)
+    job = config.job
+    assert (job["precision"], job["fp8_recipe"]) == ("fp8", "tensorwise")  # Float8LinearConverter
+    assert job["parallel"]["cp"] == 2 and job["seq_len"] == 16384  # config.x.y = ... after the base
+    assert job["parallel"]["mbs"] == 1  # 16384 tokens per microbatch over a 16384-token context
+    with pytest.raises(InputError, match="no function 'llama3_8b'"):
+        import_torchtitan_registry(REGISTRY, "llama3_8b", hardware="h100-80gb", nodes=8)
+
+
+def test_import_command_takes_a_config_registry() -> None:
+    from click.testing import CliRunner
+
+    from primus.cli.launch_cmds import import_cmd
+
+    ok = CliRunner().invoke(import_cmd, ["--from", "torchtitan", "--config-registry", str(REGISTRY), "--config",
+                                         "llama3_70b", "--hardware", "h100-80gb", "--nodes", "8"])
+    assert ok.exit_code == 0 and "model: llama3.1-70b" in ok.output
+    neither = CliRunner().invoke(import_cmd, ["--from", "torchtitan", "--hardware", "h100-80gb"])
+    assert neither.exit_code == 2 and "exactly one" in neither.output
+
+
+def test_torchtitan_deepseek_16b_flavor_is_read_with_mla_and_shared_experts() -> None:
+    # torchtitan's DeepSeek-V3 "16B" has DeepSeek-V2-Lite's shape: 15,706,484,224 parameters, the same count
+    # primus gives Megatron-LM's own DeepSeek-V2-Lite model definition (Hugging Face lists 15.7B)
+    job, _ = load_launch_job("torchtitan", TT_CHECKOUT / "deepseek_v3" / "train_configs" / "deepseek_v3_16b.toml",
+                             hardware="h100-80gb", nodes=1)
+    assert job.model.multi_latent_attention and job.model.q_lora_rank is None
+    assert (job.model.num_moe_layers, job.model.num_dense_layers) == (26, 1)
+    assert count_params(job.model).total == 15_706_484_224
+
+
+def test_a_flavor_built_by_a_function_is_read_from_the_package() -> None:
+    # torchtitan after #2386 builds flavors in functions (llama3_configs = {"1B": _1b}); Llama 3.2 1B has
+    # 1,235,814,400 parameters (Hugging Face meta-llama/Llama-3.2-1B, tied embeddings)
+    config = import_torchtitan_registry(REGISTRY, "llama3_1b", hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert model.name == "llama3-1B" and count_params(model).total == 1_235_814_400
+    assert config.job["parallel"]["mbs"] == 4
+
+
+LAUNCH = DATA / "launch"
+#: Every launch fixture written in the structure the frameworks publish, and what importing it gives:
+#: a catalog model, a derived model's name, or the refusal's words (exit 2).
+CORPUS = [
+    ("megatron", "megatron/llama3_8b_arrays_fp8.sh", "llama3-8b"),
+    ("megatron", "megatron/llama3.1_8b_model_args.sh", "llama3.1-8b"),
+    ("megatron", "megatron/hybrid_model_args.sh", "not supported: hybrid"),
+    ("megatron", "megatron/bert_arrays.sh", "not supported: BERT"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml",
+     "mixtral-8x22b"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-4node.yaml",
+     "mixtral-8x22b"),
+    ("primus", "primus_checkout/examples/megatron/configs/MI355X/zebra_hybrid_1B-pretrain.yaml",
+     "not supported: mamba"),
+    ("torchtitan", "torchtitan/llama3_8b_2025_02.toml", "llama3.1-8b"),
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/qwen3/train_configs/qwen3_1.7b.toml", "qwen3-1.7B"),
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/deepseek_v3/train_configs/deepseek_v3_16b.toml",
+     "deepseek-v2-lite"),  # the catalog model of that shape (checkpoint-exact count)
+    ("torchtitan", "torchtitan_checkout/torchtitan/models/flux/train_configs/flux_dev_model.toml",
+     "not supported: diffusion"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "expected"), CORPUS)
+def test_the_fixture_corpus_imports_as_its_framework_would(kind: str, name: str, expected: str) -> None:
+    hardware = "mi355x" if kind == "primus" else "h100-80gb"
+    if expected.startswith("not supported"):
+        with pytest.raises(InputError, match=expected):
+            import_launch(kind, LAUNCH / name, hardware=hardware, nodes=4)
+        return
+    config = import_launch(kind, LAUNCH / name, hardware=hardware, nodes=None if "arrays" in name else 4)
+    ref = config.job["model"]
+    assert (ref if isinstance(ref, str) else ref["name"]) == expected

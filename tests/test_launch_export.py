@@ -1,0 +1,109 @@
+"""Issue 21 item 5: an exported launch starts. The environment Megatron-LM's validate_args requires is
+written, only what `fit` accepts is exported, and Primus exports name Primus's own model files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from primus.cli.launch_cmds import export_cmd
+from primus.launch import axes_job, export_job
+
+AXES = {"hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64, "precision": "bf16",
+        "pp": 1, "cp": 1, "mbs": 1, "recompute": "full"}
+
+
+def _job(model: str, **axes: object):  # type: ignore[no-untyped-def]
+    return axes_job({"model": model, **AXES, **axes})
+
+
+def test_tensor_parallel_export_sets_cuda_device_max_connections() -> None:
+    # megatron/training/arguments.py (d98e8a6): TP or CP > 1 before Blackwell asserts CUDA_DEVICE_MAX_CONNECTIONS=1
+    text = export_job(_job("llama3.1-8b", tp=2, sp=True, sharding="dist_opt"), "megatron").text
+    lines = text.splitlines()
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in lines
+    assert lines.index("export CUDA_DEVICE_MAX_CONNECTIONS=1") < next(i for i, x in enumerate(lines)
+                                                                        if x.startswith("torchrun"))
+
+
+def test_fsdp_export_unsets_cuda_device_max_connections() -> None:
+    # the same file: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset
+    text = export_job(_job("llama3.1-8b", tp=2, sp=True, sharding="fsdp"), "megatron").text
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text.splitlines()
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" not in text
+
+
+def test_export_refuses_what_fit_refuses(tmp_path: Path) -> None:
+    # Llama 3.1 405B at PP 5: 126 layers (128 with the embedding and the loss) do not split into 5 stages;
+    # Megatron-LM would stop at "Number of layers should be divisible by the pipeline-model-parallel size".
+    # Exit 1 with fit's reasons, and nothing written.
+    args = ["--model", "llama3.1-405b", "--hardware", "h200", "--gpus", "320", "--seq-len", "8192",
+            "--global-batch-size", "512", "--tp", "8", "--pp", "5", "--cp", "1", "--mbs", "1", "--sp",
+            "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron", "--out", str(tmp_path / "x.sh")]
+    result = CliRunner().invoke(export_cmd, args)
+    assert result.exit_code == 1
+    assert "not exported" in result.output and "pipeline-split" in result.output
+    assert not (tmp_path / "x.sh").exists()
+
+
+def _primus_doc(model: str, **axes: object) -> dict:  # type: ignore[type-arg]
+    text = export_job(_job(model, **axes), "primus").text
+    return yaml.safe_load(text)["modules"]["pre_trainer"]
+
+
+def test_primus_exports_name_primus_model_files() -> None:
+    # AMD-AGI/Primus fd1eeab ships gpt_oss_120B.yaml (not gpt_oss_120b.yaml) and mixtral_8x22B_v0.1.yaml
+    assert _primus_doc("gpt-oss-120b", tp=1, ep=8, etp=1, sharding="dist_opt")["model"] == "gpt_oss_120B.yaml"
+    assert _primus_doc("mixtral-8x22b", tp=1, ep=8, etp=1, sharding="dist_opt")["model"] == "mixtral_8x22B_v0.1.yaml"
+
+
+def test_deepseek_v3_export_keeps_qk_layernorm() -> None:
+    # Primus's deepseek_v3_base.yaml and Megatron-LM's DeepSeek examples set qk_layernorm: with MLA it builds the
+    # q/kv latent norms DeepSeek-V3 has (and the ledger counts)
+    doc = _primus_doc("deepseek-v3", tp=1, ep=8, etp=1, sharding="dist_opt")
+    assert doc["overrides"]["qk_layernorm"] is True
+
+
+def test_primus_fsdp_export_leaves_out_param_gather_overlap() -> None:
+    job = axes_job({"model": "llama3.1-8b", **AXES, "tp": 1, "sharding": "fsdp"})
+    data = job.spec.model_dump(mode="json", exclude_none=True)
+    data["overlap"] = {"grad_reduce": True, "param_gather": True}
+    from primus.job import job_from_mapping
+
+    exported = export_job(job_from_mapping(data, "test"), "primus")
+    overrides = yaml.safe_load(exported.text)["modules"]["pre_trainer"]["overrides"]
+    assert overrides["use_torch_fsdp2"] is True and overrides["overlap_param_gather"] is False
+
+
+def test_torchtitan_export_names_its_release_and_the_registry_form() -> None:
+    # TOML configs load up to torchtitan v0.2.2; #2386 replaced them with config_registry.py functions
+    text = export_job(_job("llama3.1-70b", tp=8, sp=True, sharding="fsdp", nodes=8), "torchtitan").text
+    assert "loads in torchtitan up to v0.2.2" in text
+    assert "--module llama3 --config llama3_70b --training.num_tokens_per_microbatch_per_dp_rank 4096" in text
+
+
+def test_recompute_and_fp8_recipe_survive_a_torchtitan_round_trip(tmp_path: Path) -> None:
+    from primus.launch import import_launch
+
+    job = _job("llama3.1-8b", tp=1, sp=False, sharding="fsdp", precision="fp8", fp8_recipe="mxfp8",
+               recompute_method="block", recompute_num_layers=16)
+    path = tmp_path / "tt.toml"
+    path.write_text(export_job(job, "torchtitan").text)
+    back = import_launch("torchtitan", path).job
+    assert (back["precision"], back["fp8_recipe"]) == ("fp8", "mxfp8")
+    par = back["parallel"]
+    assert (par["recompute"], par["recompute_method"], par["recompute_num_layers"]) == ("full", "block", 16)
+
+
+def test_export_writes_the_pipeline_options_that_make_the_split_legal() -> None:
+    # 126 layers + embedding + loss = 128 = 16 chunks of 8 at PP 8 x VP 2: legal with Megatron-LM's
+    # --account-for-embedding/loss-in-pipeline-split, and the job fits on 64 nodes of H200
+    args = ["--model", "llama3.1-405b", "--hardware", "h200", "--nodes", "64", "--seq-len", "8192",
+            "--global-batch-size", "512", "--tp", "8", "--pp", "8", "--vp", "2", "--cp", "1", "--mbs", "1", "--sp",
+            "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron"]
+    result = CliRunner().invoke(export_cmd, args)
+    assert result.exit_code == 0, result.output
+    assert "--account-for-embedding-in-pipeline-split" in result.output
+    assert "--account-for-loss-in-pipeline-split" in result.output

@@ -1,0 +1,115 @@
+"""Issue 21 item 2: a Primus experiment's model file is read from the Primus checkout it lives in (with
+its `extends:` chain, and a placeholder name), falls back to the catalog with the missing file named,
+and a model that is not a transformer decoder is refused as "not supported"."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from primus.cli.launch_cmds import import_cmd
+from primus.errors import InputError
+from primus.launch import import_launch, load_launch_job
+from primus.solver.api import Question
+from primus.solver.fit import fit
+
+LAUNCH = Path(__file__).resolve().parent / "data" / "launch"
+CHECKOUT = LAUNCH / "primus_checkout"  # the layout of AMD-AGI/Primus fd1eeab, written for these tests
+MI355X = CHECKOUT / "examples" / "megatron" / "configs" / "MI355X"
+EXAMPLE = MI355X / "mixtral_8x22B_v0.1-BF16-pretrain.yaml"
+FOUR_NODE = MI355X / "mixtral_8x22B_v0.1-BF16-4node.yaml"
+
+
+def test_mixtral_8x22b_model_file_is_read_through_its_extends_chain() -> None:
+    config = import_launch("primus", EXAMPLE, hardware="mi355x", nodes=4)
+    assert config.job["model"] == "mixtral-8x22b"  # 56 x 6144, 48 heads / 8 groups, 8 experts top-2
+    chain = "mixtral_8x22B_v0.1.yaml < mixtral_base.yaml < llama_base.yaml < language_model.yaml"
+    assert any(chain in n for n in config.notes)
+    # no vocab_size anywhere: the tokenizer mistralai/Mixtral-8x22B-v0.1 gives 32000
+    assert any("vocabulary 32000 from the tokenizer of mistralai/Mixtral-8x22B-v0.1" in n for n in config.notes)
+    # recompute_num_layers 0 with the block method recomputes nothing
+    assert config.job["parallel"]["recompute"] == "none"
+
+
+def test_amd_published_4_node_mixtral_recipe_fits_at_about_238_gib() -> None:
+    # AMD-AGI/Primus docs/02-user-guide/megatron-lm-training.md: MBS 1, GBS 512, PP 4 x VP 2, EP 8, full block
+    # recompute of 1 layer, 4 nodes of MI355X; the ledger puts stage 0 at about 238 GiB (issue 18).
+    job, config = load_launch_job("primus", FOUR_NODE, hardware="mi355x", nodes=4)
+    assert any("${PRIMUS_MODEL:mixtral_8x22B_v0.1} read as its default" in n for n in config.notes)
+    assert job.model.name == "mixtral-8x22b" and job.num_gpus == 32
+    result = fit(Question(job))
+    assert result.fits and result.report is not None
+    assert 237 * 2**30 < result.report.peak_bytes < 239 * 2**30
+
+
+def test_without_a_checkout_the_catalog_stands_in_and_the_missing_file_is_named(tmp_path: Path) -> None:
+    alone = tmp_path / "exp.yaml"
+    shutil.copy(EXAMPLE, alone)
+    config = import_launch("primus", alone, hardware="mi355x", nodes=4)
+    assert config.job["model"] == "mixtral-8x22b"
+    assert any("no Primus checkout holds mixtral_8x22B_v0.1.yaml" in n and "catalog model mixtral-8x22b" in n
+               for n in config.notes)
+
+
+def test_an_unknown_model_file_is_named_not_the_vocabulary() -> None:
+    with pytest.raises(InputError, match=r"qwen2\.5_7B\.yaml is not in .*primus/configs/models/megatron") as exc:
+        import_launch("primus", MI355X / "qwen2.5_7B-BF16-pretrain.yaml", hardware="mi355x", nodes=1)
+    assert "vocab" not in exc.value.reason
+
+
+def test_a_hybrid_model_file_is_not_supported() -> None:
+    with pytest.raises(InputError, match="not supported: mamba"):
+        import_launch("primus", MI355X / "zebra_hybrid_1B-pretrain.yaml", hardware="mi355x", nodes=1)
+
+
+def test_primus_root_names_the_checkout(tmp_path: Path) -> None:
+    alone = tmp_path / "exp.yaml"
+    shutil.copy(EXAMPLE, alone)
+    result = CliRunner().invoke(import_cmd, ["--from", "primus", str(alone), "--hardware", "mi355x", "--nodes", "4",
+                                             "--primus-root", str(CHECKOUT)])
+    assert result.exit_code == 0, result.output
+    assert "read from the Primus checkout" in result.output
+    bad = CliRunner().invoke(import_cmd, ["--from", "primus", str(alone), "--hardware", "mi355x", "--nodes", "4",
+                                          "--primus-root", str(tmp_path)])
+    assert bad.exit_code == 2 and "not a Primus checkout" in bad.output
+
+
+def test_recompute_layers_beyond_a_virtual_chunk_are_what_megatron_accepts() -> None:
+    # AMD's Grok-1 YAMLs (AMD-AGI/Primus fd1eeab examples/megatron/configs/MI300X/grok1-BF16-pretrain.yaml):
+    # recompute_num_layers 8 at PP 4 x VP 4 over 64 layers (4 layers per chunk). Megatron-LM recomputes
+    # min(8, 4) layers per chunk (megatron/core/recompute.py) and bounds the setting only by the 16 layers
+    # of a pipeline rank (transformer_config.py), so the rule `recompute-layers` accepts it.
+    from primus.launch import axes_job
+
+    job = axes_job({"model": "grok-1-314b", "hardware": "mi300x", "nodes": 8, "seq_len": 8192,
+                    "global_batch_size": 128, "precision": "bf16", "tp": 1, "pp": 4, "vp": 4, "cp": 1, "ep": 8,
+                    "etp": 1, "mbs": 2, "sp": False, "recompute": "full", "recompute_method": "block",
+                    "recompute_num_layers": 8, "sharding": "dist_opt"})
+    result = fit(Question(job))
+    assert "recompute-layers" in result.satisfied_rules
+    assert "recompute-layers" not in result.violated_rules
+
+
+def test_mxfp4_recipe_is_noted_not_silently_nvfp4(tmp_path: Path) -> None:
+    fp4 = "      fp4: e2m1\n      fp4_recipe: mxfp4\n"
+    text = EXAMPLE.read_text().replace("      cross_entropy_loss_fusion: true\n",
+                                       "      cross_entropy_loss_fusion: true\n" + fp4)
+    path = tmp_path / "mxfp4.yaml"
+    path.write_text(text)
+    config = import_launch("primus", path, hardware="mi355x", nodes=4, primus_root=CHECKOUT)
+    assert config.job["precision"] == "nvfp4"
+    assert any("fp4_recipe mxfp4: modelled as nvfp4" in n for n in config.notes)
+
+
+def test_fit_from_a_primus_experiment_takes_primus_root(tmp_path: Path) -> None:
+    from primus.cli.solver_cmds import fit_cmd
+
+    alone = tmp_path / "exp.yaml"
+    shutil.copy(FOUR_NODE, alone)
+    result = CliRunner().invoke(fit_cmd, ["--from", "primus", str(alone), "--hardware", "mi355x", "--nodes", "4",
+                                          "--primus-root", str(CHECKOUT)])
+    assert result.exit_code == 0, result.output
+    assert "read from the Primus checkout" in result.output and "FITS" in result.output

@@ -1,0 +1,131 @@
+"""Issue 18 item 2 and issue 21 item 1: Megatron-LM launch scripts written the way upstream's
+`examples/` are (bash arrays, variables, defaults, arithmetic, `if` blocks, quoted multi-line strings)
+are read statically, the way bash would expand them, and never run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primus.errors import InputError
+from primus.launch import import_launch, load_launch_job
+from primus.launch.shell import read_script, statements
+
+DATA = Path(__file__).resolve().parent / "data" / "launch" / "megatron"
+ARRAYS = DATA / "llama3_8b_arrays_fp8.sh"  # the structure of Megatron-LM examples/llama (d98e8a6)
+MODEL_ARGS = DATA / "llama3.1_8b_model_args.sh"  # the structure of examples/post_training/modelopt/conf
+
+
+def test_array_script_reads_world_size_layout_and_vocab_from_arrays_and_variables() -> None:
+    config = import_launch("megatron", ARRAYS, hardware="h100-80gb")
+    job = config.job
+    assert job["nodes"] == 2  # torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES
+    par = job["parallel"]
+    # TP_SIZE=2, PP_SIZE=$((WORLD_SIZE / 8)) with WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES)) = 16
+    assert (par["tp"], par["pp"], par["dp"], par["mbs"], par["sp"]) == (2, 2, 4, 1, True)
+    assert par["sharding"] == "dist_opt"  # TRAINING_ARGS+=("${DDP_ARGS[@]}")
+    assert job["overlap"]["grad_reduce"] is True
+    assert (job["precision"], job["seq_len"], job["global_batch_size"]) == ("fp8", 8192, 128)  # the DTYPE branch
+    assert job["model"] == "llama3-8b"  # --vocab-size 128256 inside a quoted array element (the MOCK branch)
+
+
+def test_array_script_reports_what_it_did_not_run() -> None:
+    config = import_launch("megatron", ARRAYS, hardware="h100-80gb")
+    assert any(n.startswith('line 10: $(dirname "$CHECKPOINT_PATH") is not run') for n in config.notes)
+    assert any("line 78" in n and "cannot be decided" in n for n in config.notes)  # [ ! -f ... ]
+    assert "launcher prefix: uv run" in config.unmodelled
+    assert any(n.startswith("CUDA_DEVICE_MAX_CONNECTIONS=1: a launch requirement") for n in config.notes)
+    assert "--fp8-amax-history-len 1024" in config.unmodelled
+    assert "--save checkpoints/llama3_8b" in config.unmodelled  # ${1:-"checkpoints/llama3_8b"}
+
+
+def test_a_file_of_model_arguments_imports_as_a_model() -> None:
+    config = import_launch("megatron", MODEL_ARGS)  # no --hardware needed: it is a model, not a job
+    assert config.model_only and config.job == {"model": "llama3.1-8b"}
+    assert any("no launch line: the arguments of MODEL_ARGS" in n for n in config.notes)
+    with pytest.raises(InputError, match="defines a model only"):
+        load_launch_job("megatron", MODEL_ARGS, hardware="h100-80gb", nodes=1)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("hybrid_model_args.sh", "not supported: hybrid"),
+    ("bert_arrays.sh", "not supported: BERT"),
+])
+def test_what_is_not_a_decoder_training_run_says_what_it_is(name: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        import_launch("megatron", DATA / name, hardware="h100-80gb", nodes=1)
+
+
+def test_torchrun_nproc_per_node_without_nnodes_is_one_node(tmp_path: Path) -> None:
+    # torchrun's --nnodes defaults to 1 (torch/distributed/run.py)
+    text = ARRAYS.read_text().replace("    --nnodes $NUM_NODES\n", "").replace("PP_SIZE=$((WORLD_SIZE / 8))",
+                                                                          "PP_SIZE=1")
+    path = tmp_path / "one_node.sh"
+    path.write_text(text)
+    config = import_launch("megatron", path, hardware="h100-80gb")
+    assert config.job["nodes"] == 1 and config.job["parallel"]["dp"] == 4
+    assert any("without --nnodes: one node" in n for n in config.notes)
+
+
+def test_expansion_follows_bash() -> None:
+    script = read_script(
+        'A=( --x 1 "--y 2" )\nA+=(--z)\nB="${A[@]}"\nN=${UNSET:-7}\nM=$(( (N + 1) * 3 / 2 ))\n'
+        "C='$N literal'\nD=${N:+set}\nif [ \"$N\" -gt 5 ] && [[ -n $N ]]; then E=big; else E=small; fi\n"
+        "while true; do F=never; done\ncmd ${A[@]} \"${A[@]}\" `hostname`\n", "t.sh")
+    assert script.variables["A"] == ["--x", "1", "--y 2", "--z"]
+    assert (script.variables["N"], script.variables["M"], script.variables["C"]) == ("7", "12", "$N literal")
+    assert (script.variables["D"], script.variables["E"]) == ("set", "big")
+    assert "F" not in script.variables  # a loop body is never entered
+    words = script.commands[0].words
+    assert words[:6] == ("cmd", "--x", "1", "--y", "2", "--z")  # unquoted: split again
+    assert words[6:10] == ("--x", "1", "--y 2", "--z")  # quoted [@]: one word per element
+    assert script.unresolved == ["line 10: `hostname` is not run (read, never executed)"]
+
+
+def test_statements_follow_quotes_continuations_and_comments() -> None:
+    text = 'X="a \\\nb"  # note\nY=(1\n# inside\n2)\nZ=3; W=4\n'
+    assert statements(text, "t.sh") == [(1, 'X="a b"'), (3, "Y=(1\n\n2)"), (6, "Z=3"), (6, "W=4")]
+    with pytest.raises(InputError, match="unterminated"):
+        statements('X="open\n', "t.sh")
+
+
+def test_mla_with_qk_layernorm_is_the_catalog_deepseek_v3(tmp_path: Path) -> None:
+    # Megatron-LM's DeepSeek-R1 model definition (examples/post_training/modelopt/conf) passes --qk-layernorm:
+    # with MLA it builds the q/kv latent norms DeepSeek-V3 has, so it is still deepseek-v3
+    args = ("--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 "
+            "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-layernorm "
+            "--qk-pos-emb-head-dim 64 --v-head-dim 128 --num-experts 256 --moe-router-topk 8 "
+            "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-layer-freq [0]*3+[1]*58 "
+            "--mtp-num-layers 1 --max-position-embeddings 163840 --position-embedding-type rope "
+            "--normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear "
+            "--attention-dropout 0.0 --hidden-dropout 0.0 --bf16 --seq-length 4096 --micro-batch-size 1")
+    path = tmp_path / "DeepSeek-V3.sh"
+    path.write_text(f'TOKENIZER_MODEL="deepseek-ai/DeepSeek-V3"\nMODEL_ARGS=" {args} "\n')
+    config = import_launch("megatron", path)
+    assert config.job == {"model": "deepseek-v3"}
+    assert any("vocabulary 129280 from the tokenizer of deepseek-ai/DeepSeek-V3" in n for n in config.notes)
+
+
+def test_gpt2_bpe_tokenizer_gives_its_vocabulary(tmp_path: Path) -> None:
+    # GPT-2's BPE vocabulary has 50,257 tokens; Megatron pads it (to 50,304 at 128 x TP 1)
+    path = tmp_path / "gpt.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+                    "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 "
+                    "--global-batch-size 256 --bf16 --tokenizer-type GPT2BPETokenizer\n")
+    job, config = load_launch_job("megatron", path, hardware="h100-80gb")
+    assert job.model.vocab_size == 50257 and job.model.padded_vocab_size(1) == 50304
+    assert any("vocabulary 50257 from GPT-2's BPE vocabulary" in n for n in config.notes)
+
+
+def test_an_inference_script_is_not_a_training_run(tmp_path: Path) -> None:
+    path = tmp_path / "serve.sh"
+    path.write_text("torchrun --nproc-per-node 8 tools/run_text_generation_server.py --num-layers 24 "
+                    "--hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 --bf16\n")
+    with pytest.raises(InputError, match="not supported: inference"):
+        import_launch("megatron", path, hardware="h100-80gb")
+
+
+def test_a_here_document_is_data_not_statements() -> None:
+    text = "cat > cfg.txt <<'EOF'\nit's \"unbalanced\n  --num-layers 99\nEOF\nA=1\n"
+    assert statements(text, "t.sh") == [(1, "cat > cfg.txt <<'EOF'"), (5, "A=1")]
