@@ -31,7 +31,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def _one_line(value: str) -> str:
     if _CONTROL.search(value):
-        raise ValueError("must be one line of printable text (it holds a newline or another control character)")
+        raise ValueError(f"must be one line of printable text; {shown(value)} holds a newline or another control "
+                         "character")
     return value
 
 
