@@ -137,12 +137,11 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
                       max_calls=opts["llm_calls"], timeout_s=opts["llm_timeout"])
     err = stderr_console()
-    if not llm.enabled:
-        err.print("LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else "no endpoint configured "
-                                 "(--llm-base-url or OPENAI_BASE_URL)"))
+    off = [] if llm.enabled else ["LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else
+                                                 "no endpoint configured (--llm-base-url or OPENAI_BASE_URL)")]
     settings = TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=workers or default_workers())
     answer = run_tune(job, read_text(path), target, settings, options=opts,
-                      resume_state=state if resume_dir is not None else None, say=err.print)
+                      resume_state=state if resume_dir is not None else None, say=err.print, notes=off)
     if fmt == "json":
         emit_json(answer.to_json())
     else:

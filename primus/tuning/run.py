@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,15 +58,19 @@ class TuneAnswer:
 
 
 def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, options: dict[str, Any],
-             resume_state: dict[str, Any] | None = None, say: Callable[[str], None] = lambda m: None) -> TuneAnswer:
+             resume_state: dict[str, Any] | None = None, say: Callable[[str], None] = lambda m: None,
+             notes: Sequence[str] = ()) -> TuneAnswer:
     """Tune `job` into the run directory `target` (claimed first: new, empty, or a run directory of
     tune's own). `options` are recorded in the checkpoint for `--resume` (rules are read from them);
-    `resume_state` is an interrupted run's checkpoint state to continue."""
+    `resume_state` is an interrupted run's checkpoint state to continue; `notes` are said once the
+    directory is claimed (a refusal is then the only line)."""
     resuming = resume_state is not None
     if not resuming:
         claimable(partial_dir(target.resolve()), "checkpoint", "checkpoint of --out",
                   "tune keeps its checkpoint there: move it away or choose another --out")
     claimable(target.resolve(), "run", "--resume" if resuming else "--out")  # before any work
+    for note in notes:
+        say(note)
     rules: dict[str, Any] = {"rule_texts": list(options.get("rule_texts", [])),
                              "rule_files": list(options.get("rule_files", [])),
                              "without": list(options.get("without", []))}
