@@ -24,11 +24,13 @@ from primus.memory.evaluate import MemoryModel, MemoryReport
 from primus.parallel import Layout
 from primus.solver.api import Question
 from primus.solver.core import (
+    broken_definitions,
     certify,
     closest_request_row,
     explain_structural,
     minimal_core,
     nearest_groups,
+    pins_core,
     violations,
 )
 from primus.solver.space import divisors
@@ -37,6 +39,7 @@ MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
 #: next): a search budget that keeps a refusal well under a second, not a modelling constant.
 SCORED_GROUPS = 4 * MAX_ALTERNATIVES
+#: Whole nodes tried above the job's size before `fit` says nothing fits (a search budget).
 MIN_NODES_SCAN = 256
 #: Projected tokens/s/GPU of a legal layout, given its peak bytes (the ranking key for completions).
 Speed = Callable[[Layout, int], float]
@@ -59,10 +62,18 @@ class FitResult:
     satisfied_rules: tuple[str, ...] = ()
     violated_rules: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
-    min_nodes: int | None = None
+    min_gpus: int | None = None  # the fewest GPUs at which some layout fits, when none does here
     min_nodes_note: str | None = None
+    gpus_per_node: int = 8
     completed_axes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: rule id -> the arithmetic behind a broken definition in the core (pinned TP8 × PP4 × DP4 = 128 ≠ 16)
+    core_details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def min_nodes(self) -> int | None:
+        """Nodes the smallest fitting size occupies (a sub-node size occupies one)."""
+        return None if self.min_gpus is None else -(-self.min_gpus // self.gpus_per_node)
 
     def to_json(self, capacity: int) -> dict[str, Any]:
         doc: dict[str, Any] = {"fits": self.fits}
@@ -78,12 +89,15 @@ class FitResult:
             for s in r.stages] if r else []
         doc["satisfied_rules"] = list(self.satisfied_rules)
         doc["violated_rules"] = list(self.violated_rules)
+        if self.core_details:
+            doc["core_details"] = dict(self.core_details)
         doc["alternatives"] = [
             {"parallel": a.layout.as_parallel(), "peak_bytes": a.peak_bytes, "headroom_bytes": a.headroom_bytes,
              "changed": list(a.changed),
              **({"tokens_per_s_per_gpu": a.tokens_per_s_per_gpu} if a.tokens_per_s_per_gpu is not None else {})}
             for a in self.alternatives]
-        if self.min_nodes is not None or self.min_nodes_note:
+        if self.min_gpus is not None or self.min_nodes_note:
+            doc["min_gpus"] = self.min_gpus
             doc["min_nodes"] = self.min_nodes
             if self.min_nodes_note:
                 doc["min_nodes_note"] = self.min_nodes_note
@@ -115,7 +129,13 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
         proof = mm.evaluate(best.layout, strict=False)
         return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free)
     v = violations(question)
-    core = explain_structural(v, minimal_core(v))
+    details: dict[str, str] = {}
+    contradiction = pins_core(v)
+    if contradiction:  # the pins contradict a definition before any rule or byte is read
+        details = broken_definitions(question, contradiction)
+        core = (*details, *contradiction)
+    else:
+        core = explain_structural(v, minimal_core(v))
     notes: list[str] = []
     if certify_core and core:
         certified = certify(question, tuple(n for n in core if n.startswith("pin:") or n in v.names))
@@ -131,12 +151,13 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     if speed is not None:  # fewest pins changed first, then fastest
         alternatives = tuple(sorted(alternatives, key=lambda a: (len(a.changed), -(a.tokens_per_s_per_gpu or 0.0)))
                              [:MAX_ALTERNATIVES])
-    min_nodes: int | None = None
+    min_gpus: int | None = None
     note: str | None = None
     if not alternatives:
-        min_nodes, note = smallest_nodes(question)
-    return FitResult(False, request, report, violated_rules=core, alternatives=alternatives, completed_axes=free,
-                     min_nodes=min_nodes, min_nodes_note=note, notes=tuple(notes))
+        min_gpus, note = smallest_size(question)
+    return FitResult(False, request, report, violated_rules=core, gpus_per_node=job.cluster.gpus_per_node,
+                     alternatives=alternatives, completed_axes=free,
+                     min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details)
 
 
 def _alternative(v: Any, rows: list[int], changed: tuple[str, ...], capacity: int,
@@ -152,21 +173,32 @@ def _alternative(v: Any, rows: list[int], changed: tuple[str, ...], capacity: in
     return Alternative(v.cands.layout(best), peak, capacity - peak, changed, tokens)
 
 
-def smallest_nodes(question: Question) -> tuple[int | None, str | None]:
-    """The fewest nodes (same convergence settings, pins released) at which some layout fits."""
+def smallest_size(question: Question) -> tuple[int | None, str | None]:
+    """The fewest GPUs (same convergence settings, pins released) at which some layout fits: a job
+    smaller than a node tries the sub-node sizes that divide a node first (1, 2, 4 of 8), then whole
+    nodes. Returns the GPU count; `nodes_text` says it in nodes and GPUs."""
     from primus.job import Job
 
     job = question.job
     gpn = job.cluster.gpus_per_node
-    start = job.num_nodes
-    for nodes in range(start + 1, start + MIN_NODES_SCAN + 1):
-        world = nodes * gpn
+    sizes = [g for g in divisors(gpn) if g > job.num_gpus]
+    sizes += [n * gpn for n in range(job.num_nodes + 1, job.num_nodes + MIN_NODES_SCAN + 1)]
+    for world in sizes:
         if not any(job.spec.global_batch_size % d == 0 for d in divisors(world)):
             continue
-        spec = job.spec.model_copy(update={"nodes": nodes, "gpus": None})
+        spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
         trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
         trial = Question(trial_job, pins={})
         trial.ruleset = question.ruleset  # same rules
         if trial.count() > 0:
-            return nodes, None
-    return None, f"no layout fits on up to {start + MIN_NODES_SCAN} nodes"
+            return world, None
+    return None, f"no layout fits on up to {job.num_nodes + MIN_NODES_SCAN} nodes ({sizes[-1]:,} GPUs)"
+
+
+def nodes_text(gpus: int, gpus_per_node: int) -> str:
+    """A size in GPUs and in nodes: '16 GPUs (2 nodes of 8)', '2 GPUs (part of 1 node of 8)'."""
+    nodes = -(-gpus // gpus_per_node)
+    noun = "GPU" if gpus == 1 else "GPUs"
+    if gpus % gpus_per_node:
+        return f"{gpus:,} {noun} (part of 1 node of {gpus_per_node})"
+    return f"{gpus:,} {noun} ({nodes:,} node{'s' if nodes > 1 else ''} of {gpus_per_node})"
