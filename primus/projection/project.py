@@ -99,6 +99,7 @@ class Projector:
             fsdp_overlap=float(ov.fsdp_prefetch.value),
             moe_host=float(self.profile.host.moe_layer_us.value) * 1e-6,
             interference=float(ov.interference.value),
+            launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
         )
         self.op_sac = spec.framework == "torchtitan"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
@@ -219,7 +220,8 @@ class Projector:
             grad_overlap=float(ov.grad_reduce.value) if job.spec.overlap.grad_reduce else None,
             param_overlap=float(ov.param_gather.value)
             if job.spec.overlap.param_gather and layout.sharding in ("dist_opt", "zero2") else None,
-            low_width=self.low_width, interference=float(ov.interference.value))
+            low_width=self.low_width, interference=float(ov.interference.value),
+            step_host=float(self.profile.host.step_us.value) * 1e-6)
         tails: list[RankTail] = []
         for r in range(pp):
             bwd_w = sum(chunks[c].bwd_compute for c in on_rank[r])
