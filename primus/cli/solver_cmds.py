@@ -116,7 +116,7 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
     q = Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
-    result = fit(q, speed=speed_of(job))  # the projection oracle ranks the suggested completions
+    result = fit(q, speed=speed_of(job), speed_for=speed_of)  # the projection oracle ranks the completions
     if fmt == "json":
         emit_json(result.to_json(q.space.reserves.capacity_bytes))
     else:
