@@ -111,6 +111,20 @@ def test_the_fix_exported_to_megatron_carries_the_pipeline_layout(run_cli, deeps
     assert "--pipeline-model-parallel-size 8" in out  # VP 4 follows from the layout's 32 chunks
 
 
+def test_126_layers_over_pp16_are_fixed_first_by_counting_the_embedding_and_the_loss():
+    # Llama 3.1 405B's 126 layers + embedding + loss = 128 = 16 x 8 (Megatron-Bridge's default split)
+    job = job_from_mapping({"model": "llama3.1-405b", "hardware": "h100-80gb", "gpus": 1024, "seq_len": 8192,
+                            "global_batch_size": 512, "parallel": {"tp": 8, "pp": 16}}, "job.yaml")
+    result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
+    first = result.alternatives[0]
+    assert first.options == {"pipeline.account_for_embedding_in_pipeline_split": True,
+                             "pipeline.account_for_loss_in_pipeline_split": True}
+    assert (first.layout.tp, first.layout.pp) == (8, 16)
+    kept = [a for a in result.alternatives if a.keeps_pins]
+    speeds = [a.tokens_per_s_per_gpu for a in kept]
+    assert len(kept) >= 2 and speeds == sorted(speeds, reverse=True)
+
+
 def test_fit_json_lists_options_for_every_alternative(run_cli, write_job):
     job = {"model": "llama3.1-70b", "hardware": "h100-80gb", "nodes": 4, "seq_len": 8192, "global_batch_size": 128,
            "parallel": {"tp": 1, "pp": 1, "sp": False, "mbs": 1, "recompute": "selective", "sharding": "dist_opt"}}

@@ -181,9 +181,10 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
 
 
 def _rank(a: Alternative) -> tuple[int, int, float]:
-    """Fixes that keep every pin first (job options only), then fewest pins changed, then fastest."""
+    """Fixes that keep every pin first (job options only, fastest first), then fewest pins changed,
+    then fastest."""
     pins_changed = sum(1 for c in a.changed if "." not in c)
-    return (pins_changed, len(a.changed), -(a.tokens_per_s_per_gpu or 0.0))
+    return (pins_changed, len(a.changed) if pins_changed else 0, -(a.tokens_per_s_per_gpu or 0.0))
 
 
 def option_fixes(question: Question, core: tuple[str, ...],
