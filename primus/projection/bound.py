@@ -29,8 +29,7 @@ import numpy as np
 from primus.memory.shapes import balanced_layout
 from primus.parallel import Layout, normalise
 from primus.projection.cost import block_cost
-from primus.projection.ends import embedding_block, loss_block, mtp_block
-from primus.projection.ops import OpContext, layer_block
+from primus.projection.ops import OpContext
 from primus.projection.project import Projector
 from primus.projection.stages import chunk_keys
 from primus.solver.vector import Candidates
@@ -96,16 +95,7 @@ class SpeedBound:
         ck = (key, ctx)
         t = self._compute_cache.get(ck)
         if t is None:
-            kind, _, windowed = key.partition(":")
-            model = self.proj.model
-            if kind == "embedding":
-                block = embedding_block(model, ctx)
-            elif kind == "loss":
-                block = loss_block(model, ctx)
-            elif kind == "mtp":
-                block = mtp_block(model, ctx)
-            else:
-                block = layer_block(model, kind, ctx, model.window_size if windowed else None)
+            block = self.proj.block(key, ctx)
             cost = block_cost(replace(block, comms=()), self.proj.timer, {}, self.proj.cost_settings)
             t = self._compute_cache[ck] = cost.compute_fwd + cost.compute_bwd
             self._fwd_cache[ck] = cost.compute_fwd

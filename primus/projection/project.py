@@ -32,7 +32,7 @@ from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
-from primus.projection.ops import ACT, OpContext, layer_block
+from primus.projection.ops import ACT, Block, OpContext, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -103,6 +103,7 @@ class Projector:
         )
         self.op_sac = spec.framework == "torchtitan"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
+        self._blocks: dict[tuple[str, int], Block] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
         self._groups: dict[Layout, dict[str, GroupShape]] = {}
@@ -132,15 +133,7 @@ class Projector:
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
-        kind, _, windowed = key.partition(":")
-        if kind == "embedding":
-            block = embedding_block(self.model, ctx)
-        elif kind == "loss":
-            block = loss_block(self.model, ctx)
-        elif kind == "mtp":
-            block = mtp_block(self.model, ctx)
-        else:
-            block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
+        block = self.block(key, ctx)
         fsdp = (0.0, 0.0, False)
         if layout.sharding == "fsdp":  # per block: gather bf16 weights (forward and backward), scatter grads
             pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
@@ -155,6 +148,24 @@ class Projector:
         cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp)
         self._costs[ck] = cost
         return cost
+
+    def block(self, key: str, ctx: OpContext) -> Block:
+        """The ops of one block kind in one shape context (cached: every placement of that context
+        shares them)."""
+        bk = (key, self._intern(ctx))
+        block = self._blocks.get(bk)
+        if block is None:
+            kind, _, windowed = key.partition(":")
+            if kind == "embedding":
+                block = embedding_block(self.model, ctx)
+            elif kind == "loss":
+                block = loss_block(self.model, ctx)
+            elif kind == "mtp":
+                block = mtp_block(self.model, ctx)
+            else:
+                block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
+            self._blocks[bk] = block
+        return block
 
     def chunk_keys(self, pp: int, vp: int) -> Any:
         """(pipeline layout, Megatron can split it, per chunk (interned id, item keys))."""
