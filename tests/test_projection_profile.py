@@ -101,8 +101,13 @@ def test_a_profile_for_other_hardware_is_refused(tmp_path: Path) -> None:
 # ---- every named parameter moves the projection in the expected direction ---------------------------
 
 
-def _job(model: str = "llama3.1-8b", hw: str = "h100-80gb", gpus: int = 8, seq: int = 4096, gbs: int = 8,
-         precision: str = "bf16", **extra: Any) -> Job:
+# A 2-layer toy whose kernels are shorter than their host dispatch (the launch floor binds).
+TINY = {"base": "llama3.1-8b", "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 256, "num_attention_heads": 2,
+        "num_query_groups": 2, "kv_channels": 32, "vocab_size": 1024}
+
+
+def _job(model: str | dict[str, Any] = "llama3.1-8b", hw: str = "h100-80gb", gpus: int = 8, seq: int = 4096,
+         gbs: int = 8, precision: str = "bf16", **extra: Any) -> Job:
     data: dict[str, Any] = {"model": model, "hardware": hw, "gpus": gpus, "seq_len": seq,
                             "global_batch_size": gbs, "precision": precision, **extra}
     return job_from_mapping(data, "test")
@@ -142,6 +147,8 @@ CASES: dict[str, tuple[Job, Layout]] = {
     "overlap.moe_a2a": (_job("qwen3-30b-a3b", gpus=16, gbs=16, overlap={"moe_a2a": True}), _lay(ep=16, dp=16)),
     "overlap.interference": (_job(gpus=16, gbs=16, seq=1024), _lay(dp=16)),
     "host.moe_layer_us": (_job("qwen3-30b-a3b", gpus=16, gbs=16), _lay(ep=16, dp=16)),
+    "host.kernel_launch_us": (_job(TINY, gpus=1, gbs=1, seq=128), _lay()),
+    "host.step_us": (_job(TINY, gpus=1, gbs=1, seq=128), _lay()),
 }
 
 

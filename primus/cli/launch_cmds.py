@@ -210,6 +210,25 @@ def _check_fits(job: Job) -> Job:
     raise Negative()
 
 
+def _fix(job: Any, n: int) -> tuple[Any, Any]:
+    """fit's N-th suggestion for a job that does not fit: the job with the suggestion's options set, and
+    its complete layout (the same ranking `primus fit` prints, projected throughput included)."""
+    from primus.projection.complete import speed_of
+    from primus.solver.api import Question
+    from primus.solver.fit import fit
+    from primus.solver.options import apply_options
+
+    result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
+    if result.fits:
+        raise InputError(job.where, None, "the job fits as written; --fix exports a suggestion for a job that does not")
+    if n > len(result.alternatives):
+        raise InputError("--fix", str(n), f"fit has {len(result.alternatives)} suggestion(s) for this job")
+    alt = result.alternatives[n - 1]
+    click.echo(f"primus: suggestion {n} changes {', '.join(alt.changed) or 'nothing'}", err=True)
+    return apply_options(job, alt.options), alt.layout
+
+
+
 def _axis(name: str, help_text: str) -> Callable[[F], F]:
     return click.option(f"--{name}", name.replace("-", "_"), type=click.IntRange(1, 10**9), default=None,
                         help=help_text)
@@ -223,6 +242,9 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Write here (atomically) instead of stdout.")
 @click.option("--complete", is_flag=True, help="Complete free axes with the legal layout of most headroom (fit).")
+@click.option("--fix", "fix", type=click.IntRange(1, 100), default=None,
+              help="Export fit's N-th nearest legal layout of a job that does not fit, with the job options it "
+                   "sets (e.g. a pipeline layout string).")
 @click.option("--model", default=None, help="Model (without a job file), or a replacement.")
 @click.option("--hardware", default=None, help="Accelerator (without a job file), or a replacement.")
 @click.option("--nodes", type=_COUNT, default=None)
@@ -245,7 +267,7 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
 @click.option("--sharding", type=click.Choice(list(get_args(Sharding))), default=None)
 @guarded
 def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file: str | None, complete: bool,
-               **fields: Any) -> None:
+               fix: int | None, **fields: Any) -> None:
     """Write a launch config: Megatron-LM arguments (--to megatron), an AMD Primus experiment YAML
     (--to primus) or a torchtitan TOML (--to torchtitan), for a job file, a tune result, or axes given
     here. Every parallel axis must be pinned (or use --complete). Notes on what the target cannot
@@ -259,7 +281,9 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     base = load_job(job_file) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     layout = None
-    if complete:
+    if fix is not None:
+        job, layout = _fix(job, fix)
+    elif complete:
         from primus.solver.api import Question
         from primus.solver.fit import fit
 

@@ -16,7 +16,7 @@ from primus.projection.complete import speed_of
 from primus.projection.profile import require_precision
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
-from primus.solver.fit import FitResult, fit
+from primus.solver.fit import FitResult, fit, nodes_text
 from primus.solver.space import rule_names_doc
 from primus.solver.vector import Candidates
 
@@ -58,6 +58,8 @@ def _print_fit(q: Question, result: FitResult) -> None:
         if not rid.startswith("pin:"):
             rule = q.ruleset.by_id(rid)
             con.print(f"  - {rid}: {rule.require}   ({rule.why or rule.origin})")
+            if rid in result.core_details:
+                con.print(f"    {result.core_details[rid]}")
         else:
             con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
     if result.report is not None and result.layout is not None:
@@ -77,9 +79,10 @@ def _print_fit(q: Question, result: FitResult) -> None:
         con.print(table(f"nearest legal layouts ({how})",
                         ["#", "parallel", "changed", "peak", "headroom", *(["tokens/s/GPU"] if ranked else [])],
                         rows))
-    elif result.min_nodes is not None:
-        con.print(f"no layout fits on {q.job.num_nodes} node(s); the smallest node count at which one does: "
-                  f"{result.min_nodes}")
+    elif result.min_gpus is not None:
+        gpn = q.job.cluster.gpus_per_node
+        con.print(f"no layout fits on {nodes_text(q.job.num_gpus, gpn)}; the smallest size at which one does: "
+                  f"{nodes_text(result.min_gpus, gpn)}")
     elif result.min_nodes_note:
         con.print(result.min_nodes_note)
 
@@ -113,7 +116,7 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
     q = Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
-    result = fit(q, speed=speed_of(job))  # the projection oracle ranks the suggested completions
+    result = fit(q, speed=speed_of(job), speed_for=speed_of)  # the projection oracle ranks the completions
     if fmt == "json":
         emit_json(result.to_json(q.space.reserves.capacity_bytes))
     else:

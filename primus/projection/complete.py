@@ -8,16 +8,18 @@ simulation and the fastest of those is the answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from primus.errors import InputError
 from primus.job import Job
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
+from primus.projection.bound import SpeedBound
 from primus.projection.profile import Profile
 from primus.projection.project import Projection, Projector, projector_for
 from primus.projection.timer import KernelTimer
 from primus.solver.api import LegalLayout, Question
+from primus.solver.search import best_first
 
 RESIMULATE = 8  # candidates re-timed by simulation after the fast ranking
 #: Step times within this fraction of the fastest are ties for this model (it is calibrated against data
@@ -75,7 +77,22 @@ def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: 
     return [out[i] for i in order]
 
 
-def speed_of(job: Job, profile: Profile | None = None) -> Callable[[Layout, int], float] | None:
+class Speed:
+    """Projected tokens/s/GPU of a legal layout given its peak bytes (the fast path), with the admissible
+    upper bound (`primus.projection.bound`) a bounded search prunes by."""
+
+    def __init__(self, proj: Projector) -> None:
+        self.proj = proj
+        self.bounds = SpeedBound(proj)
+
+    def __call__(self, layout: Layout, peak_bytes: int) -> float:
+        return self.proj.project(layout, "fast", peak=(peak_bytes, True), explain=False).tokens_per_s_per_gpu
+
+    def bound(self, layout: Layout) -> float:
+        return self.bounds.upper_bound(layout)
+
+
+def speed_of(job: Job, profile: Profile | None = None) -> Speed | None:
     """Projected tokens/s/GPU of a legal layout given its peak bytes (the fast path), for ranking the
     completions `primus fit` suggests; None when the job cannot be projected (e.g. its precision has no
     GEMM efficiency in the accelerator's profile), and the suggestions fall back to least memory."""
@@ -83,11 +100,7 @@ def speed_of(job: Job, profile: Profile | None = None) -> Callable[[Layout, int]
         proj = projector_for(job, profile)
     except InputError:
         return None
-
-    def speed(layout: Layout, peak_bytes: int) -> float:
-        return proj.project(layout, "fast", peak=(peak_bytes, True), explain=False).tokens_per_s_per_gpu
-
-    return speed
+    return Speed(proj)
 
 
 def _describe(job: Job, layout: Layout, n: int) -> str:
@@ -104,16 +117,24 @@ def complete_and_project(job: Job, profile: Profile | None = None, *, timer: Ker
     """The fastest fitting completion of the job's pins, projected (simulation where it matters).
     Raises NothingFits when no legal layout fits (carrying the pinned layout's projection, if every
     axis is pinned)."""
-    legal = (question or Question(job)).legal()
+    q = question or Question(job)
+    cands = q.candidates
     proj = projector_for(job, profile, timer)
-    if not legal:
+    if cands.n == 0:
         raise _nothing_fits(job, proj)
-    if len(legal) == 1:
-        best = proj.project(legal[0].layout, "auto", peak=(legal[0].peak_bytes, True))
+    peaks = cands.cols["peak_bytes"]
+    if cands.n == 1:
+        best = proj.project(cands.layout(0), "auto", peak=(int(peaks[0]), True))
         return best.with_completion(_describe(job, best.layout, 1))
-    ranked = rank_layouts(job, legal, profile, timer=timer, method="fast")
-    finals = [proj.project(p.layout, "auto", peak=(p.peak_bytes, p.fits)) for p in ranked[:RESIMULATE]]
+    sb = SpeedBound(proj)
+    top, scored, stop = best_first(
+        sb.compute_bounds(cands).tolist(),
+        lambda i: proj.project(cands.layout(i), "fast", peak=(int(peaks[i]), True), explain=False).tokens_per_s_per_gpu,
+        RESIMULATE, refine=[lambda i: sb.upper_bound(cands.layout(i))])
+    finals = [proj.project(cands.layout(i), "auto", peak=(int(peaks[i]), True)) for _, i in top]
     fastest = min(p.step_time_s for p in finals)
     ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]
     best = min(ties, key=lambda p: (sum(p.hidden.values()), p.step_time_s))
-    return best.with_completion(_describe(job, best.layout, len(legal)))
+    proof = (f"; {scored:,} projected, the other {cands.n - scored:,} ruled out by the step-time bound "
+             f"(at most {stop:,.0f} tokens/s/GPU)" if scored < cands.n else "")
+    return best.with_completion(_describe(job, best.layout, cands.n) + proof)

@@ -93,6 +93,7 @@ class CostSettings:
     fsdp_overlap: float
     moe_host: float = 0.0  # seconds the host exposes per MoE layer forward (profile host.moe_layer_us)
     interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
+    launch: float = 0.0  # seconds of host dispatch per kernel (profile host.kernel_launch_us)
 
 
 class _Tally:
@@ -214,6 +215,11 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
             hidden[FSDP] += hide
     if block.kind == "moe" and s.moe_host > 0:
         f.add(HOST, s.moe_host, False)
+    if s.launch > 0:  # the host issues every kernel: a block cannot run faster than its launches
+        for tally in (f, b):
+            floor = sum(tally.calls) * s.launch - sum(tally.v)
+            if floor > 0:
+                tally.v[HOST] += floor
     calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
     return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), attn_f + cp_exposed_f, calls, measured,

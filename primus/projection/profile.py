@@ -173,14 +173,38 @@ class OverlapParams(Spec):
         source="not modelled in this profile: hidden communication costs the compute it overlaps nothing"))
 
 
-def _unmodelled_host() -> HostParams:
-    return HostParams(moe_layer_us=Param(value=0.0, unit="us", source="not modelled in this profile: 0"))
+#: Host dispatch per kernel when a profile does not say: PyTorch eager (Python, pybind11, autograd and
+#: ATen dispatch, cudaLaunchKernel) spends about 5-25 us of CPU per op before the kernel runs (Horace He,
+#: "Making Deep Learning Go Brrrr From First Principles", 2022, section Overhead; PyTorch's own op
+#: microbenchmarks put a tiny CUDA op at about 10 us); 10 us is the floor one kernel costs a step.
+KERNEL_LAUNCH_US = 10.0
+#: Per-step host work the GPU waits for, when a profile does not say: Megatron's optimizer step
+#: synchronises twice with the host (found-inf check and gradient-norm `.item()`), launches Adam and the
+#: norm as multi-tensor kernels, zeroes the gradient buffers and reduces the loss for logging: about 3
+#: host round trips of ~20 us plus ~40 launches of ~10 us, 0.5 ms in all (an estimate from those counts).
+STEP_US = 500.0
+
+
+def _launch_default() -> Param:
+    return Param(value=KERNEL_LAUNCH_US, unit="us of host dispatch per kernel",
+                 source="default KERNEL_LAUNCH_US (primus/projection/profile.py): PyTorch eager dispatch plus "
+                        "cudaLaunchKernel, about 5-25 us per op (He 2022, 'Making Deep Learning Go Brrrr')")
+
+
+def _step_default() -> Param:
+    return Param(value=STEP_US, unit="us of host work per step",
+                 source="default STEP_US (primus/projection/profile.py): optimizer-step synchronisations "
+                        "(found-inf, gradient norm), multi-tensor launches, gradient zeroing, loss reduction")
 
 
 class HostParams(Spec):
-    """Host-side time the GPU waits for (per MoE layer forward, in microseconds)."""
+    """Host-side time the GPU waits for: per MoE layer forward (the token counts copied to the host),
+    per kernel (a block's forward or backward takes at least its kernels × dispatch time: the floor a
+    tiny model hits) and per step (the optimizer's synchronisations and launches), in microseconds."""
 
     moe_layer_us: Param
+    kernel_launch_us: Param = Field(default_factory=_launch_default)
+    step_us: Param = Field(default_factory=_step_default)
 
 
 class Stack(Spec):
@@ -215,7 +239,7 @@ class Profile(Spec):
     hbm: HbmParams
     collectives: CollectiveParams
     overlap: OverlapParams
-    host: HostParams = Field(default_factory=_unmodelled_host)
+    host: HostParams = Field(default_factory=lambda: _unmodelled_host())
     stacks: dict[Annotated[str, Field(max_length=60)], Stack] = Field(default_factory=dict)
     calibration: CalibrationRecord | None = None
 
@@ -262,6 +286,8 @@ class Profile(Spec):
         for name in OVERLAPS:
             out[f"overlap.{name}"] = float(getattr(self.overlap, name).value)
         out["host.moe_layer_us"] = float(self.host.moe_layer_us.value)
+        out["host.kernel_launch_us"] = float(self.host.kernel_launch_us.value)
+        out["host.step_us"] = float(self.host.step_us.value)
         return out
 
     def with_parameters(self, values: Mapping[str, float], source: str = "set programmatically") -> Profile:
@@ -311,6 +337,10 @@ def _apply_stack(profile: Profile, stack: str) -> Profile:
         node["source"] = f"stack {stack}: {param.source}"
     data["stacks"] = {}
     return Profile.model_validate(data)
+
+
+def _unmodelled_host() -> HostParams:
+    return HostParams(moe_layer_us=Param(value=0.0, unit="us", source="not modelled in this profile: 0"))
 
 
 def bounds(name: str) -> tuple[float, float]:

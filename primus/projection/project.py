@@ -32,7 +32,7 @@ from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
-from primus.projection.ops import ACT, OpContext, layer_block
+from primus.projection.ops import ACT, Block, OpContext, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -99,9 +99,11 @@ class Projector:
             fsdp_overlap=float(ov.fsdp_prefetch.value),
             moe_host=float(self.profile.host.moe_layer_us.value) * 1e-6,
             interference=float(ov.interference.value),
+            launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
         )
         self.op_sac = spec.framework == "torchtitan"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
+        self._blocks: dict[tuple[str, int], Block] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
         self._groups: dict[Layout, dict[str, GroupShape]] = {}
@@ -131,15 +133,7 @@ class Projector:
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
-        kind, _, windowed = key.partition(":")
-        if kind == "embedding":
-            block = embedding_block(self.model, ctx)
-        elif kind == "loss":
-            block = loss_block(self.model, ctx)
-        elif kind == "mtp":
-            block = mtp_block(self.model, ctx)
-        else:
-            block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
+        block = self.block(key, ctx)
         fsdp = (0.0, 0.0, False)
         if layout.sharding == "fsdp":  # per block: gather bf16 weights (forward and backward), scatter grads
             pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
@@ -154,6 +148,24 @@ class Projector:
         cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp)
         self._costs[ck] = cost
         return cost
+
+    def block(self, key: str, ctx: OpContext) -> Block:
+        """The ops of one block kind in one shape context (cached: every placement of that context
+        shares them)."""
+        bk = (key, self._intern(ctx))
+        block = self._blocks.get(bk)
+        if block is None:
+            kind, _, windowed = key.partition(":")
+            if kind == "embedding":
+                block = embedding_block(self.model, ctx)
+            elif kind == "loss":
+                block = loss_block(self.model, ctx)
+            elif kind == "mtp":
+                block = mtp_block(self.model, ctx)
+            else:
+                block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
+            self._blocks[bk] = block
+        return block
 
     def chunk_keys(self, pp: int, vp: int) -> Any:
         """(pipeline layout, Megatron can split it, per chunk (interned id, item keys))."""
@@ -219,7 +231,8 @@ class Projector:
             grad_overlap=float(ov.grad_reduce.value) if job.spec.overlap.grad_reduce else None,
             param_overlap=float(ov.param_gather.value)
             if job.spec.overlap.param_gather and layout.sharding in ("dist_opt", "zero2") else None,
-            low_width=self.low_width, interference=float(ov.interference.value))
+            low_width=self.low_width, interference=float(ov.interference.value),
+            step_host=float(self.profile.host.step_us.value) * 1e-6)
         tails: list[RankTail] = []
         for r in range(pp):
             bwd_w = sum(chunks[c].bwd_compute for c in on_rank[r])

@@ -22,7 +22,9 @@ stage.
 Optimizer (Adam, memory-bound, on this rank's shard): read the gradient and read-write the master copy
 and both moments at their widths, write the bf16 parameter, read the gradient again for the norm;
 zero the rank's gradient buffer; quantise the linear weights once per step under FP8/NVFP4 (read bf16,
-write a row-wise and a column-wise copy); and one all-reduce of the gradient norm over all ranks.
+write a row-wise and a column-wise copy); and one all-reduce of the gradient norm over all ranks; plus
+the step's fixed host work (`host.step_us`: the found-inf and gradient-norm synchronisations, the
+multi-tensor launches), negligible for a large model and the bulk of a tiny one's step.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class TailSettings:
     param_overlap: float | None  # profile fraction when overlap.param_gather is on (dist_opt), else None
     low_width: float | None  # quantised weight copy width under FP8/NVFP4
     interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
+    step_host: float = 0.0  # seconds of per-step host work (profile host.step_us): syncs and launches
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,5 +142,5 @@ def rank_tail(p: RankParams, groups: dict[str, GroupShape], timer: KernelTimer, 
         flags.append(m)
     t, m = timer.collective(CollectiveCall("all_reduce", 4.0, groups["world"]))
     flags.append(m)
-    return RankTail(grad_exposed + tied, grad_hidden, per_mb, param_after, param_lead, param_hidden, opt + t,
-                    all(flags))
+    return RankTail(grad_exposed + tied, grad_hidden, per_mb, param_after, param_lead, param_hidden,
+                    opt + t + s.step_host, all(flags))

@@ -46,6 +46,14 @@ class Question:
         q.pins = dict(pins)
         return q
 
+    def with_job(self, job: Job) -> Question:
+        """The same rules and pins for a variant of the job (an option changed)."""
+        q = object.__new__(Question)
+        q.job, q.ruleset, q.pins = job, self.ruleset, dict(self.pins)
+        q.space = Space(job)
+        q.tables = LedgerTables(job, q.space)
+        return q
+
     @cached_property
     def candidates(self) -> Candidates:
         """Every legal layout (columns), in canonical order."""

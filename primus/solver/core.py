@@ -117,6 +117,58 @@ def minimal_core(v: Violations) -> tuple[str, ...]:
 # The definition a pin breaks when no structurally possible layout has that value at all.
 _DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
                "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
+_DENSE_FOLD = ("tp", "cp", "pp", "dp")
+_MOE_FOLD = ("etp", "ep", "pp")
+
+
+def pins_core(v: Violations) -> tuple[str, ...]:
+    """When the pins contradict each other before any rule is read (TP8 × PP4 × DP4 on 16 GPUs), a
+    minimal subset of the pins alone; () when the pins together describe some layout. Every row of the
+    matrix already satisfies the definitions (world size, MoE folding, whole microbatches), so a
+    pins-only conflict is a conflict with a definition."""
+    pins = pin_columns_idx(v)
+    if not pins or v.feasible(pins):
+        return ()
+    current = list(pins)
+    for i in list(current):
+        trial = [j for j in current if j != i]
+        if not v.feasible(trial):
+            current = trial
+    return tuple(v.names[i] for i in current)
+
+
+def broken_definitions(question: Question, pin_names: tuple[str, ...]) -> dict[str, str]:
+    """The definitions a conflicting set of pins breaks, each with the arithmetic that shows it."""
+    pins = {n[4:]: question.pins[n[4:]] for n in pin_names if n[4:] in question.pins}
+    world = question.space.world
+    gbs = question.job.spec.global_batch_size
+    out: dict[str, str] = {}
+
+    def fold(axes: tuple[str, ...], rule: str, formula: str) -> None:
+        held = [(a, int(pins[a])) for a in axes if a in pins]
+        if not held:
+            return
+        product = 1
+        for _, value in held:
+            product *= value
+        complete = len(held) == len(axes)
+        if (complete and product != world) or world % product:
+            text = " × ".join(f"{a.upper()}{value}" for a, value in held)
+            relation = "≠" if complete else "does not divide"
+            out[rule] = f"{formula}: pinned {text} = {product:,} {relation} {world:,} GPUs"
+
+    fold(_DENSE_FOLD, "world-size", "TP × CP × DP × PP = world size")
+    if question.job.model.is_moe:
+        fold(_MOE_FOLD, "moe-folding", "ETP × EP × EDP × PP = world size")
+    if "mbs" in pins and "dp" in pins and gbs % (int(pins["mbs"]) * int(pins["dp"])):
+        out["batch-divisible"] = (f"global batch = whole microbatches on every DP rank: {gbs:,} is not a "
+                                  f"multiple of MBS{pins['mbs']} × DP{pins['dp']}")
+    if not out:  # the arithmetic needs a derived size (dp from the free axes): name the definition by axis
+        for name in pin_names:
+            rule = _DEFINED_BY.get(name[4:])
+            if rule and rule not in out:
+                out[rule] = f"no layout of {question.space.world:,} GPUs holds these pins together"
+    return out
 
 
 def explain_structural(v: Violations, core: tuple[str, ...]) -> tuple[str, ...]:

@@ -7,11 +7,16 @@ assumptions for infeasibility, shrunk by deletion until removing any member make
 feasible; plus the bytes over capacity, the nearest legal layouts (fewest pinned axes changed) and,
 when nothing at all fits, the smallest node count at which something would.
 
+When PP is pinned and the refusal involves the pipeline split or memory, job options that keep every
+pin (pipeline split accounting, first/last stage layer counts, a layout string: `primus.solver.options`)
+are tried first, and a fix that keeps every pin ranks before one that changes a pin.
+
 A nearest layout changes some pins; the axes the job leaves free are then completed. Least memory is
 the wrong completion to suggest (it picks CP 32 over DP 32 for a 70B model), so when the caller gives a
 `speed` (projected tokens/s/GPU of a layout; the CLI passes the projection oracle's) each suggestion is
-the fastest completion of its pin assignment, and says how fast. The solver itself knows nothing of
-projection: without `speed` the completion with the least memory is shown.
+the fastest completion of its pin assignment (found best-first when `speed` has an admissible
+`bound`), and says how fast. The solver itself knows nothing of projection: without `speed` the
+completion with the least memory is shown.
 """
 
 from __future__ import annotations
@@ -20,23 +25,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from primus.job import Job
 from primus.memory.evaluate import MemoryModel, MemoryReport
 from primus.parallel import Layout
 from primus.solver.api import Question
-from primus.solver.core import (
-    certify,
-    closest_request_row,
+from primus.solver.core import broken_definitions, certify
+from primus.solver.explain import (
+    Asker,
+    closest_request,
     explain_structural,
     minimal_core,
     nearest_groups,
-    violations,
+    pins_core,
 )
+from primus.solver.options import apply_options, pipeline_candidates
+from primus.solver.search import best_first
 from primus.solver.space import divisors
+from primus.solver.vector import Candidates
 
 MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
 #: next): a search budget that keeps a refusal well under a second, not a modelling constant.
 SCORED_GROUPS = 4 * MAX_ALTERNATIVES
+#: Whole nodes tried above the job's size before `fit` says nothing fits (a search budget).
 MIN_NODES_SCAN = 256
 #: Projected tokens/s/GPU of a legal layout, given its peak bytes (the ranking key for completions).
 Speed = Callable[[Layout, int], float]
@@ -44,11 +57,19 @@ Speed = Callable[[Layout, int], float]
 
 @dataclass(frozen=True)
 class Alternative:
+    """A legal layout near the request. `changed`: the pinned axes it changes and the job option paths
+    it sets (`pipeline.layout`); `options`: those options' new values (empty for an axis change)."""
+
     layout: Layout
     peak_bytes: int
     headroom_bytes: int
     changed: tuple[str, ...]
     tokens_per_s_per_gpu: float | None = None  # when completed by projected speed
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keeps_pins(self) -> bool:
+        return all("." in c for c in self.changed)
 
 
 @dataclass(frozen=True)
@@ -59,10 +80,18 @@ class FitResult:
     satisfied_rules: tuple[str, ...] = ()
     violated_rules: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
-    min_nodes: int | None = None
+    min_gpus: int | None = None  # the fewest GPUs at which some layout fits, when none does here
     min_nodes_note: str | None = None
+    gpus_per_node: int = 8
     completed_axes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: rule id -> the arithmetic behind a broken definition in the core (pinned TP8 × PP4 × DP4 = 128 ≠ 16)
+    core_details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def min_nodes(self) -> int | None:
+        """Nodes the smallest fitting size occupies (a sub-node size occupies one)."""
+        return None if self.min_gpus is None else -(-self.min_gpus // self.gpus_per_node)
 
     def to_json(self, capacity: int) -> dict[str, Any]:
         doc: dict[str, Any] = {"fits": self.fits}
@@ -78,12 +107,15 @@ class FitResult:
             for s in r.stages] if r else []
         doc["satisfied_rules"] = list(self.satisfied_rules)
         doc["violated_rules"] = list(self.violated_rules)
+        if self.core_details:
+            doc["core_details"] = dict(self.core_details)
         doc["alternatives"] = [
             {"parallel": a.layout.as_parallel(), "peak_bytes": a.peak_bytes, "headroom_bytes": a.headroom_bytes,
-             "changed": list(a.changed),
+             "changed": list(a.changed), "options": dict(a.options),
              **({"tokens_per_s_per_gpu": a.tokens_per_s_per_gpu} if a.tokens_per_s_per_gpu is not None else {})}
             for a in self.alternatives]
-        if self.min_nodes is not None or self.min_nodes_note:
+        if self.min_gpus is not None or self.min_nodes_note:
+            doc["min_gpus"] = self.min_gpus
             doc["min_nodes"] = self.min_nodes
             if self.min_nodes_note:
                 doc["min_nodes_note"] = self.min_nodes_note
@@ -105,7 +137,10 @@ def meaningful_free_axes(question: Question) -> tuple[str, ...]:
     return tuple(a for a in axes if a not in question.pins)
 
 
-def fit(question: Question, certify_core: bool = False, speed: Speed | None = None) -> FitResult:
+def fit(question: Question, certify_core: bool = False, speed: Speed | None = None,
+        speed_for: Callable[[Job], Speed | None] | None = None) -> FitResult:
+    """`speed`: projected tokens/s/GPU of a layout of this job; `speed_for`: the same for a variant of
+    the job (an option fix), so option fixes are completed and ranked like axis changes."""
     job = question.job
     hard_ids = tuple(r.id for r, _ in question.ruleset.hard())
     free = meaningful_free_axes(question)
@@ -114,59 +149,113 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     if best is not None:
         proof = mm.evaluate(best.layout, strict=False)
         return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free)
-    v = violations(question)
-    core = explain_structural(v, minimal_core(v))
+    asker = Asker(question)
+    details: dict[str, str] = {}
+    contradiction = pins_core(asker)
+    if contradiction:  # the pins contradict a definition before any rule or byte is read
+        details = broken_definitions(question, contradiction)
+        core = (*details, *contradiction)
+    else:
+        core = explain_structural(asker, minimal_core(asker))
     notes: list[str] = []
     if certify_core and core:
-        certified = certify(question, tuple(n for n in core if n.startswith("pin:") or n in v.names))
+        certified = certify(question, tuple(n for n in core if n.startswith("pin:") or n in asker.names))
         notes.append("core certified by CP-SAT (INFEASIBLE under its assumption literals)" if certified
                      else "CP-SAT did NOT confirm this core")
-    row = closest_request_row(v)
-    request = v.cands.layout(row) if row is not None else None
+    found = closest_request(asker)
+    request = found[0].layout(found[1]) if found is not None else None
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
-    groups = nearest_groups(v, MAX_ALTERNATIVES if speed is None else SCORED_GROUPS)
-    alternatives = tuple(_alternative(v, rows, tuple(p[4:] for p in changed), capacity, speed)
+    groups = nearest_groups(asker, MAX_ALTERNATIVES if speed is None else SCORED_GROUPS)
+    alternatives = tuple(_alternative(rows, tuple(p[4:] for p in changed), capacity, speed)
                          for rows, changed in groups)
-    if speed is not None:  # fewest pins changed first, then fastest
-        alternatives = tuple(sorted(alternatives, key=lambda a: (len(a.changed), -(a.tokens_per_s_per_gpu or 0.0)))
-                             [:MAX_ALTERNATIVES])
-    min_nodes: int | None = None
+    fixes = option_fixes(question, core, speed_for)
+    alternatives = tuple(sorted((*fixes, *alternatives), key=_rank)[:MAX_ALTERNATIVES])
+    min_gpus: int | None = None
     note: str | None = None
     if not alternatives:
-        min_nodes, note = smallest_nodes(question)
-    return FitResult(False, request, report, violated_rules=core, alternatives=alternatives, completed_axes=free,
-                     min_nodes=min_nodes, min_nodes_note=note, notes=tuple(notes))
+        min_gpus, note = smallest_size(question)
+    return FitResult(False, request, report, violated_rules=core, gpus_per_node=job.cluster.gpus_per_node,
+                     alternatives=alternatives, completed_axes=free,
+                     min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details)
 
 
-def _alternative(v: Any, rows: list[int], changed: tuple[str, ...], capacity: int,
-                 speed: Speed | None) -> Alternative:
+def _rank(a: Alternative) -> tuple[int, int, float]:
+    """Fixes that keep every pin first (job options only, fastest first), then fewest pins changed,
+    then fastest."""
+    pins_changed = sum(1 for c in a.changed if "." not in c)
+    return (pins_changed, len(a.changed) if pins_changed else 0, -(a.tokens_per_s_per_gpu or 0.0))
+
+
+def option_fixes(question: Question, core: tuple[str, ...],
+                 speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """Job options under which the pinned axes become legal (see `primus.solver.options`): tried when
+    the refusal involves the pipeline split or memory and PP is pinned above 1."""
+    pp = question.pins.get("pp")
+    if not isinstance(pp, int) or pp <= 1 or not ({"pipeline-split", "memory"} & set(core)):
+        return []
+    vp = question.pins.get("vp")
+    capacity = question.space.reserves.capacity_bytes
+    out: list[Alternative] = []
+    for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
+        variant = question.with_job(apply_options(question.job, options))
+        c = variant.candidates
+        if c.n == 0:
+            continue
+        speed = speed_for(variant.job) if speed_for is not None else None
+        peaks = c.cols["peak_bytes"]
+        order = np.lexsort((np.arange(c.n), peaks))  # least memory first, as for axis changes
+        alt = _alternative(c.take(order), tuple(options), capacity, speed)
+        out.append(Alternative(alt.layout, alt.peak_bytes, alt.headroom_bytes, tuple(options),
+                               alt.tokens_per_s_per_gpu, dict(options)))
+    return out
+
+
+def _alternative(rows: Candidates, changed: tuple[str, ...], capacity: int, speed: Speed | None) -> Alternative:
     """One pin assignment's suggestion: its fastest completion when `speed` is given (ties keep the
-    least-memory order), else its least-memory one."""
-    best, tokens = rows[0], None
+    least-memory order), else its least-memory one. `rows` are least memory first."""
+    best, tokens = 0, None
+    peaks = rows.cols["peak_bytes"]
     if speed is not None:
-        scores = [speed(v.cands.layout(r), int(v.peak[r])) for r in rows]
-        k = max(range(len(rows)), key=lambda i: (scores[i], -i))
-        best, tokens = rows[k], scores[k]
-    peak = int(v.peak[best])
-    return Alternative(v.cands.layout(best), peak, capacity - peak, changed, tokens)
+        layouts = [rows.layout(r) for r in range(rows.n)]
+        bound = getattr(speed, "bound", None)
+        if bound is not None:  # best-first under the projection's admissible bound: the same maximum
+            top, _, _ = best_first([bound(lay) for lay in layouts], lambda i: speed(layouts[i], int(peaks[i])), 1)
+            tokens, best = top[0]
+        else:
+            scores = [speed(layouts[r], int(peaks[r])) for r in range(rows.n)]
+            best = max(range(rows.n), key=lambda i: (scores[i], -i))
+            tokens = scores[best]
+    peak = int(peaks[best])
+    return Alternative(rows.layout(best), peak, capacity - peak, changed, tokens)
 
 
-def smallest_nodes(question: Question) -> tuple[int | None, str | None]:
-    """The fewest nodes (same convergence settings, pins released) at which some layout fits."""
+def smallest_size(question: Question) -> tuple[int | None, str | None]:
+    """The fewest GPUs (same convergence settings, pins released) at which some layout fits: a job
+    smaller than a node tries the sub-node sizes that divide a node first (1, 2, 4 of 8), then whole
+    nodes. Returns the GPU count; `nodes_text` says it in nodes and GPUs."""
     from primus.job import Job
 
     job = question.job
     gpn = job.cluster.gpus_per_node
-    start = job.num_nodes
-    for nodes in range(start + 1, start + MIN_NODES_SCAN + 1):
-        world = nodes * gpn
+    sizes = [g for g in divisors(gpn) if g > job.num_gpus]
+    sizes += [n * gpn for n in range(job.num_nodes + 1, job.num_nodes + MIN_NODES_SCAN + 1)]
+    for world in sizes:
         if not any(job.spec.global_batch_size % d == 0 for d in divisors(world)):
             continue
-        spec = job.spec.model_copy(update={"nodes": nodes, "gpus": None})
+        spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
         trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
         trial = Question(trial_job, pins={})
         trial.ruleset = question.ruleset  # same rules
         if trial.count() > 0:
-            return nodes, None
-    return None, f"no layout fits on up to {start + MIN_NODES_SCAN} nodes"
+            return world, None
+    return None, f"no layout fits on up to {job.num_nodes + MIN_NODES_SCAN} nodes ({sizes[-1]:,} GPUs)"
+
+
+def nodes_text(gpus: int, gpus_per_node: int) -> str:
+    """A size in GPUs and in nodes: '16 GPUs (2 nodes of 8)', '2 GPUs (part of 1 node of 8)'."""
+    nodes = -(-gpus // gpus_per_node)
+    noun = "GPU" if gpus == 1 else "GPUs"
+    if gpus % gpus_per_node:
+        return f"{gpus:,} {noun} (part of 1 node of {gpus_per_node})"
+    return f"{gpus:,} {noun} ({nodes:,} node{'s' if nodes > 1 else ''} of {gpus_per_node})"

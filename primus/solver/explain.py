@@ -1,0 +1,170 @@
+"""Why a question has no answer, without materialising the structural space.
+
+The violation matrix (`primus.solver.core`) holds every structurally possible layout: 34 million rows
+for DeepSeek-V3 on 1,024 GPUs, a minute and gigabytes before the first answer. Here every question is
+asked of the staged enumerator instead, which applies each active rule and pin as soon as the axes it
+reads are bound, so a trial with the pins in force never builds the layouts the pins exclude:
+
+- `exists(active rules, active pins)`: one enumeration per pipeline size, stopping at the first that
+  has a layout (a feasible trial rarely needs all of them);
+- the minimal core: the same deletion as the matrix's (non-memory rules, then pins, memory last), so
+  the same core, each test one `exists`;
+- the nearest legal layouts: the legal layouts with k pins released, k = 1, 2, ... (every rule in
+  force), grouped by the pinned axes' values; a group found with k pins released that breaks only j < k
+  of them was already found at level j.
+
+The definitions (world size, MoE folding, whole microbatches) hold in every enumeration by
+construction, as they hold in every row of the matrix, so both answer the same questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from primus.solver.api import Question
+from primus.solver.pins import PIN_AXES, pin_mask
+from primus.solver.ruleset import DEFINITIONAL, RuleSet
+from primus.solver.vector import Candidates, Enumerator
+
+
+class Asker:
+    """Answers feasibility questions about one Question's rules and pins, memoised."""
+
+    def __init__(self, question: Question) -> None:
+        self.q = question
+        self.rules = {r.id: r for r in question.ruleset.rules}
+        self.hard = [r.id for r, _ in question.ruleset.hard()]
+        self.memory_ids = {r.id for r, e in question.ruleset.hard() if question.ruleset.uses_memory(e)}
+        self.pins = {a: question.pins[a] for a in PIN_AXES if a in question.pins}
+        self.names = [*self.hard, *(f"pin:{a}" for a in self.pins)]
+        self._memo: dict[frozenset[str], bool] = {}
+
+    def _ruleset(self, rule_ids: Iterable[str]) -> RuleSet:
+        keep = set(rule_ids) | set(DEFINITIONAL)
+        return RuleSet(tuple(r for r in self.q.ruleset.rules if r.id in keep))
+
+    def enumerate(self, rule_ids: Iterable[str], pins: dict[str, Any], memory: bool,
+                  first_only: bool = False) -> Candidates:
+        """Layouts passing the rules and pins (memory columns when `memory`); with `first_only`, those of
+        the first pipeline size that has any."""
+        ruleset = self._ruleset(rule_ids)
+        pps = [pins["pp"]] if "pp" in pins else self.q.space.pp_values
+        parts = []
+        for pp in pps:
+            c = Enumerator(self.q.tables, ruleset, {**pins, "pp": pp}).run(with_memory=memory)
+            if c.n:
+                parts.append(c)
+                if first_only:
+                    break
+        if not parts:
+            return Enumerator(self.q.tables, ruleset, {**pins, "pp": pps[0]}).run(with_memory=memory)
+        return Candidates({k: np.concatenate([p.cols[k] for p in parts]) for k in parts[0].cols})
+
+    def feasible(self, active: Iterable[str]) -> bool:
+        key = frozenset(active)
+        if key not in self._memo:
+            rules = [n for n in key if not n.startswith("pin:")]
+            pins = {n[4:]: self.pins[n[4:]] for n in key if n.startswith("pin:")}
+            memory = bool(self.memory_ids & set(rules))
+            self._memo[key] = self.enumerate(rules, pins, memory, first_only=True).n > 0
+        return self._memo[key]
+
+
+def _deletion_order(name: str) -> tuple[int, str]:
+    if name == "memory":
+        return (2, name)
+    return (1, name) if name.startswith("pin:") else (0, name)
+
+
+def minimal_core(asker: Asker) -> tuple[str, ...]:
+    """A subset of rules and pins with no layout, from which no member can be removed (deletion in the
+    matrix's order: non-memory rules, then pins, memory last)."""
+    if asker.feasible(asker.names):
+        return ()
+    current = sorted(asker.names, key=_deletion_order)
+    for name in list(current):
+        trial = [n for n in current if n != name]
+        if not asker.feasible(trial):
+            current = trial
+    return tuple(sorted(current, key=_deletion_order))
+
+
+def pins_core(asker: Asker) -> tuple[str, ...]:
+    """A minimal subset of the pins that no layout holds together, rules aside; () if they can."""
+    pins = [f"pin:{a}" for a in asker.pins]
+    if not pins or asker.feasible(pins):
+        return ()
+    current = list(pins)
+    for name in list(current):
+        trial = [n for n in current if n != name]
+        if not asker.feasible(trial):
+            current = trial
+    return tuple(current)
+
+
+_DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
+               "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
+
+
+def explain_structural(asker: Asker, core: tuple[str, ...]) -> tuple[str, ...]:
+    """A pin no layout can hold on its own (TP 16 on 8 GPUs): name the definition it breaks first."""
+    extra = [_DEFINED_BY[n[4:]] for n in core
+             if n.startswith("pin:") and n[4:] in _DEFINED_BY and not asker.feasible([n])]
+    return tuple(dict.fromkeys([*extra, *core]))
+
+
+def closest_request(asker: Asker) -> tuple[Candidates, int] | None:
+    """The layout satisfying every pin with the least memory: among those that also pass every other
+    rule when some do (what was asked for, legal but too big), else among all that hold the pins."""
+    others = [r for r in asker.hard if r not in asker.memory_ids]
+    for rules in (others, []):
+        c = asker.enumerate(rules, asker.pins, memory=True)
+        if c.n:
+            return c, int(np.argmin(c.cols["peak_bytes"]))
+    return None
+
+
+def nearest_groups(asker: Asker, limit: int) -> list[tuple[Candidates, list[str]]]:
+    """Legal layouts (every rule) grouped by their assignment of the pinned axes, at most `limit` groups:
+    fewest pins changed first, then the group's least memory, then canonical order. Each group holds
+    every legal completion of the free axes for that assignment (least memory first) and the pins it
+    changes."""
+    q = asker.q
+    axes = list(asker.pins)
+    out: list[tuple[Candidates, list[str]]] = []
+    is_moe = q.job.model.is_moe
+    for k in range(1, len(axes) + 1):
+        level: dict[tuple[int, ...], tuple[Candidates, list[str]]] = {}
+        for released in combinations(axes, k):
+            kept = {a: asker.pins[a] for a in axes if a not in released}
+            c = asker.enumerate(asker.hard, kept, memory=True)
+            if c.n == 0:
+                continue
+            broken = np.ones(c.n, dtype=bool)
+            for a in released:
+                broken &= ~pin_mask(c.cols, a, asker.pins[a], is_moe, c.n)
+            c = c.take(broken)
+            if c.n == 0:
+                continue
+            keys = np.stack([np.asarray(c.cols[a]) for a in axes if a in c.cols], axis=1)
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+            for g in range(len(uniq)):
+                members = c.take(inverse.reshape(-1) == g)
+                members = members.take(np.lexsort((members.canonical_order().argsort(), members.cols["peak_bytes"])))
+                level[tuple(int(x) for x in uniq[g])] = (members, [f"pin:{a}" for a in released])
+        ranked = sorted(level.values(), key=lambda item: (int(item[0].cols["peak_bytes"][0]),
+                                                          _canon_key(item[0], 0)))
+        out.extend(ranked[: max(0, limit - len(out))])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _canon_key(c: Candidates, i: int) -> tuple[int, ...]:
+    from primus.solver.vector import AXIS_ORDER
+
+    return tuple(int(c.cols[a][i]) for a in AXIS_ORDER)

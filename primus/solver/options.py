@@ -1,0 +1,124 @@
+"""Fixes that keep the user's layout: job options that make the pinned axes legal.
+
+When a pinned layout breaks a structural rule that a job option satisfies (61 DeepSeek-V3 layers over
+PP8 × VP4 chunks: `pipeline-split`), the first suggestion should be that option, not a different
+layout. Candidates, each a mapping of option paths to new values (Megatron-Core's pipeline options):
+
+- counting the embedding and/or the loss as a layer in the split
+  (`account_for_embedding_in_pipeline_split`, `account_for_loss_in_pipeline_split`);
+- first and last stage layer counts (`decoder_first_pipeline_num_layers`,
+  `decoder_last_pipeline_num_layers`), the most balanced pair Megatron accepts;
+- an explicit layout string (`pipeline_model_parallel_layout`): the most even split of the decoder
+  layers over the PP × VP chunks, the embedding on the first chunk, MTP and the loss on the last.
+
+Each candidate is checked by building Megatron's split for the pinned (PP, VP); the solver then
+answers the same question (same rules, same pins) for the job with the option set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from primus.errors import InputError
+from primus.job import Job
+from primus.memory.shapes import layout_for
+from primus.specs.job import PipelineOptions
+
+PIPELINE_FIELDS = ("layout", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def _splits(job: Job, options: PipelineOptions, pp: int, vps: list[int]) -> bool:
+    try:
+        for vp in vps:
+            layout_for(job.model, options, pp, vp)
+    except InputError:
+        return False
+    return True
+
+
+def _run_length(chunks: list[str]) -> str:
+    """Chunk strings joined by '|', runs of equal chunks written '(c|)*n' (Megatron's layout grammar)."""
+    out: list[str] = []
+    i = 0
+    while i < len(chunks):
+        j = i
+        while j + 1 < len(chunks) and chunks[j + 1] == chunks[i]:
+            j += 1
+        run = j - i + 1
+        last = j == len(chunks) - 1
+        if run > 2 and not last:
+            out.append(f"({chunks[i]}|)*{run}")
+        else:
+            out.append("|".join(chunks[i:j + 1]) + ("" if last else "|"))
+        i = j + 1
+    return "".join(out)
+
+
+def layout_string(num_layers: int, pp: int, vp: int, mtp: int) -> str:
+    """The most even split of `num_layers` over PP × VP chunks, lighter chunks at the two ends (the
+    first also builds the embedding, the last the MTP block and the loss)."""
+    chunks = pp * vp
+    base, extra = divmod(num_layers, chunks)
+    counts = [base] * chunks
+    middle = list(range(1, chunks - 1)) or list(range(chunks))
+    for k in range(min(extra, len(middle))):  # the extra layers go to the middle chunks first
+        counts[middle[k]] += 1
+    for k in range(extra - min(extra, len(middle))):  # more than the middle holds: the ends take the rest
+        counts[0 if k % 2 == 0 else chunks - 1] += 1
+    parts = [("t" * c) if c <= 2 else f"t*{c}" for c in counts]
+    parts[0] = "E" + parts[0]
+    parts[-1] = parts[-1] + "m" * mtp + "L"
+    return _run_length([p if p else "" for p in parts])
+
+
+def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any]]:
+    """Pipeline option sets (option path -> value) under which Megatron splits the layers over the
+    pinned PP and every VP in `vps`, least intrusive first. Empty when PP is 1."""
+    if pp <= 1:
+        return []
+    model = job.model
+    blank = PipelineOptions()
+    out: list[dict[str, Any]] = []
+    for emb, loss in ((True, True), (True, False), (False, True)):
+        opts = blank.model_copy(update={"account_for_embedding_in_pipeline_split": emb,
+                                        "account_for_loss_in_pipeline_split": loss})
+        if _splits(job, opts, pp, vps):
+            out.append({f"pipeline.{k}": v for k, v in (("account_for_embedding_in_pipeline_split", emb),
+                                                         ("account_for_loss_in_pipeline_split", loss)) if v})
+    even = model.num_layers / pp
+    pairs = []
+    for first in range(0, model.num_layers + 1):
+        for last in range(0, model.num_layers + 1 - first):
+            if first == last == 0:
+                continue
+            opts = blank.model_copy(update={"decoder_first_pipeline_num_layers": first or None,
+                                            "decoder_last_pipeline_num_layers": last or None})
+            if abs(first - even) + abs(last - even) > 2 * even:
+                continue
+            if _splits(job, opts, pp, vps):
+                pairs.append((max(abs(first - even) if first else 0, abs(last - even) if last else 0), first, last))
+    if pairs:
+        _, first, last = min(pairs)
+        out.append({f"pipeline.decoder_{k}_pipeline_num_layers": v for k, v in (("first", first), ("last", last))
+                    if v})
+    for vp in vps[:1]:
+        text = layout_string(model.num_layers, pp, vp, model.mtp_num_layers)
+        opts = blank.model_copy(update={"layout": text})
+        if _splits(job, opts, pp, [vp]):
+            out.append({"pipeline.layout": text})
+    return out
+
+
+def apply_options(job: Job, options: dict[str, Any]) -> Job:
+    """The job with option paths set (`pipeline.X`: the pipeline options replaced as a whole, so one
+    split mechanism is in force; `parallel.X`: one pin)."""
+    if not options:
+        return job
+    spec = job.spec.model_dump()
+    if any(k.startswith("pipeline.") for k in options):
+        spec["pipeline"] = PipelineOptions().model_dump()
+    for path, value in options.items():
+        section, _, name = path.partition(".")
+        spec[section][name] = value
+    return job.with_spec(pipeline=spec["pipeline"], parallel=spec["parallel"])
