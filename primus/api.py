@@ -100,7 +100,7 @@ def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | P
     from primus.solver.fit import fit as _fit
 
     q = _question(job, rules, rule_files, without)
-    return FitAnswer(q, _fit(q, speed=speed_of(q.job)))
+    return FitAnswer(q, _fit(q, speed=speed_of(q.job), speed_for=speed_of))
 
 
 # ---- enumerate -------------------------------------------------------------------------------------

@@ -6,34 +6,20 @@ from typing import Any
 
 import click
 
+from primus import api
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.output import emit_json, gib, stdout_console, table
-from primus.fidelity.errorbars import ErrorBar, error_bar
-from primus.job import Job
-from primus.measure.measured_profile import MeasuredProfile, resolve_profile_option
-from primus.projection import BREAKDOWN_ORDER, NothingFits, Projection, complete_and_project
+from primus.fidelity.errorbars import ErrorBar
+from primus.measure.measured_profile import MeasuredProfile
+from primus.projection import BREAKDOWN_ORDER, Projection
 from primus.projection.report import FLOP_CONVENTION, tflops_text
 
 ALWAYS = ("gemm", "attention", "memory_bound", "bubble", "optimizer")
 
 
-def uncertainty(job: Job) -> ErrorBar:
-    """The projection's error bar for this job's accelerator and model kind (primus.fidelity.errorbars)."""
-    return error_bar(job.cluster.name, job.model.is_moe)
-
-
-def with_uncertainty(doc: dict[str, Any], bar: ErrorBar) -> dict[str, Any]:
-    return {**doc, "uncertainty_pct": bar.pct, "uncertainty_basis": bar.basis, "uncertainty_fitted": bar.fitted}
-
-
-def measured_note(prof: MeasuredProfile, job: Job) -> dict[str, Any]:
-    """What the JSON says about a measured profile: its device, and whether it is another device."""
-    return {**prof.summary(), "mismatch": prof.mismatch(job.cluster)}
-
-
 def measured_lines(note: dict[str, Any] | None, prof: MeasuredProfile | None) -> tuple[str, ...]:
-    """The same, as lines of the table output."""
+    """What the table output says of a measured profile: its device, and a warning when it is another."""
     if note is None or prof is None:
         return ()
     warning = (f"[yellow]warning:[/yellow] {note['mismatch']} (--allow-device-mismatch)",) if note["mismatch"] else ()
@@ -100,26 +86,15 @@ def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launc
     Example: primus project examples/llama3.1-70b-mi300x.yaml --format json
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
-    profile, timer, measured = resolve_profile_option(job.cluster, profile_file, allow_device_mismatch)
-    note = measured_note(measured, job) if measured is not None else None
-    extra = {"measured_profile": note} if note is not None else {}
-    notes = measured_lines(note, measured)
+    answer = api.project(job, profile=profile_file, allow_device_mismatch=allow_device_mismatch)
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
-    bar = uncertainty(job)
-    try:
-        p = complete_and_project(job, profile, timer=timer)
-    except NothingFits as exc:
-        pinned = exc.projection
-        if fmt == "json":
-            doc = with_uncertainty(pinned.to_json(), bar) if pinned is not None else {}
-            emit_json({**doc, **extra, "fits": False, "reason": exc.reason})
-        else:
-            if pinned is not None:
-                print_projection(pinned, title, bar, notes)
-            stdout_console().print(f"nothing fits: {exc.reason}")
-        raise Negative() from None
     if fmt == "json":
-        emit_json({**with_uncertainty(p.to_json(), bar), **extra})
-    else:
-        print_projection(p, title, bar, notes)
+        emit_json(answer.to_json())
+    elif answer.projection is not None:
+        print_projection(answer.projection, title, answer.uncertainty, measured_lines(answer.measured_note,
+                                                                                     answer.measured))
+    if answer.negative:
+        if fmt != "json":
+            stdout_console().print(f"nothing fits: {answer.reason}")
+        raise Negative()

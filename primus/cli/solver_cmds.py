@@ -7,16 +7,16 @@ from typing import Any, TypeVar
 
 import click
 
+from primus import api
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
 from primus.job import load_job
-from primus.projection.complete import speed_of
 from primus.projection.profile import require_precision
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
-from primus.solver.fit import FitResult, fit, nodes_text
+from primus.solver.fit import FitResult, nodes_text
 from primus.solver.space import rule_names_doc
 from primus.solver.vector import Candidates
 
@@ -115,13 +115,12 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
     Example: primus fit examples/llama3.1-70b-mi300x.yaml --rule 'tp <= 4'
     """
     job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
-    q = Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
-    result = fit(q, speed=speed_of(job), speed_for=speed_of)  # the projection oracle ranks the completions
+    answer = api.fit(job, rules=rule_texts, rule_files=rule_files, without=without)
     if fmt == "json":
-        emit_json(result.to_json(q.space.reserves.capacity_bytes))
+        emit_json(answer.to_json())
     else:
-        _print_fit(q, result)
-    if not result.fits:
+        _print_fit(answer.question, answer.result)
+    if answer.negative:
         raise Negative()
 
 
@@ -151,50 +150,22 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
 
     Example: primus enumerate examples/llama3.1-70b-mi300x.yaml --count
     """
-    q = question_from(job_file, rule_texts, rule_files, without)
-    c = q.candidates
-    n = c.n
+    found = api.enumerate_layouts(job_file, rules=rule_texts, rule_files=rule_files, without=without, top=top,
+                                  rank=rank, count_only=count_only)
+    n, bar = found.count, found.uncertainty
     if count_only:
         if fmt == "json":
             emit_json({"count": n})
         else:
             click.echo(n)
-        if n == 0:
+        if found.negative:
             raise Negative()
         return
-    capacity = q.space.reserves.capacity_bytes
-    import numpy as np
-
-    speeds: dict[int, Any] = {}
-    bar = None
-    if rank:
-        from primus.cli.project_cmd import uncertainty
-        from primus.projection import rank_layouts
-
-        bar = uncertainty(q.job)
-        projections = rank_layouts(q.job, q.legal())
-        key_to_index = {tuple(sorted(p.items())): i for i, p in enumerate(c.parallel_dicts())}
-        order = [key_to_index[tuple(sorted(p.layout.as_parallel().items()))] for p in projections]
-        speeds = {key_to_index[tuple(sorted(p.layout.as_parallel().items()))]: p for p in projections}
-        c = c.take(np.array(order[:top] if top else order, dtype=np.int64))
-        ranked = [speeds[i] for i in (order[:top] if top else order)]
-    elif top is not None:
-        c = c.take(np.lexsort((np.arange(n), c.cols["peak_bytes"]))[:top])
-    rows = _rows(c, capacity)
-    if rank:
-        assert bar is not None
-        for row, p in zip(rows, ranked, strict=True):
-            row["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu
-            row["step_time_s"] = p.step_time_s
-            row["mfu"] = p.mfu
-            row["uncertainty_pct"] = bar.pct
+    rows = [dict(r) for r in found.rows]
     if fmt == "jsonl":
         emit_jsonl(rows)
     elif fmt == "json":
-        doc: dict[str, Any] = {"count": n, "layouts": rows}
-        if bar is not None:
-            doc.update(uncertainty_pct=bar.pct, uncertainty_basis=bar.basis)
-        emit_json(doc)
+        emit_json(found.to_json())
     elif fmt == "csv":
         flat = [{**r["parallel"], **{k: v for k, v in r.items() if k != "parallel"}} for r in rows]
         cols = ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak_bytes",
@@ -218,7 +189,7 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
             con.print(f"projected throughput uncertainty {bar.text()}: {bar.basis}")
         if len(rows) > len(shown):
             stderr_console().print(f"(showing {len(shown)} of {len(rows)}; use --format csv or jsonl for all)")
-    if n == 0:
+    if found.negative:
         raise Negative()
 
 
