@@ -130,6 +130,23 @@ def test_every_complete_development_run_typed_as_its_job_file_fits(tmp_path: Pat
     assert checked == 191 and refused == []
 
 
+def test_every_complete_amd_run_outside_the_development_set_fits_as_its_job_file(tmp_path: Path) -> None:
+    """The same check on AMD's published Instinct runs (amd_runs_dev.csv, not in runs_dev.csv): the
+    layout, recompute layers and launch options each source states, on the `primus` stack."""
+    from primus.fidelity.runs import bundled_amd_runs_path
+
+    rows = [r for r in read_runs(bundled_amd_runs_path()) if r.complete]
+    refused = []
+    for i, row in enumerate(rows):
+        path = tmp_path / f"amd{i}.yaml"
+        path.write_text(yaml.safe_dump(published_job(row), sort_keys=False))
+        job = load_job(path)
+        assert job.resolved_stack.name == "primus"
+        if not fit(Question(job)).fits:
+            refused.append(row.run_id)
+    assert len(rows) == 11 and refused == []
+
+
 def test_fit_on_a_published_job_file_exits_0(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
     # DGX Cloud 25.04.01 Llama 3 70B FP8 on 64 H100, TP4 PP8 VP5, as published (recompute unstated)
     row = next(r for r in _dev_rows() if r.run_id == "DGXC25.04.01-H100-Llama3-70B-FP8-64")

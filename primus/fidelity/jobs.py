@@ -275,13 +275,19 @@ def published_job(row: RunRow) -> dict[str, Any]:
         pins["sharding"] = row["sharding"].lower()
     recompute = row["recompute"].lower()
     if recompute and not row.boolean("recompute_assumed"):
-        pins["recompute"] = recompute
+        pins.update(recompute=recompute, **_recompute_pins(row, recompute))
+    keys: dict[str, Any] = {}
+    model = _with_options(row, keys, model, [])  # launch options the source states (AMD rows)
     job: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": _hardware(row), "gpus": gpus,
-                           "seq_len": seq, "global_batch_size": gbs, "precision": precision, "parallel": pins}
-    if recipe:
-        job["fp8_recipe"] = recipe
+                           "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys,
+                           "parallel": pins}
+    stated = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8") if f"fp8_recipe_{r}" in row.flags]
+    if recipe or (precision == "fp8" and stated):
+        job["fp8_recipe"] = recipe or stated[0]
     if row.is_moe and "tokendrop" in row.flags:
-        job["moe"] = {"capacity_factor": 1.0}
+        job.setdefault("moe", {})["capacity_factor"] = 1.0
+    if pp > 1 and row.pipeline_layout:
+        job["pipeline"] = {"layout": row.pipeline_layout}
     return job
 
 
