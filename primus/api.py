@@ -88,8 +88,16 @@ class FitAnswer:
     def capacity_bytes(self) -> int:
         return self.question.space.reserves.capacity_bytes
 
+    @property
+    def verdict(self) -> str:
+        """fits, tight (fits with less headroom than the allocator reserve) or does not fit."""
+        report = self.result.report
+        if not self.fits or report is None:
+            return "does not fit"
+        return self.question.space.reserves.verdict(report.peak_bytes)
+
     def to_json(self) -> dict[str, Any]:
-        return self.result.to_json(self.capacity_bytes)
+        return self.result.to_json(self.capacity_bytes, self.question.space.reserves)
 
 
 def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),

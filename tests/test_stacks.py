@@ -62,11 +62,15 @@ def test_the_job_file_wins_over_its_stack() -> None:
     assert not job.spec.kernels.cross_entropy_fusion and "optimizer.main_grads_dtype" not in job.assumed
 
 
-def test_a_framework_that_only_shards_with_fsdp_pins_it() -> None:
+def test_a_framework_that_only_shards_with_fsdp_limits_sharding_by_a_rule() -> None:
+    # a rule, not a pin: `tune` releases the job's pins but keeps its rules
     tt = job_from_mapping({**BASE, "stack": "torchtitan@2024.12"}, "t")
-    assert tt.spec.parallel.sharding == "fsdp" and tt.spec.kernels.eager_cross_entropy
-    assert "parallel.sharding" in tt.assumed
-    assert job_from_mapping(BASE, "t").spec.parallel.sharding is None  # Megatron-LM: free
+    assert tt.spec.kernels.eager_cross_entropy and tt.spec.parallel.sharding is None
+    assert [r["require"] for r in tt.spec.rules] == ["sharding_fsdp"]
+    assert any(a.startswith("rules (stack-sharding") for a in tt.assumed)
+    assert job_from_mapping(BASE, "t").spec.rules == []  # Megatron-LM offers every sharding
+    layout = fit(Question(tt)).layout
+    assert layout is not None and layout.sharding == "fsdp"
 
 
 def test_megatron_bridge_counts_the_embedding_and_the_loss_in_the_pipeline_split() -> None:

@@ -4,8 +4,8 @@ The stack's settings go *under* the job's own keys: anything the job writes wins
 keys that are not parallel axes (dtypes, overlap, kernels, the MoE dispatcher, the fp8 recipe, the
 framework). Axes the job leaves free stay free for `fit`, `enumerate` and `tune` to choose, except:
 
-- sharding, when the framework offers only one (torchtitan, llm-foundry and NeMo AutoModel shard
-  with FSDP only);
+- sharding, when the framework does not offer every kind (torchtitan, llm-foundry and NeMo AutoModel
+  shard with FSDP only): a hard rule `stack-sharding`, which `tune` keeps when it releases the pins;
 - the pipeline split, when PP (and VP) are pinned, the decoder layers do not divide evenly and the
   stack's recipes count the embedding and the loss as layers (Megatron-Bridge, NeMo).
 
@@ -78,11 +78,31 @@ def apply_stack(stack: Stack, data: Mapping[str, Any], *, scaleup_domain: int) -
             defaults["kernels"].pop(key)
     applied: list[str] = []
     merged = _under(defaults, data, "", applied)
-    choices = stack.values["sharding_choices"]
-    if len(choices) == 1 and not (isinstance(parallel, Mapping) and "sharding" in parallel):
-        merged["parallel"] = {**(parallel if isinstance(parallel, Mapping) else {}), "sharding": choices[0]}
-        applied.append("parallel.sharding")
+    rule = sharding_rule(stack)
+    written = data.get("rules") or []
+    if rule is not None and not any(isinstance(r, Mapping) and r.get("id") == rule["id"] for r in written):
+        merged["rules"] = [*(data.get("rules") or []), rule]
+        applied.append(f"rules ({rule['id']}: {rule['require']})")
     return merged, applied
+
+
+#: Every sharding the ledger models; a stack offering fewer adds a rule (not a pin, so that `tune`,
+#: which releases the job's pins, still searches only what the framework can run).
+ALL_SHARDINGS = ("none", "zero1", "dist_opt", "zero2", "fsdp")
+
+
+def sharding_rule(stack: Stack) -> dict[str, str] | None:
+    """The hard rule limiting `sharding` to what the framework offers (zero1 is dist_opt's axis)."""
+    choices = {"dist_opt" if c == "zero1" else c for c in stack.values["sharding_choices"]}
+    if choices >= {"dist_opt" if c == "zero1" else c for c in ALL_SHARDINGS}:
+        return None
+    return {"id": "stack-sharding", "why": f"{stack.label} shards with {', '.join(sorted(choices))} only",
+            "source": _short(stack.sources["sharding_choices"]),
+            "require": " or ".join(f"sharding_{c}" for c in sorted(choices))}
+
+
+def _short(text: str, limit: int = 480) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
