@@ -100,7 +100,7 @@ def main() -> None:
     log(f"validated {len(report.rows)} runs in {time.perf_counter() - t0:.1f} s")
 
     def spec_for(jobs: Any) -> Any:
-        return load_spec_profile(jobs.project.cluster.name).for_stack(jobs.rule.stack)
+        return load_spec_profile(jobs.project.cluster.name).for_stack(jobs.rule.kernels)
 
     spec_report = validate(rows, args.runs.name, profile_for=spec_for, check_fit=False)
     bars_path = ERROR_BARS

@@ -39,23 +39,31 @@ if TYPE_CHECKING:
 JobLike = Job | str | PathLike[str] | Mapping[str, Any]
 
 
-def load_job(source: JobLike, *, where: str | None = None, base_dir: str | PathLike[str] | None = None) -> Job:
+def load_job(source: JobLike, *, stack: str | None = None, where: str | None = None,
+             base_dir: str | PathLike[str] | None = None) -> Job:
     """A validated job from a job file's path, or from a mapping written as in a job file (relative
-    model or hardware paths in a mapping resolve against `base_dir`, default the working directory)."""
+    model or hardware paths in a mapping resolve against `base_dir`, default the working directory).
+    `stack` (NAME[@RELEASE], as `--stack`) replaces the job's `stack:`."""
     if isinstance(source, Job):
-        return source
+        return source if stack is None else job_from_mapping(
+            {**source.spec.model_dump(mode="json", exclude_none=True), "stack": stack}, source.where,
+            source.base_dir)
     if isinstance(source, Mapping):
-        return job_from_mapping(source, where or "<job>", Path(base_dir) if base_dir is not None else Path.cwd())
-    return _load_job_file(Path(source))
+        return job_from_mapping(source, where or "<job>", Path(base_dir) if base_dir is not None else Path.cwd(),
+                                stack)
+    return _load_job_file(Path(source), stack)
 
 
 def _question(job: JobLike, rules: Sequence[str], rule_files: Sequence[str | PathLike[str]],
               without: Sequence[str]) -> Question:
+    from primus.projection.profile import require_precision
     from primus.solver.api import Question
 
     if isinstance(rules, str) or isinstance(without, str):
         raise TypeError("rules and without are sequences of strings, not one string")
-    return Question(load_job(job), rule_texts=tuple(rules), rule_files=tuple(str(f) for f in rule_files),
+    j = load_job(job)
+    require_precision(j)  # a precision the hardware cannot run is bad input, as for project and tune
+    return Question(j, rule_texts=tuple(rules), rule_files=tuple(str(f) for f in rule_files),
                     without=tuple(without))
 
 
@@ -88,8 +96,16 @@ class FitAnswer:
     def capacity_bytes(self) -> int:
         return self.question.space.reserves.capacity_bytes
 
+    @property
+    def verdict(self) -> str:
+        """fits, tight (fits with less headroom than the allocator reserve) or does not fit."""
+        report = self.result.report
+        if not self.fits or report is None:
+            return "does not fit"
+        return self.question.space.reserves.verdict(report.peak_bytes)
+
     def to_json(self) -> dict[str, Any]:
-        return self.result.to_json(self.capacity_bytes)
+        return self.result.to_json(self.capacity_bytes, self.question.space.reserves)
 
 
 def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),

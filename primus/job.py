@@ -1,4 +1,8 @@
-"""Load and resolve a job file into the model, the cluster and the pins, with every default applied."""
+"""Load and resolve a job file into the model, the cluster and the pins, with every default applied.
+
+Defaults come from the job's stack (`stack:`, default megatron-lm, newest release; `--stack` on the
+command line replaces it): what the framework does for every setting the file leaves out
+(`primus.stacks`). The keys the stack supplied are kept on the job (`Job.assumed`)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import JobSpec
 from primus.specs.model import ModelSpec
+from primus.stacks.apply import apply_stack, pipeline_split
+from primus.stacks.core import Stack, resolve_stack
 from primus.yamlio import load_mapping
 
 
@@ -26,6 +32,20 @@ class Job:
     cluster: ClusterSpec
     where: str
     base_dir: Path | None = field(default=None, compare=False)
+    stack: Stack | None = field(default=None, compare=False)
+    assumed: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def resolved_stack(self) -> Stack:
+        """The job's stack (the default stack for a job built without one)."""
+        return self.stack if self.stack is not None else resolve_stack(self.spec.stack, self.where)
+
+    def assumptions(self) -> list[str]:
+        """The job's assumption list: its stack and release, then every setting the stack supplied."""
+        stack = self.resolved_stack
+        out = [f"stack {stack.label}" + (f" ({stack.note})" if stack.note else "")]
+        out += [f"{key} from {stack.label}" for key in self.assumed]
+        return out
 
     @property
     def num_gpus(self) -> int:
@@ -43,21 +63,36 @@ class Job:
         data = self.spec.model_dump()
         data.update(updates)
         spec = parse_spec(JobSpec, data, self.where)
-        return Job(spec, self.model, self.cluster, self.where, self.base_dir)
+        return Job(spec, self.model, self.cluster, self.where, self.base_dir, self.stack, self.assumed)
 
 
-def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Job:
-    spec = parse_spec(JobSpec, data, where)
-    model = resolve_model(spec.model, where, "model", base_dir)
-    cluster = resolve_hardware(spec.hardware, where, "hardware", base_dir)
-    job = Job(spec, model, cluster, where, base_dir)
+def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None = None,
+                     stack: str | None = None) -> Job:
+    """A job from its mapping; `stack` (NAME[@RELEASE]) replaces the mapping's `stack:` key."""
+    if stack is not None:
+        data = {**data, "stack": stack}
+    written = parse_spec(JobSpec, data, where)  # the file as written: its own errors first
+    resolved = resolve_stack(written.stack, where, "stack")
+    model = resolve_model(written.model, where, "model", base_dir)
+    cluster = resolve_hardware(written.hardware, where, "hardware", base_dir)
+    merged, assumed = apply_stack(resolved, data, scaleup_domain=cluster.scaleup.domain_size)
+    pins = written.parallel
+    if "pipeline" not in data and pins.pp is not None:
+        # VP free: only the accounting switches (they hold for any VP); an explicit layout fixes VP
+        split = pipeline_split(resolved, model, pins.pp, pins.vp or 1)
+        if split and (pins.vp is not None or "layout" not in split):
+            merged["pipeline"] = split
+            assumed.append("pipeline (" + ", ".join(f"{k}={v}" for k, v in split.items()) + ")")
+    spec = parse_spec(JobSpec, merged, where)
+    job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed))
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",
                          f"{spec.gpus} GPUs is not a whole number of {cluster.gpus_per_node}-GPU nodes")
     return job
 
 
-def load_job(path: str | Path) -> Job:
+def load_job(path: str | Path, stack: str | None = None) -> Job:
+    """A job file; `stack` (from --stack) replaces its `stack:` key."""
     p = Path(path)
     data = load_mapping(p)
-    return job_from_mapping(data, str(p), p.parent)
+    return job_from_mapping(data, str(p), p.parent, stack)

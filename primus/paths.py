@@ -11,8 +11,8 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """The shipped folder `models`, `hardware`, `constraints` or `examples`."""
-    if name not in ("models", "hardware", "constraints", "examples"):
+    """The shipped folder `models`, `hardware`, `constraints`, `examples` or `stacks`."""
+    if name not in ("models", "hardware", "constraints", "examples", "stacks"):
         raise ValueError(f"unknown data folder {name!r}")
     packaged = _PACKAGE / "_data" / name
     if packaged.is_dir():

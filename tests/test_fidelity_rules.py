@@ -5,20 +5,23 @@ section."""
 from __future__ import annotations
 
 from primus.fidelity.accuracy_doc import END, START, measured_section
-from primus.fidelity.defaults import MEGATRON_DEFAULT, RULES, rule_for
-from primus.fidelity.jobs import build, recipe_layout
+from primus.fidelity.defaults import all_rules, rule_for
+from primus.fidelity.jobs import build
 from primus.fidelity.runs import bundled_runs_path, read_runs
 from primus.schedule.layout import build_layout
+from primus.stacks.apply import recipe_layout
+from primus.stacks.core import load_stack_file, resolve_stack
 
 
-def test_every_source_of_the_development_set_has_a_documented_rule() -> None:
+def test_every_source_of_the_development_set_has_a_stack_that_names_it() -> None:
     sources = {r.source for r in read_runs(bundled_runs_path()) if r.complete}
     for source in sources:
         rule = rule_for(source)
-        assert rule is not MEGATRON_DEFAULT, source
-        assert len(rule.evidence) > 80 and rule.describe().startswith(rule.name)
-    assert rule_for("some-new-lab") is MEGATRON_DEFAULT
-    assert len({r.name for r in RULES}) == len(RULES)
+        prefixes = load_stack_file(rule.stack.name).validate_sources
+        assert any(source.lower().startswith(p) for p in prefixes), source
+        assert len(rule.evidence) > 40 and rule.describe().startswith(rule.name)
+    assert rule_for("some-new-lab").name == resolve_stack(None).label  # the default stack, newest release
+    assert len({r.name for r in all_rules()}) == len(all_rules())
 
 
 def test_rules_set_the_framework_defaults_of_their_release() -> None:
@@ -31,10 +34,10 @@ def test_rules_set_the_framework_defaults_of_their_release() -> None:
     assert nemo.job_keys(tp=2, scaleup_domain=8, is_moe=True)["moe"]["token_dispatcher"] == "flex"
     assert nemo.etp_is_tp and not rule_for("megatron-bridge-25.11").etp_is_tp
     kort = rule_for("korthikanti2022")
-    assert not kort.flash_attention and kort.sharding == "none" and kort.main_grads_dtype == "fp32"
+    assert not kort.stack["flash_attention"] and kort.sharding == "none" and kort.stack["main_grads_dtype"] == "fp32"
     tt = rule_for("torchtitan")
-    assert tt.framework == "torchtitan" and tt.stack == "pytorch-compile" and tt.sharding == "fsdp"
-    assert rule_for("mosaicml").stack == "pytorch-eager"
+    assert tt.framework == "torchtitan" and tt.kernels == "pytorch-compile" and tt.sharding == "fsdp"
+    assert rule_for("mosaicml").kernels == "pytorch-eager"
 
 
 def test_torchtitan_rows_get_the_rule_of_their_release() -> None:
@@ -65,12 +68,12 @@ def test_stated_cells_win_and_unstated_ones_are_recorded() -> None:
     assert "recompute" not in mb.fit.spec.parallel.pinned() and "sp" not in mb.fit.spec.parallel.pinned()
 
 
-def test_recompute_left_empty_is_the_lightest_that_fits() -> None:
+def test_recompute_left_empty_is_the_stacks_and_any_escalation_is_recorded() -> None:
     small = build(_row("DGXC25.04.01-H100-Llama3-8B-BF16-128"))
-    assert small.project.spec.parallel.recompute == "none"
+    assert small.project.spec.parallel.recompute == "none" and small.escalated == ()
     big = build(_row("MB26.02-DGX-H100-Llama3.1-405B-FP8"))
     assert big.project.spec.parallel.recompute in ("selective", "full")
-    assert any("lightest" in a or "fewest" in a for a in big.assumed)
+    assert big.escalated and big.escalated[0].startswith("recompute none -> ")
 
 
 def test_recipe_layouts_keep_the_extra_layers_off_the_ends() -> None:

@@ -101,8 +101,9 @@ def _job(kind: str, name: str) -> Job:
 
 
 def _assert_same(original: Job, back: Job) -> None:
-    a, b = original.spec.model_dump(), back.spec.model_dump()
+    a, b = original.spec.model_dump(exclude={"stack"}), back.spec.model_dump(exclude={"stack"})
     assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
+    assert original.resolved_stack.label == back.resolved_stack.label  # the stack travels too
     assert back.num_gpus == original.num_gpus
     assert back.cluster == original.cluster
     assert differences(back.model, original.model) == []

@@ -36,8 +36,18 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tune(tmp_path_factory.mktemp("tuned"), SMALL)
 
 
+@pytest.fixture(scope="module")
+def tuned_torchtitan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job on the torchtitan stack: tune searches what torchtitan can run (FSDP only), so its
+    best layout has a torchtitan launch config (a Megatron-LM job's best may be ZeRO-2, which has none)."""
+    return _tune(tmp_path_factory.mktemp("tuned-tt"), {**SMALL, "stack": "torchtitan"})
+
+
 @pytest.mark.parametrize("kind", ["megatron", "primus", "torchtitan"])
-def test_a_real_tune_result_exports_its_best_layout(tuned: Path, tmp_path: Path, kind: str) -> None:
+def test_a_real_tune_result_exports_its_best_layout(tuned: Path, tuned_torchtitan: Path, tmp_path: Path,
+                                                    kind: str) -> None:
+    if kind == "torchtitan":
+        tuned = tuned_torchtitan
     out = tmp_path / f"launch.{kind}"
     code, _, err = _cli("export", "--from-tune", str(tuned), "--to", kind, "--out", str(out))
     assert code == 0, err

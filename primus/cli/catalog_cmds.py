@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from primus.catalog.hardware import catalog_hardware, resolve_hardware
 from primus.catalog.models import catalog_models, resolve_model
-from primus.cli.common import format_option, guarded
+from primus.cli.common import format_option, guarded, stack_option
 from primus.cli.output import emit_csv, emit_json, human_params, stdout_console, table
 from primus.job import Job, load_job
 from primus.specs.flops import flops_per_token
@@ -176,8 +176,11 @@ def hardware_show(hardware: str, fmt: str) -> None:
 
 def job_summary(job: Job) -> dict[str, Any]:
     spec = job.spec
+    stack = job.resolved_stack
     return {
         "job": job.where,
+        "stack": stack.name,
+        "stack_release": stack.release,
         "model": job.model.name,
         "hardware": job.cluster.name,
         "accelerator": job.cluster.accelerator.name,
@@ -193,7 +196,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "free": sorted(set(("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "sp", "recompute", "sharding"))
                        - set(spec.parallel.pinned())),
         "settings": spec.model_dump(exclude={"model", "hardware", "parallel", "nodes", "gpus", "seq_len",
-                                             "global_batch_size", "precision", "fp8_recipe"}),
+                                             "global_batch_size", "precision", "fp8_recipe", "stack"}),
+        "assumed": job.assumptions(),
     }
 
 
@@ -204,14 +208,16 @@ def job_group() -> None:
 
 @job_group.command("show")
 @click.argument("job_file", type=click.Path(dir_okay=False))
+@stack_option
 @format_option("table", "json")
 @guarded
-def job_show(job_file: str, fmt: str) -> None:
-    """Show the resolved, validated job with defaults applied.
+def job_show(job_file: str, stack: str | None, fmt: str) -> None:
+    """Show the resolved, validated job with defaults applied: its stack and release, and every
+    setting the stack supplied (`assumed`).
 
-    Example: primus job show examples/llama3.1-70b-mi300x.yaml --format json
+    Example: primus job show examples/llama3.1-70b-mi300x.yaml --stack megatron-bridge --format json
     """
-    job = load_job(job_file)
+    job = load_job(job_file, stack)
     doc = job_summary(job)
     if fmt == "json":
         emit_json(doc)

@@ -58,3 +58,10 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
         "--format", "fmt", type=click.Choice(list(choices)), default=default, show_default=True,
         help="Output format; with a machine format stdout carries only that document.",
     )
+
+
+def stack_option(fn: F) -> F:
+    """``--stack NAME[@RELEASE]``: the framework the job runs on, replacing the job file's `stack:`."""
+    return click.option("--stack", "stack", default=None, metavar="NAME[@RELEASE]",
+                        help="The framework and release the job runs on (replaces the job's `stack:`; "
+                             "see `primus stacks list`).")(fn)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, get_args
 import click
 import yaml
 
-from primus.cli.common import Negative, format_option, guarded
+from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping, load_job
@@ -76,6 +76,7 @@ def launch_options(fn: F) -> F:
     commands need no parameter for it)."""
     fn = click.option("--primus-root", type=click.Path(file_okay=False), default=None, expose_value=False,
                       callback=_keep_root, help="With --from primus: " + _ROOT_HELP)(fn)
+    fn = stack_option(fn)
     fn = click.option("--gpus", "launch_gpus", type=_COUNT, default=None,
                       help="With --from: the world size in GPUs, when the file does not give it.")(fn)
     fn = click.option("--nodes", "launch_nodes", type=_COUNT, default=None,
@@ -90,14 +91,14 @@ def launch_options(fn: F) -> F:
 
 
 def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, hardware: str | None,
-                  nodes: int | None, gpus: int | None) -> Job:
+                  nodes: int | None, gpus: int | None, stack: str | None = None) -> Job:
     """The job of a JOB_FILE argument or of ``--from KIND FILE`` (exactly one)."""
     if (job_file is None) == (launch_from is None):
         raise InputError("command line", None, "give a job file or --from KIND FILE (exactly one)")
     if job_file is not None:
         if hardware is not None or nodes is not None or gpus is not None:
             raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
-        job = load_job(job_file)
+        job = load_job(job_file, stack)
     else:
         assert launch_from is not None
         ctx = click.get_current_context(silent=True)
@@ -105,6 +106,8 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
                                       primus_root=root)
         report(config)
+        if stack is not None:
+            job = job_from_mapping(config.job, job.where, job.base_dir, stack)
     require_precision(job)
     return job
 
@@ -265,9 +268,10 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
 @_axis("recompute-num-layers", "Layers per full-recompute unit (Megatron --recompute-num-layers).")
 @click.option("--recompute-method", "recompute_method", type=click.Choice(["uniform", "block"]), default=None)
 @click.option("--sharding", type=click.Choice(list(get_args(Sharding))), default=None)
+@stack_option
 @guarded
 def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file: str | None, complete: bool,
-               fix: int | None, **fields: Any) -> None:
+               fix: int | None, stack: str | None, **fields: Any) -> None:
     """Write a launch config: Megatron-LM arguments (--to megatron), an AMD Primus experiment YAML
     (--to primus) or a torchtitan TOML (--to torchtitan), for a job file, a tune result, or axes given
     here. Every parallel axis must be pinned (or use --complete). Notes on what the target cannot
@@ -278,7 +282,7 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     """
     if job_file is not None and tune_file is not None:
         raise InputError("command line", None, "give a job file or --from-tune, not both")
-    base = load_job(job_file) if job_file else tune_job(tune_file) if tune_file else None
+    base = load_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     layout = None
     if fix is not None:

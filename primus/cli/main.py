@@ -13,6 +13,7 @@ from primus.cli.memory_cmd import memory_cmd
 from primus.cli.project_cmd import project_cmd
 from primus.cli.report_cmds import audit_group, report_cmd
 from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
+from primus.cli.stacks_cmd import stacks_group
 from primus.cli.trace_cmd import trace_cmd
 from primus.cli.tune_cmd import tune_cmd
 
@@ -29,6 +30,7 @@ def cli() -> None:
 cli.add_command(models_group)
 cli.add_command(hardware_group)
 cli.add_command(job_group)
+cli.add_command(stacks_group)
 cli.add_command(schema_group)
 cli.add_command(memory_cmd)
 cli.add_command(fit_cmd)

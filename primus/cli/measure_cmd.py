@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from primus.cli.common import EXIT_INPUT, format_option, guarded
+from primus.cli.common import EXIT_INPUT, format_option, guarded, stack_option
 from primus.cli.output import emit_json, stderr_console, stdout_console, table
 from primus.errors import InputError
 from primus.job import Job, load_job
@@ -54,6 +54,7 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
 
 @click.command("measure")
 @click.argument("job_file", type=click.Path(dir_okay=False))
+@stack_option
 @format_option("table", "json")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to measure: cuda (NCCL for collectives) or cpu (gloo, one thread per process).")
@@ -73,8 +74,8 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
                    "sharing this host's caches and memory bandwidth).")
 @click.option("--no-memory-check", is_flag=True, help="Skip the activation-memory check of the measured layers.")
 @guarded
-def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budget_s: float, no_budget: bool,
-                dtype: str, hardware: str | None, colocate: bool, no_memory_check: bool) -> None:
+def measure_cmd(job_file: str, stack: str | None, fmt: str, device: str, procs: int, out: str, budget_s: float,
+                no_budget: bool, dtype: str, hardware: str | None, colocate: bool, no_memory_check: bool) -> None:
     """Measure the target's kernels (GEMMs, grouped expert GEMMs, attention, norms, activations, the
     optimizer step) and in-node collectives on this machine, within a time budget; write a profile.
 
@@ -92,7 +93,7 @@ def measure_cmd(job_file: str, fmt: str, device: str, procs: int, out: str, budg
         sys.exit(EXIT_INPUT)
     from primus.measure.campaign import MeasureOptions, run_measure
 
-    job = load_job(job_file)
+    job = load_job(job_file, stack)
     layout, how = target_layout(job)
     if device == "auto":
         import torch

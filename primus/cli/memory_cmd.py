@@ -19,7 +19,10 @@ def print_memory_table(report: MemoryReport, title: str) -> None:
                      gib(report.capacity_bytes - s.bytes)))
     con.print(table(title, ["stage", "params", *BREAKDOWN_KEYS, "total", "headroom"], rows,
                     justify_right=["params", *BREAKDOWN_KEYS, "total", "headroom"]))
-    verdict = "fits" if report.fits else "DOES NOT FIT"
+    verdict = {"fits": "fits", "tight": "fits, but TIGHT (headroom under the allocator reserve "
+               f"{gib(report.reserves.tight_band_bytes)})", "does not fit": "DOES NOT FIT"}[report.verdict]
+    if not report.fits and report.peak_bytes > report.reserves.hbm_bytes:
+        verdict += f", over the raw {gib(report.reserves.hbm_bytes)} of HBM as well"
     con.print(f"peak {gib(report.peak_bytes)} ({report.peak_bytes:,} B) on stage {report.peak.stage}; capacity "
               f"{gib(report.capacity_bytes)} ({report.capacity_bytes:,} B): {verdict}")
     con.print("assumptions:")
@@ -33,7 +36,7 @@ def print_memory_table(report: MemoryReport, title: str) -> None:
 @format_option("table", "json", "csv")
 @guarded
 def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
-               launch_nodes: int | None, launch_gpus: int | None, fmt: str) -> None:
+               launch_nodes: int | None, launch_gpus: int | None, stack: str | None, fmt: str) -> None:
     """Exact bytes per rank at each pipeline stage's peak, for a job with every axis pinned.
 
     Exit 0 when the peak fits the capacity (HBM less named reserves), 1 when it does not.
@@ -42,7 +45,7 @@ def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch
 
     Example: primus memory examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     report = MemoryModel(job).evaluate(pinned_layout(job))
     if fmt == "json":
         emit_json(report.to_json())

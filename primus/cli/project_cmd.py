@@ -71,7 +71,8 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None, not
               help="Use a measured profile taken on another device than the job's accelerator.")
 @guarded
 def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
-                launch_nodes: int | None, launch_gpus: int | None, fmt: str, profile_file: str | None,
+                launch_nodes: int | None, launch_gpus: int | None, stack: str | None, fmt: str,
+                profile_file: str | None,
                 allow_device_mismatch: bool) -> None:
     """Projected step time, tokens/s/GPU, model TFLOP/s/GPU, MFU and an exposed-time breakdown.
 
@@ -85,7 +86,7 @@ def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launc
 
     Example: primus project examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     answer = api.project(job, profile=profile_file, allow_device_mismatch=allow_device_mismatch)
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")

@@ -8,17 +8,15 @@ from typing import Any, TypeVar
 import click
 
 from primus import api
-from primus.cli.common import Negative, format_option, guarded
+from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
 from primus.job import load_job
-from primus.projection.profile import require_precision
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, nodes_text
 from primus.solver.space import rule_names_doc
-from primus.solver.vector import Candidates
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,26 +31,28 @@ def rule_options(fn: F) -> F:
     return fn
 
 
-def question_from(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
-                  without: tuple[str, ...]) -> Question:
-    job = load_job(job_file)
-    require_precision(job)
-    return Question(job, rule_texts=rule_texts, rule_files=rule_files, without=without)
-
-
 def _print_fit(q: Question, result: FitResult) -> None:
     con = stdout_console()
     capacity = q.space.reserves.capacity_bytes
     title = f"{q.job.model.name} on {q.job.num_gpus} x {q.job.cluster.name}"
+    reserves = q.space.reserves
     if result.fits:
         assert result.report is not None and result.layout is not None
         con.print(f"[bold green]FITS[/]: {_layout_text(result.layout.as_parallel())}")
+        headroom = capacity - result.report.peak_bytes
+        if reserves.verdict(result.report.peak_bytes) == "tight":
+            con.print(f"[bold yellow]TIGHT[/]: headroom {gib(headroom)} is less than the allocator reserve "
+                      f"{gib(reserves.tight_band_bytes)} ({reserves.allocator} allocator, bounded by runs that ran, "
+                      "not measured for this job)")
         if result.completed_axes:
             con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
         print_memory_table(result.report, title)
         con.print(f"rules satisfied ({len(result.satisfied_rules)}): {', '.join(result.satisfied_rules)}")
         return
     con.print("[bold red]DOES NOT FIT[/]")
+    if result.report is not None and result.report.peak_bytes > reserves.hbm_bytes:
+        con.print(f"the peak {gib(result.report.peak_bytes)} is over the device's raw memory "
+                  f"{gib(reserves.hbm_bytes)} as well")
     con.print(f"minimal conflicting rules and pins: {', '.join(result.violated_rules) or '(none found)'}")
     for rid in result.violated_rules:
         if not rid.startswith("pin:"):
@@ -101,7 +101,7 @@ def _layout_text(p: dict[str, Any]) -> str:
 @format_option("table", "json")
 @guarded
 def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_hardware: str | None,
-            launch_nodes: int | None, launch_gpus: int | None, rule_texts: tuple[str, ...],
+            launch_nodes: int | None, launch_gpus: int | None, stack: str | None, rule_texts: tuple[str, ...],
             rule_files: tuple[str, ...], without: tuple[str, ...], fmt: str) -> None:
     """Prove that a job fits (or complete its free axes with the most headroom), or explain why not.
 
@@ -114,7 +114,7 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
 
     Example: primus fit examples/llama3.1-70b-mi300x.yaml --rule 'tp <= 4'
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus)
+    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     answer = api.fit(job, rules=rule_texts, rule_files=rule_files, without=without)
     if fmt == "json":
         emit_json(answer.to_json())
@@ -124,16 +124,10 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
         raise Negative()
 
 
-def _rows(c: Candidates, capacity: int) -> list[dict[str, Any]]:
-    peaks = c.cols["peak_bytes"].tolist()
-    stages = c.cols["peak_stage"].tolist()
-    return [{"parallel": p, "peak_bytes": peak, "headroom_bytes": capacity - peak, "peak_stage": st}
-            for p, peak, st in zip(c.parallel_dicts(), peaks, stages, strict=True)]
-
-
 @click.command("enumerate")
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @rule_options
+@stack_option
 @click.option("--count", "count_only", is_flag=True, help="Print only the number of legal layouts (exit 1 if zero).")
 @click.option("--top", type=click.IntRange(1, 10_000_000), default=None,
               help="Only the first N (by headroom, or by projected throughput with --rank).")
@@ -141,7 +135,7 @@ def _rows(c: Candidates, capacity: int) -> list[dict[str, Any]]:
 @format_option("table", "csv", "jsonl", "json")
 @guarded
 def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[str, ...], without: tuple[str, ...],
-                  count_only: bool, top: int | None, rank: bool, fmt: str) -> None:
+                  stack: str | None, count_only: bool, top: int | None, rank: bool, fmt: str) -> None:
     """Every legal layout over the job's free axes, in canonical order (or --top N by headroom, or
     --rank by projected throughput).
 
@@ -150,8 +144,8 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
 
     Example: primus enumerate examples/llama3.1-70b-mi300x.yaml --count
     """
-    found = api.enumerate_layouts(job_file, rules=rule_texts, rule_files=rule_files, without=without, top=top,
-                                  rank=rank, count_only=count_only)
+    found = api.enumerate_layouts(load_job(job_file, stack), rules=rule_texts, rule_files=rule_files,
+                                  without=without, top=top, rank=rank, count_only=count_only)
     n, bar = found.count, found.uncertainty
     if count_only:
         if fmt == "json":

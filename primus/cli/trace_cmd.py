@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from primus.cli.common import EXIT_INPUT, Negative, format_option, guarded
+from primus.cli.common import EXIT_INPUT, Negative, format_option, guarded, stack_option
 from primus.cli.output import emit_json, stdout_console, table
 from primus.errors import InputError
 from primus.job import load_job
@@ -39,6 +39,7 @@ def _kinds(option: str | None, has_dense: bool, has_moe: bool, where: str) -> li
 
 @click.command("trace-memory")
 @click.argument("job_file", type=click.Path(dir_okay=False))
+@stack_option
 @format_option("table", "json")
 @click.option("--kinds", default=None, metavar="dense,moe",
               help="Layer kinds to trace (comma-separated); default: every kind the model has.")
@@ -47,7 +48,7 @@ def _kinds(option: str | None, has_dense: bool, has_moe: bool, where: str) -> li
               help="Where the reference MoE layer applies routing probabilities: inside the experts' SwiGLU "
                    "(current Megatron-Core, what the ledger models) or in the unpermute (older releases).")
 @guarded
-def trace_cmd(job_file: str, fmt: str, kinds: str | None, moe_probs: str) -> None:
+def trace_cmd(job_file: str, stack: str | None, fmt: str, kinds: str | None, moe_probs: str) -> None:
     """Check the ledger's per-layer activation bytes against a trace of a torch reference layer.
 
     One forward of a reference layer (fused norm+linear, flash attention keeping q, k, v, output and
@@ -68,7 +69,7 @@ def trace_cmd(job_file: str, fmt: str, kinds: str | None, moe_probs: str) -> Non
         click.echo(f"primus trace-memory: this torch build has no MemTracker: {exc}", err=True)
         sys.exit(EXIT_INPUT)
 
-    job = load_job(job_file)
+    job = load_job(job_file, stack)
     model = job.model
     selected = _kinds(kinds, model.has_dense_layers, model.num_moe_layers > 0, job.where)
     seq, mbs = job.spec.seq_len, job.spec.parallel.mbs or 1

@@ -88,7 +88,7 @@ def _row_facts(p: Prepared) -> tuple[str | None, str, bool, bool, bool]:
     spec = p.jobs.project.spec
     fmt = gemm_format(spec.precision, spec.effective_fp8_recipe)
     ep = spec.parallel.ep or 1
-    return p.jobs.rule.stack, fmt, spec.kernels.flash_attention, p.jobs.project.model.is_moe, ep > 1
+    return p.jobs.rule.kernels, fmt, spec.kernels.flash_attention, p.jobs.project.model.is_moe, ep > 1
 
 
 def with_stack_overrides(profile: Profile, rows: Sequence[Prepared]) -> Profile:
@@ -192,7 +192,7 @@ def apply(profile: Profile, groups: Sequence[Group], theta: Sequence[float], sou
 def residuals(profile: Profile, rows: Sequence[Prepared]) -> list[float]:
     out = []
     for p in rows:
-        proj = p.project(profile.for_stack(p.jobs.rule.stack), "fast")
+        proj = p.project(profile.for_stack(p.jobs.rule.kernels), "fast")
         measured = p.row.measured_tokens
         assert measured is not None
         out.append(safe_log_ratio(proj.tokens_per_s_per_gpu, measured))

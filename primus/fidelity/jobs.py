@@ -1,12 +1,14 @@
 """A published run row, turned into primus jobs: the one to project and the one to check for fit.
 
-The row's cells are pins; empty cells follow the source's rule (`primus.fidelity.defaults`). Two jobs
-come out of a row:
+The row's cells are pins; empty cells follow the source's stack (`stacks/`, `primus.fidelity.defaults`).
+Two jobs come out of a row:
 
-- the *projection* job pins every axis (stated cells, else the rule's default; recompute left empty
-  climbs the rule's ladder to the lightest setting the ledger says fits);
-- the *fit* job pins only what the source stated (cells not marked assumed) and leaves the rest free,
-  so `primus fit` answers "could this published run have fitted at all?" — a run that ran must.
+- the *projection* job pins every axis (stated cells, else the stack's value; when the stack's
+  recompute does not fit, it is escalated to the lightest setting the ledger says fits, and the change
+  is recorded in `escalated`);
+- the *fit* job is the job file a user would type: the published layout, the settings the source
+  states and `stack:` of its source, read through the same path as `primus fit JOB` (`published_job`);
+  what the source did not state stays free, so `fit` answers "could this run have fitted?" — it ran.
 
 A model slug outside the catalog is rebuilt from the architecture columns when that is unambiguous: a
 catalog model with the same dimensions, or a catalog model of the same family (name prefix) whose
@@ -17,7 +19,7 @@ dimensions overridden. Anything else is refused with the reason.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from primus.catalog.hardware import catalog_hardware
@@ -29,7 +31,9 @@ from primus.fidelity.runs import RunRow
 from primus.job import Job, job_from_mapping
 from primus.memory.evaluate import MemoryModel, pinned_layout
 from primus.memory.shapes import layout_for
+from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
+from primus.stacks.apply import pipeline_split
 
 PRECISIONS: dict[str, tuple[str, str | None]] = {
     "bf16": ("bf16", None), "fp16": ("fp16", None), "fp8": ("fp8", ""), "fp8-block": ("fp8", "blockwise"),
@@ -55,6 +59,7 @@ class RowJobs:
     fit: Job
     rule: SourceRule
     assumed: tuple[str, ...]
+    escalated: tuple[str, ...] = ()
 
 
 def _family(slug: str) -> str:
@@ -166,7 +171,7 @@ def build(row: RunRow) -> RowJobs:
         recipe = stated_recipe[0]  # the recipe the source's config sets (flag fp8_recipe_<name>)
     elif recipe == "":
         recipe = rule.fp8_recipe
-        assumed.append(f"fp8 recipe {recipe} (source default)")
+        assumed.append(f"fp8 recipe {recipe} (stack default)")
     model, notes = model_ref(row)
     assumed += notes
     hardware = _hardware(row)
@@ -175,20 +180,24 @@ def build(row: RunRow) -> RowJobs:
     ep, etp = (_int(row, "ep") or 1, _int(row, "etp")) if is_moe else (1, 1)
     if etp is None:
         etp = tp if rule.etp_is_tp else 1
-        assumed.append(f"etp {etp} (source default)")
+        assumed.append(f"etp {etp} (stack default)")
+    shipped = rule.stack.recipe_for(row["model"].lower(), hardware, prec)
     vp = _int(row, "vp")
-    if vp is None and pp > 1:
+    if vp is None and pp > 1 and shipped is not None and shipped.settings.vp:
+        vp = shipped.settings.vp
+        assumed.append(f"vp {vp} (the stack's recipe: {shipped.source})")
+    elif vp is None and pp > 1:
         vp = rule.vp
-        assumed.append(f"vp {vp} (source default)")
+        assumed.append(f"vp {vp} (stack default)")
     sp = row.boolean("sp")
     if sp is None:
         sp = rule.sp_with_tp and tp > 1
-        assumed.append(f"sp {'on' if sp else 'off'} (source default)")
+        assumed.append(f"sp {'on' if sp else 'off'} (stack default)")
     sharding = row["sharding"].lower() or rule.sharding
     if sharding not in SHARDINGS:
         raise Unprojectable(f"sharding {sharding!r} is not one of {', '.join(SHARDINGS)}")
     if not row["sharding"]:
-        assumed.append(f"sharding {sharding} (source default)")
+        assumed.append(f"sharding {sharding} (stack default)")
     recompute = row["recompute"].lower()
     if recompute and recompute not in RECOMPUTES:
         raise Unprojectable(f"recompute {recompute!r} is not one of {', '.join(RECOMPUTES)}")
@@ -207,10 +216,20 @@ def build(row: RunRow) -> RowJobs:
         pins["vp"] = vp
     if is_moe:
         pins.update(ep=ep, etp=etp)
-    base: dict[str, Any] = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq,
-                            "global_batch_size": gbs, "precision": precision, **keys}
+    stack_recompute = rule.recompute
+    if not recompute and shipped is not None and shipped.settings.recompute:
+        stack_recompute = shipped.settings.recompute
+        for key in ("recompute_num_layers", "recompute_method"):
+            if getattr(shipped.settings, key) is not None:
+                pins[key] = getattr(shipped.settings, key)
+        assumed.append(f"recompute {stack_recompute} " + " ".join(
+            f"{k}={pins[k]}" for k in ("recompute_num_layers", "recompute_method") if k in pins)
+            + f" (the stack's recipe: {shipped.source})")
+    base: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": hardware, "gpus": gpus,
+                            "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys}
     stated_layout = row.pipeline_layout if pp > 1 else None
-    pipeline = {"layout": stated_layout} if stated_layout else _pipeline_options(model, pp, vp or 1, row.run_id)
+    pipeline = ({"layout": stated_layout} if stated_layout
+                else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
     if pipeline:
         base["pipeline"] = pipeline
     if pipeline and not stated_layout:
@@ -219,60 +238,77 @@ def build(row: RunRow) -> RowJobs:
     if recipe:
         base["fp8_recipe"] = recipe
     where = f"{row.run_id} (line {row.line})"
+    escalated: list[str] = []
     try:
-        fit_job = job_from_mapping({**base, "parallel": _stated(row, pins, recompute)}, where)
-        project_job = _with_recompute(base, pins, recompute or rule.recompute, where, assumed)
+        fit_job = job_from_mapping(published_job(row), where)
+        project_job = _with_recompute(base, pins, recompute or stack_recompute, where, assumed,
+                                      escalated if not recompute else None)
     except InputError as exc:
         raise Unprojectable(exc.reason if exc.field is None else f"{exc.field}: {exc.reason}") from None
-    return RowJobs(project_job, fit_job, rule, tuple(assumed))
+    return RowJobs(project_job, fit_job, rule, tuple(assumed), tuple(escalated))
 
 
-def _pipeline_options(model: Any, pp: int, vp: int, where: str) -> dict[str, Any]:
-    """How the recipe splits layers that do not divide evenly over PP × VP chunks: NeMo and Megatron-Bridge
-    count the embedding and the loss as layers (Llama 3.1 405B, Qwen3 recipes) or give an explicit
-    `pipeline_model_parallel_layout` (DeepSeek-V3); the even split when it works, else the first of those
-    that Megatron accepts, else the most balanced explicit layout."""
+def published_job(row: RunRow) -> dict[str, Any]:
+    """The job file a user would type for a published run: its layout and the settings its source
+    states, and `stack:` of its source. Everything else comes from the stack when the file is read."""
+    rule = rule_for(row.source, row.published)
+    gpus, gbs, seq, mbs = (_int(row, k) for k in ("num_gpus", "gbs", "seq_len", "mbs"))
+    if not (gpus and gbs and seq and mbs):
+        raise Unprojectable("num_gpus, gbs, seq_len and mbs are all needed")
+    prec = row["precision"].lower()
+    if prec not in PRECISIONS:
+        raise Unprojectable(f"precision {prec!r} is not one of {', '.join(PRECISIONS)}")
+    precision, recipe = PRECISIONS[prec]
+    model, _ = model_ref(row)
+    tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
+    pins: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": mbs}
+    if row.is_moe:
+        pins["ep"] = _int(row, "ep") or 1
+        if row["etp"]:
+            pins["etp"] = _int(row, "etp")
+    if pp > 1 and row["vp"]:
+        pins["vp"] = _int(row, "vp")
+    sp = row.boolean("sp")
+    if sp is not None and "sp_assumed" not in row.flags:
+        pins["sp"] = sp
+    if row["sharding"] and not row.boolean("sharding_assumed"):
+        pins["sharding"] = row["sharding"].lower()
+    recompute = row["recompute"].lower()
+    if recompute and not row.boolean("recompute_assumed"):
+        pins.update(recompute=recompute, **_recompute_pins(row, recompute))
+    keys: dict[str, Any] = {}
+    model = _with_options(row, keys, model, [])  # launch options the source states (AMD rows)
+    job: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": _hardware(row), "gpus": gpus,
+                           "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys,
+                           "parallel": pins}
+    stated = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8") if f"fp8_recipe_{r}" in row.flags]
+    if recipe or (precision == "fp8" and stated):
+        job["fp8_recipe"] = recipe or stated[0]
+    if row.is_moe and "tokendrop" in row.flags:
+        job.setdefault("moe", {})["capacity_factor"] = 1.0
+    if pp > 1 and row.pipeline_layout:
+        job["pipeline"] = {"layout": row.pipeline_layout}
+    return job
+
+
+def _pipeline_options(rule: SourceRule, model: Any, pp: int, vp: int, where: str) -> dict[str, Any]:
+    """How the source's recipes split layers that do not divide evenly over PP × VP chunks: the
+    stack's split (`primus.stacks.apply.pipeline_split`); for a stack that only splits evenly, the
+    same fallback, recorded as assumed by the caller."""
     if pp == 1:
         return {}
     from primus.catalog.models import resolve_model
-    from primus.specs.job import PipelineOptions
 
     spec = resolve_model(model, where)
-    options = PipelineOptions()
+    split = pipeline_split(rule.stack, spec, pp, vp)
+    if split or rule.stack["pipeline_split"] != "even":
+        return split
     try:
-        layout_for(spec, options, pp, vp)
+        layout_for(spec, PipelineOptions(), pp, vp)
         return {}
     except InputError:
-        pass
-    accounted = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
-    try:
-        layout_for(spec, PipelineOptions(**accounted), pp, vp)
-        return accounted
-    except InputError:
-        pass
-    return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}
-
-
-def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str:
-    """An explicit `pipeline_model_parallel_layout` as the recipes write them when the layers do not
-    divide: chunk sizes differ by at most one, and the extra layers go to the middle pipeline ranks,
-    never to the first rank (it holds the most in-flight microbatches) nor the last one (it holds the
-    output layer and the loss) while another rank can take them (e.g. DeepSeek-V3's
-    "Et*4|(t*4|)*14tmL" in Megatron-Bridge)."""
-    chunks = pp * vp
-    base, extra = divmod(num_layers, chunks)
-    ranks = sorted(range(pp), key=lambda r: (r in (0, pp - 1), abs(2 * r - (pp - 1)), r))
-    order = [v * pp + r for r in ranks for v in range(vp)]
-    counts = [base] * chunks
-    for c in order[:extra]:
-        counts[c] += 1
-    parts = []
-    for c, n in enumerate(counts):
-        text = ("E" if c == 0 else "") + ("t" * n if n <= 1 else f"t*{n}")
-        if c == chunks - 1:
-            text += "m" * mtp_layers + "L"
-        parts.append(text)
-    return "|".join(parts)
+        fallback = replace(rule.stack, values={**rule.stack.values, "pipeline_split": "even_else_accounted"})
+        return pipeline_split(fallback, spec, pp, vp)
 
 
 def _with_options(row: RunRow, keys: dict[str, Any], model: Any, assumed: list[str]) -> Any:
@@ -314,36 +350,29 @@ def _scaleup(hardware: str) -> int:
     return resolve_hardware(hardware, "runs", "gpu").scaleup.domain_size
 
 
-def _stated(row: RunRow, pins: dict[str, Any], recompute: str) -> dict[str, Any]:
-    """The pins a source actually stated: cells present and not marked assumed."""
-    out = dict(pins)
-    if not row["vp"]:
-        out.pop("vp", None)
-    if row.boolean("sp") is None or "sp_assumed" in row.flags:
-        out.pop("sp", None)
-    if not row["sharding"] or row.boolean("sharding_assumed"):
-        out.pop("sharding", None)
-    if not row["etp"]:
-        out.pop("etp", None)
-    if recompute and not row.boolean("recompute_assumed"):
-        out["recompute"] = recompute
-    return out
-
-
 def _fits(job: Job) -> bool:
     return MemoryModel(job).evaluate(pinned_layout(job), strict=False).fits
 
 
 def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, where: str,
-                    assumed: list[str]) -> Job:
-    """The projection job: every axis pinned. "ladder" keeps the first setting the ledger says fits of:
-    none, selective, full recompute (block method) of the fewest layers per chunk, full of every layer."""
-    if recompute != "ladder":
-        return job_from_mapping({**base, "parallel": {**pins, "recompute": recompute}}, where)
-    for option in RECOMPUTE_LADDER:
+                    assumed: list[str], escalated: list[str] | None) -> Job:
+    """The projection job: every axis pinned. A stated recompute is kept. The stack's recompute
+    (`escalated` given) is kept when it fits; otherwise the first setting the ledger says fits of the
+    heavier ones (selective, full recompute of the fewest layers per chunk by the block method, full
+    of every layer), recorded in `escalated` with the reason."""
+    first = job_from_mapping({**base, "parallel": {**pins, "recompute": recompute}}, where)
+    if escalated is None:
+        return first
+    if _fits(first):
+        if not any(a.startswith("recompute ") for a in assumed):
+            assumed.append(f"recompute {recompute} (stack default)")
+        return first
+    why = f"recompute {recompute} does not fit (peak {_peak_gib(first):.2f} GiB over capacity)"
+    ladder = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(recompute) + 1:] if recompute in RECOMPUTE_LADDER else ()
+    for option in ladder:
         job = job_from_mapping({**base, "parallel": {**pins, "recompute": option}}, where)
         if _fits(job):
-            assumed.append(f"recompute {option} (lightest that fits; source default none)")
+            escalated.append(f"recompute {recompute} -> {option}: {why}")
             return job
 
     def block(k: int) -> Job:
@@ -361,8 +390,13 @@ def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, 
             else:
                 lo = mid + 1
         if lo < per_chunk:
-            assumed.append(f"recompute full, block method, {lo} of {per_chunk} layers per chunk (fewest that fit)")
+            escalated.append(f"recompute {recompute} -> full, block method, {lo} of {per_chunk} layers per chunk "
+                             f"(fewest that fit): {why}")
             return block(lo)
-    assumed.append("recompute full (lightest that fits)" if _fits(full)
-                   else "recompute full (nothing lighter fits; even full does not)")
+    escalated.append(f"recompute {recompute} -> full" + ("" if _fits(full) else " (even full does not fit)")
+                     + f": {why}")
     return full
+
+
+def _peak_gib(job: Job) -> float:
+    return float(MemoryModel(job).evaluate(pinned_layout(job), strict=False).peak_bytes) / 2**30

@@ -47,7 +47,7 @@ def leave_one_source_out(prepared: Sequence[Prepared], *, sources: Sequence[str]
             for p in held:
                 if _accelerator(p) != acc:
                     continue
-                pred = p.project(profile.for_stack(p.jobs.rule.stack), "auto").tokens_per_s_per_gpu
+                pred = p.project(profile.for_stack(p.jobs.rule.kernels), "auto").tokens_per_s_per_gpu
                 measured = p.row.measured_tokens
                 assert measured is not None
                 out.append(HeldOut(p.row.run_id, source, acc, p.jobs.project.model.is_moe,

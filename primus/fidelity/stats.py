@@ -87,5 +87,8 @@ def summarise(results: Sequence[RowResult], complete: int, unprojected: int) -> 
         "fit_checked_rows": len(checked),
         "false_oom": sum(1 for r in checked if r.fits is False),
         "false_oom_runs": [r.run_id for r in checked if r.fits is False],
+        "escalated_rows": sum(1 for r in results if r.escalated),
+        "escalated_pct": 100.0 * sum(1 for r in results if r.escalated) / len(results) if results else math.nan,
+        "escalated_runs": [r.run_id for r in results if r.escalated],
     }
     return out

@@ -4,8 +4,11 @@ For each complete row: build its jobs (`primus.fidelity.jobs`), project the pinn
 accelerator's shipped profile (for the source's software stack), and report predicted against
 measured tokens/s/GPU (`error_pct` = 100 × (predicted / measured − 1)) and, where the source
 published it, the ledger's peak memory against the measured peak. Each row also carries `fits`: what
-`primus fit` says of the published config with the unstated axes free. A run that ran must fit, so a
-`False` there is a false out-of-memory verdict of the ledger, counted in the summary.
+`primus fit` says of the job file a user would type for the run (its layout, the settings its source
+states and its source's `stack:`; unstated axes free). A run that ran must fit, so a `False` there is
+a false out-of-memory verdict at the stack's settings, counted in the summary. `escalated` lists the
+settings the projection changed from the stack's value to make the run fit (empty when none),
+counted separately.
 
 Rows that cannot be projected are listed with the reason, never dropped.
 """
@@ -49,9 +52,10 @@ class RowResult:
     measured_peak_gib: float | None
     fits: bool | None
     layout: dict[str, Any]
-    rule: str
+    stack: str
     assumed: tuple[str, ...]
     error_bar_pct: float | None = None  # the ± `primus project` prints for this run (primus.fidelity.errorbars)
+    escalated: tuple[str, ...] = ()
 
     @property
     def error_pct(self) -> float:
@@ -76,8 +80,9 @@ class RowResult:
             out["measured_peak_gib"] = self.measured_peak_gib
             out["memory_error_pct"] = self.memory_error_pct
         out["parallel"] = self.layout
-        out["rule"] = self.rule
+        out["stack"] = self.stack
         out["assumed"] = list(self.assumed)
+        out["escalated"] = list(self.escalated)
         return out
 
 
@@ -123,7 +128,7 @@ ProfileFor = Callable[[RowJobs], Profile]
 
 def shipped_profile(jobs: RowJobs) -> Profile:
     """The accelerator's shipped profile as seen by the row's software stack."""
-    return load_profile(jobs.project.cluster).for_stack(jobs.rule.stack)
+    return load_profile(jobs.project.cluster).for_stack(jobs.rule.kernels)
 
 
 @dataclass
@@ -178,8 +183,8 @@ def result_of(p: Prepared, projection: Projection, fits: bool | None) -> RowResu
         moe=jobs.project.model.is_moe, model=row["model"], num_gpus=jobs.project.num_gpus, measured=measured,
         predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
         predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
-        layout=projection.layout.as_parallel(), rule=jobs.rule.name, assumed=jobs.assumed,
-        error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct)
+        layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=jobs.assumed,
+        escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct)
 
 
 def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: ProfileFor = shipped_profile,

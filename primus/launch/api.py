@@ -44,8 +44,18 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
         if _kind(kind) != "primus":
             raise InputError("command line", "--primus-root", "goes with Primus experiment files only")
         extra["primus_root"] = Path(primus_root)
-    return _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent,
-                                   **extra)
+    config = _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent,
+                                     **extra)
+    stack = IMPORT_STACKS.get(kind)
+    if stack is not None and "stack" not in config.job:  # a `# primus-job:` header's stack wins
+        config.job["stack"] = stack
+    return config
+
+
+#: The stack a launch format implies: a Primus experiment YAML runs on AMD Primus, a torchtitan TOML
+#: on torchtitan (newest release: the TOML does not name one); a Megatron-LM argument line keeps the
+#: default stack.
+IMPORT_STACKS: dict[str, str] = {"primus": "primus", "torchtitan": "torchtitan"}
 
 
 def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,

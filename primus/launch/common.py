@@ -136,6 +136,7 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
     keep = {k: v for k, v in flat.items()
             if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
     keep["hardware"] = job.spec.hardware
+    keep["stack"] = job.resolved_stack.label  # the stack travels, so import does not assume the format's
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
         keep["model"] = job.spec.model
     else:  # a model file: its architecture is written out; its name travels here

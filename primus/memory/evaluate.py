@@ -45,10 +45,16 @@ class MemoryReport:
     def fits(self) -> bool:
         return self.peak_bytes <= self.capacity_bytes
 
+    @property
+    def verdict(self) -> str:
+        """fits, tight (fits with less headroom than the allocator reserve) or does not fit."""
+        return self.reserves.verdict(self.peak_bytes)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "parallel": self.layout.as_parallel(),
             "fits": self.fits,
+            "verdict": self.verdict,
             "peak_bytes": self.peak_bytes,
             "peak_stage": self.peak.stage,
             "capacity_bytes": self.capacity_bytes,
@@ -58,6 +64,7 @@ class MemoryReport:
             "reserves": {
                 "runtime_context_bytes": self.reserves.runtime_context_bytes,
                 "fragmentation_bytes": self.reserves.fragmentation_bytes,
+                "allocator": self.reserves.allocator,
                 "sources": self.reserves.sources,
             },
             "stages": [
@@ -77,7 +84,7 @@ class MemoryModel:
         spec = job.spec
         self.numerics = numerics_for(spec.precision, spec.effective_fp8_recipe)
         self.widths = StateWidths.of(spec.optimizer, spec.fp8_param_gather)
-        self.reserves = Reserves.of(job.cluster)
+        self.reserves = Reserves.of(job.cluster, bool(job.resolved_stack["allocator_expandable_segments"]))
         self.comm_figure = int(job.cluster.reserves.communicator_buffer_bytes.value)
         self.recompute_method = spec.parallel.recompute_method or "uniform"
         ids = spec.parallel.recompute_layer_ids
@@ -188,7 +195,11 @@ class MemoryModel:
                              self.model.is_moe)
         out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator ({used} used)")
         out.append(f"capacity = HBM {self.reserves.hbm_bytes:,} B − runtime context "
-                   f"{self.reserves.runtime_context_bytes:,} B − fragmentation {self.reserves.fragmentation_bytes:,} B")
+                   f"{self.reserves.runtime_context_bytes:,} B − allocator reserve "
+                   f"{self.reserves.fragmentation_bytes:,} B ({self.reserves.allocator} allocator)")
+        stack = self.job.resolved_stack
+        out.insert(0, f"stack {stack.label}: settings the job leaves out follow {stack.title}"
+                   + (f" ({stack.note})" if stack.note else ""))
         return tuple(out)
 
 

@@ -152,6 +152,7 @@ class Reserves:
     runtime_context_bytes: int
     fragmentation_bytes: int
     sources: dict[str, str] = field(default_factory=dict)
+    allocator: str = "hardware"
 
     @property
     def reserve_bytes(self) -> int:
@@ -161,15 +162,39 @@ class Reserves:
     def capacity_bytes(self) -> int:
         return self.hbm_bytes - self.reserve_bytes
 
+    @property
+    def tight_band_bytes(self) -> int:
+        """Headroom below which a fitting layout is `tight`: the allocator reserve itself, which runs
+        that ran bound from above but nothing measures for the job at hand."""
+        return self.fragmentation_bytes
+
+    def verdict(self, peak_bytes: int) -> str:
+        """fits, tight (fits with less headroom than the allocator reserve) or does not fit."""
+        if peak_bytes > self.capacity_bytes:
+            return "does not fit"
+        return "tight" if self.capacity_bytes - peak_bytes < self.tight_band_bytes else "fits"
+
     @staticmethod
-    def of(cluster: ClusterSpec) -> Reserves:
+    def of(cluster: ClusterSpec, expandable_segments: bool | None = None) -> Reserves:
+        """The reserves of a device; with the stack's allocator configuration (`expandable_segments`),
+        the allocator reserve is the smaller of the hardware's ceiling and that configuration's
+        evidence-derived figure (`stacks/allocators.yaml`)."""
         r = cluster.reserves
         hbm = cluster.accelerator.hbm_bytes
         context = int(r.runtime_context_bytes.value)
-        frag = int(r.allocator_fragmentation.value * (hbm - context))
+        fraction = float(r.allocator_fragmentation.value)
+        source = r.allocator_fragmentation.source
+        name = "hardware"
+        if expandable_segments is not None:
+            from primus.stacks.allocator import allocator_of
+
+            name, spec = allocator_of(expandable_segments)
+            if spec.reserve_fraction < fraction:
+                fraction, source = float(spec.reserve_fraction), f"stacks/allocators.yaml {name}: {spec.source}"
+        frag = int(fraction * (hbm - context))
         return Reserves(hbm, context, frag, {
             "hbm_bytes": cluster.accelerator.hbm_bytes_source,
             "runtime_context_bytes": r.runtime_context_bytes.source,
-            "allocator_fragmentation": r.allocator_fragmentation.source,
+            "allocator_fragmentation": source,
             "communicator_buffer_bytes": r.communicator_buffer_bytes.source,
-        })
+        }, name)

@@ -74,7 +74,8 @@ class Projector:
         self.job = job
         self.model = job.model
         spec = job.spec
-        self.profile = profile if profile is not None else load_profile(job.cluster)
+        self.profile = (profile if profile is not None
+                        else load_profile(job.cluster).for_stack(job.resolved_stack.kernel_profile))
         analytic = AnalyticTimer(job.cluster, self.profile)
         self.fmt = gemm_format(spec.precision, spec.effective_fp8_recipe)
         self.high_fmt = high_format(spec.precision)

@@ -91,7 +91,10 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     g = prof.gemm[p.fmt]  # type: ignore[index]
     eff, half = float(g.efficiency.value), float(g.half_flops.value)
     peak = acc.peak_flops(PEAK_DTYPE[p.fmt]) / 1e12
+    stack = p.job.resolved_stack
     out = [
+        f"stack {stack.label}" + (f" ({stack.note})" if stack.note else "")
+        + (f", kernels {stack.kernel_profile}" if stack.kernel_profile else ""),
         f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
         f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {tflops_text(peak)} TFLOP/s, half-efficiency at "
         f"{half:.3g} FLOPs; router and output layer in {p.high_fmt}",

@@ -29,6 +29,7 @@ import numpy as np
 
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel, MemoryReport
+from primus.memory.ledger import Reserves
 from primus.parallel import Layout
 from primus.solver.api import Question
 from primus.solver.core import broken_definitions, certify
@@ -93,9 +94,20 @@ class FitResult:
         """Nodes the smallest fitting size occupies (a sub-node size occupies one)."""
         return None if self.min_gpus is None else -(-self.min_gpus // self.gpus_per_node)
 
-    def to_json(self, capacity: int) -> dict[str, Any]:
+    def to_json(self, capacity: int, reserves: Reserves | None = None) -> dict[str, Any]:
+        """The fit document; with the job's `reserves`, also the three-way verdict: `verdict` (fits,
+        tight, does not fit), `tight` and `tight_by_bytes` (how far the headroom falls short of the
+        allocator reserve), and `over_hbm` (the peak exceeds the device's raw memory too)."""
         doc: dict[str, Any] = {"fits": self.fits}
         r = self.report
+        if reserves is not None and r is not None:
+            verdict = reserves.verdict(r.peak_bytes) if self.fits else "does not fit"
+            doc["verdict"] = verdict
+            doc["tight"] = verdict == "tight"
+            if verdict == "tight":
+                doc["tight_by_bytes"] = reserves.tight_band_bytes - (capacity - r.peak_bytes)
+            doc["allocator_reserve_bytes"] = reserves.fragmentation_bytes
+            doc["over_hbm"] = r.peak_bytes > reserves.hbm_bytes
         doc["parallel"] = self.layout.as_parallel() if self.layout else None
         doc["completed_axes"] = list(self.completed_axes)
         doc["peak_bytes"] = r.peak_bytes if r else None

@@ -3,7 +3,8 @@
 A job names a model, a cluster and the convergence settings (sequence length, global batch size,
 precision) that tuning must never change, and pins any subset of the parallel axes; the rest is free.
 Keys are exact (unknown keys are errors with a did-you-mean), numbers are bounded, and every default
-below is Megatron-LM's unless said otherwise.
+below is Megatron-LM's unless said otherwise. `stack:` (NAME[@RELEASE], default megatron-lm) names
+the framework a job runs on; its settings fill what the file leaves out (`primus.job`).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class JobSpec(Spec):
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: Bool = False
     framework: Literal["megatron", "torchtitan"] = "megatron"
+    stack: Annotated[str, Field(min_length=1, max_length=120)] | None = None
     parallel: ParallelPins = ParallelPins()
     schedule: Schedule = "auto"
     pipeline: PipelineOptions = PipelineOptions()

@@ -82,7 +82,7 @@ class Tuner:
                  progress: Callable[[str], None] | None = None) -> None:
         self.job = job
         self.settings = settings
-        self.profile = profile or load_profile(job.cluster)
+        self.profile = profile or load_profile(job.cluster).for_stack(job.resolved_stack.kernel_profile)
         self.projector = Projector(job, self.profile)
         self.space = TuneSpace(job, self.projector, rule_texts=rule_texts, rule_files=rule_files, without=without)
         self.base_space = self.space

@@ -1,0 +1,66 @@
+"""`primus stacks list` and `primus stacks show NAME[@RELEASE]`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+
+from primus.cli.common import format_option, guarded
+from primus.cli.output import emit_json, stderr_console, stdout_console, table
+from primus.stacks.core import catalog_stacks, load_stack_file, resolve_stack
+
+
+@click.group("stacks")
+def stacks_group() -> None:
+    """Frameworks and their releases: what each does for the settings a job file leaves out."""
+
+
+@stacks_group.command("list")
+@format_option("table", "json")
+@guarded
+def stacks_list(fmt: str) -> None:
+    """The shipped stacks, their releases (oldest first) and where they come from.
+
+    Example: primus stacks list --format json
+    """
+    docs = []
+    for name in catalog_stacks():
+        spec = load_stack_file(name)
+        docs.append({"name": name, "title": spec.title, "releases": [r.release for r in spec.releases],
+                     "source": spec.homepage})
+    if fmt == "json":
+        emit_json(docs)
+        return
+    stdout_console().print(table(escape("Stacks (job key `stack: NAME[@RELEASE]`)"),
+                                 ["name", "releases", "title", "source"],
+                                 [tuple(escape(str(x)) for x in (d["name"], ", ".join(d["releases"]), d["title"],
+                                                                 d["source"])) for d in docs]))
+
+
+@stacks_group.command("show")
+@click.argument("ref", metavar="NAME[@RELEASE]")
+@format_option("table", "json")
+@guarded
+def stacks_show(ref: str, fmt: str) -> None:
+    """Every setting of one release of a stack, with its source (a bare name: the newest release; an
+    unknown release: the newest release not after it, said on stderr).
+
+    Example: primus stacks show torchtitan@2024.12
+    """
+    stack = resolve_stack(ref, "command line", "NAME[@RELEASE]")
+    if fmt == "json":
+        emit_json(stack.to_json())
+        return
+    if stack.note:
+        stderr_console().print(escape(f"note: {stack.note}"))
+    con = stdout_console()
+    rows = [(k, escape(json.dumps(v)), escape(stack.sources[k])) for k, v in stack.values.items()]
+    con.print(table(escape(f"{stack.label}: {stack.title}"), ["setting", "value", "source"], rows))
+    con.print(escape(f"release source: {stack.release_source}"))
+    if stack.recipes:
+        con.print(table("per-model recipes", ["model", "gpu", "precision", "since", "settings", "source"],
+                        [tuple(escape(str(x)) for x in (r.model, r.gpu, r.precision, r.since or "-",
+                                                        json.dumps(r.settings.model_dump(exclude_none=True)),
+                                                        r.source)) for r in stack.recipes]))

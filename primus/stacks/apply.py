@@ -1,0 +1,149 @@
+"""How a stack fills in what a job file leaves out.
+
+The stack's settings go *under* the job's own keys: anything the job writes wins. Settings are the
+keys that are not parallel axes (dtypes, overlap, kernels, the MoE dispatcher, the fp8 recipe, the
+framework). Axes the job leaves free stay free for `fit`, `enumerate` and `tune` to choose, except:
+
+- sharding, when the framework does not offer every kind (torchtitan, llm-foundry and NeMo AutoModel
+  shard with FSDP only): a hard rule `stack-sharding`, which `tune` keeps when it releases the pins;
+- the pipeline split, when PP (and VP) are pinned, the decoder layers do not divide evenly and the
+  stack's recipes count the embedding and the loss as layers (Megatron-Bridge, NeMo).
+
+Every key the stack set is returned by name, so `job show` and reports can list it as assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from primus.errors import InputError
+from primus.stacks.core import Stack
+
+ACCOUNTED = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+
+
+def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int | None = None,
+                 is_moe: bool = True) -> dict[str, Any]:
+    """The job keys a stack sets. With `tp` known, TP-comm overlap is on only when TP > 1 (as the
+    recipes set it); with `is_moe` False, no all-to-all overlap."""
+    v = stack.values
+    ce = v["cross_entropy"]
+    keys: dict[str, Any] = {
+        "framework": v["framework"],
+        "optimizer": {"main_grads_dtype": v["main_grads_dtype"], "main_params_dtype": v["optimizer_state_dtype"],
+                      "exp_avg_dtype": v["optimizer_state_dtype"], "exp_avg_sq_dtype": v["optimizer_state_dtype"]},
+        "overlap": {"grad_reduce": v["grad_reduce_overlap"], "param_gather": v["param_gather_overlap"],
+                    "tp_comm": bool(v["tp_comm_overlap"]) and (tp is None or tp > 1),
+                    "moe_a2a": bool(v["moe_a2a_overlap"]) and is_moe},
+        # a compiled loss keeps neither the fused nor the eager buffers: the ledger's default form
+        "kernels": {"flash_attention": v["flash_attention"], "cross_entropy_fusion": ce == "fused",
+                    "eager_cross_entropy": ce == "eager"},
+        "moe": {"token_dispatcher": dispatcher(stack, scaleup_domain)},
+    }
+    if precision == "fp8":
+        keys["fp8_recipe"] = v["fp8_recipe"]
+    return keys
+
+
+def dispatcher(stack: Stack, scaleup_domain: int) -> str:
+    """The MoE dispatcher by hardware: the stack's scale-up choice on NVL72-class domains (> 8 GPUs)."""
+    big = stack.values.get("moe_dispatcher_scaleup")
+    return str(big if big and scaleup_domain > 8 else stack.values["moe_dispatcher"])
+
+
+def _under(defaults: Mapping[str, Any], data: Mapping[str, Any], path: str, applied: list[str]) -> dict[str, Any]:
+    """`data` over `defaults`, recording each default that was used."""
+    out = dict(data)
+    for key, value in defaults.items():
+        here = f"{path}{key}"
+        if key not in data:
+            out[key] = value
+            applied.append(here)
+        elif isinstance(value, Mapping) and isinstance(data[key], Mapping):
+            out[key] = _under(value, data[key], here + ".", applied)
+    return out
+
+
+def apply_stack(stack: Stack, data: Mapping[str, Any], *, scaleup_domain: int) -> tuple[dict[str, Any], list[str]]:
+    """The job mapping with the stack's settings under it, and the dotted keys the stack supplied."""
+    precision = data.get("precision", "bf16")
+    parallel = data.get("parallel")
+    tp = parallel.get("tp") if isinstance(parallel, Mapping) else None
+    defaults = setting_keys(stack, precision=str(precision), scaleup_domain=scaleup_domain,
+                            tp=tp if isinstance(tp, int) else None)
+    kernels = data.get("kernels")
+    if isinstance(kernels, Mapping) and ("cross_entropy_fusion" in kernels or "eager_cross_entropy" in kernels):
+        for key in ("cross_entropy_fusion", "eager_cross_entropy"):  # the job chose its loss
+            defaults["kernels"].pop(key)
+    applied: list[str] = []
+    merged = _under(defaults, data, "", applied)
+    rule = sharding_rule(stack)
+    written = data.get("rules") or []
+    if rule is not None and not any(isinstance(r, Mapping) and r.get("id") == rule["id"] for r in written):
+        merged["rules"] = [*(data.get("rules") or []), rule]
+        applied.append(f"rules ({rule['id']}: {rule['require']})")
+    return merged, applied
+
+
+#: Every sharding the ledger models; a stack offering fewer adds a rule (not a pin, so that `tune`,
+#: which releases the job's pins, still searches only what the framework can run).
+ALL_SHARDINGS = ("none", "zero1", "dist_opt", "zero2", "fsdp")
+
+
+def sharding_rule(stack: Stack) -> dict[str, str] | None:
+    """The hard rule limiting `sharding` to what the framework offers (zero1 is dist_opt's axis)."""
+    choices = {"dist_opt" if c == "zero1" else c for c in stack.values["sharding_choices"]}
+    if choices >= {"dist_opt" if c == "zero1" else c for c in ALL_SHARDINGS}:
+        return None
+    return {"id": "stack-sharding", "why": f"{stack.label} shards with {', '.join(sorted(choices))} only",
+            "source": _short(stack.sources["sharding_choices"]),
+            "require": " or ".join(f"sharding_{c}" for c in sorted(choices))}
+
+
+def _short(text: str, limit: int = 480) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
+    """The `pipeline` options the stack's recipes use for `spec` at PP x VP: {} when the even split
+    works or the stack only splits evenly; the embedding and the loss counted as layers when that
+    divides; else an explicit layout with the extra layers off the first and last stages."""
+    from primus.memory.shapes import layout_for
+    from primus.specs.job import PipelineOptions
+
+    if pp == 1 or stack.values["pipeline_split"] == "even":
+        return {}
+    try:
+        layout_for(spec, PipelineOptions(), pp, vp)
+        return {}
+    except InputError:
+        pass
+    try:
+        layout_for(spec, PipelineOptions(**ACCOUNTED), pp, vp)
+        return dict(ACCOUNTED)
+    except InputError:
+        pass
+    return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}
+
+
+def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str:
+    """An explicit `pipeline_model_parallel_layout` as the recipes write them when the layers do not
+    divide: chunk sizes differ by at most one, and the extra layers go to the middle pipeline ranks,
+    never to the first rank (it holds the most in-flight microbatches) nor the last one (it holds the
+    output layer and the loss) while another rank can take them (e.g. DeepSeek-V3's
+    "Et*4|(t*4|)*14tmL" in Megatron-Bridge)."""
+    chunks = pp * vp
+    base, extra = divmod(num_layers, chunks)
+    ranks = sorted(range(pp), key=lambda r: (r in (0, pp - 1), abs(2 * r - (pp - 1)), r))
+    order = [v * pp + r for r in ranks for v in range(vp)]
+    counts = [base] * chunks
+    for c in order[:extra]:
+        counts[c] += 1
+    parts = []
+    for c, n in enumerate(counts):
+        text = ("E" if c == 0 else "") + ("t" * n if n <= 1 else f"t*{n}")
+        if c == chunks - 1:
+            text += "m" * mtp_layers + "L"
+        parts.append(text)
+    return "|".join(parts)

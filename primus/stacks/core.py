@@ -1,0 +1,179 @@
+"""Stacks: a framework and its release, as data (`stacks/NAME.yaml`).
+
+`resolve_stack("megatron-bridge@26.04")` gives the settings that release uses for everything a job
+file may leave unsaid, each with its source. RELEASE is the framework's own version string, or
+YYYY.MM for a framework without releases. A bare name means the newest release; an unknown release
+resolves to the newest release not after it, and the resolved stack says so (`note`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from primus.errors import InputError, did_you_mean
+from primus.paths import data_dir
+from primus.specs.base import parse_spec
+from primus.stacks.schema import Recipe, StackFile
+from primus.yamlio import load_mapping
+
+DEFAULT_STACK = "megatron-lm"
+ALLOCATORS = "allocators"  # stacks/allocators.yaml: the allocator reserves, not a stack
+_REF = re.compile(r"^([a-z0-9][a-z0-9._-]*)(?:@([A-Za-z0-9][A-Za-z0-9._-]*))?$")
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+def catalog_stacks() -> list[str]:
+    """Names of the shipped stacks."""
+    return sorted(p.stem for p in data_dir("stacks").glob("*.yaml") if p.stem != ALLOCATORS)
+
+
+@lru_cache(maxsize=64)
+def load_stack_file(name: str) -> StackFile:
+    path = data_dir("stacks") / f"{name}.yaml"
+    where = f"stacks/{name}.yaml"
+    spec = parse_spec(StackFile, load_mapping(path), where)
+    if spec.name != name:
+        raise InputError(where, "name", f"{spec.name!r} does not match the file name {name!r}")
+    missing = [k for k in type(spec.releases[0].settings).model_fields
+               if getattr(spec.releases[0].settings, k) is None]
+    if missing:
+        raise InputError(where, "releases[0].settings", "the first release must set every field; missing "
+                         + ", ".join(missing))
+    labels = [r.release for r in spec.releases]
+    if len(set(labels)) != len(labels):
+        raise InputError(where, "releases", "release labels repeat")
+    keys = [_key(x) for x in labels]
+    if all(k is not None for k in keys) and keys != sorted(keys):  # type: ignore[type-var]
+        raise InputError(where, "releases", "releases must be listed oldest first")
+    return spec
+
+
+def _key(label: str) -> tuple[int, ...] | None:
+    return tuple(int(p) for p in label.split(".")) if _VERSION.match(label) else None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One resolved release of a framework: every setting's value and source."""
+
+    name: str
+    release: str
+    title: str
+    values: dict[str, Any] = field(compare=False)
+    sources: dict[str, str] = field(compare=False)
+    release_source: str = field(compare=False, default="")
+    note: str | None = field(compare=False, default=None)
+    recipes: tuple[Recipe, ...] = field(compare=False, default=())
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.release}"
+
+    @property
+    def kernel_profile(self) -> str | None:
+        """The profile section (`stacks.<name>`) for this stack's kernels; None: Megatron-Core + TE."""
+        kernels = str(self.values["kernels"])
+        return None if kernels == "megatron-core-te" else kernels
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "release": self.release, "title": self.title,
+                               "release_source": self.release_source,
+                               "settings": {k: {"value": v, "source": self.sources[k]} for k, v in self.values.items()},
+                               "recipes": [r.model_dump(exclude_none=True) for r in self.recipes]}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    def recipe_for(self, model: str, gpu: str, precision: str) -> Recipe | None:
+        """The framework's recipe for this model, GPU and precision, if it ships one for this release."""
+        mine = _key(self.release)
+        for r in self.recipes:
+            if (r.model, r.gpu, r.precision) != (model, gpu, precision):
+                continue
+            since = _key(r.since) if r.since else None
+            if since is not None and mine is not None and mine < since:
+                continue
+            return r
+        return None
+
+
+@lru_cache(maxsize=256)
+def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None = "stack") -> Stack:
+    """The stack `NAME[@RELEASE]` names (None: the default stack, newest release)."""
+    text = (ref or DEFAULT_STACK).strip()
+    m = _REF.match(text)
+    if not m:
+        raise InputError(where, field_name, f"{text!r} is not NAME or NAME@RELEASE")
+    name, release = m.group(1), m.group(2)
+    names = catalog_stacks()
+    if name not in names:
+        raise InputError(where, field_name, f"unknown stack {name!r}{did_you_mean(name, names)}; "
+                         f"known: {', '.join(names)}")
+    spec = load_stack_file(name)
+    labels = [r.release for r in spec.releases]
+    note: str | None = None
+    if release is None:
+        chosen = len(labels) - 1
+    elif release in labels:
+        chosen = labels.index(release)
+    else:
+        want = _key(release)
+        keys = [_key(x) for x in labels]
+        if want is None or any(k is None for k in keys):
+            raise InputError(where, field_name, f"release {release!r} of {name} is not described and cannot be "
+                             f"ordered against its releases ({', '.join(labels)})")
+        before = [i for i, k in enumerate(keys) if k is not None and k <= want]
+        if before:
+            chosen = before[-1]
+            note = (f"{name}@{release} is not described; using {name}@{labels[chosen]}, the newest release "
+                    "not after it")
+        else:
+            chosen = 0
+            note = (f"{name}@{release} is older than every described release; using the oldest, "
+                    f"{name}@{labels[0]}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for rel in spec.releases[:chosen + 1]:
+        for key, setting in rel.settings.given().items():
+            values[key] = setting.value
+            sources[key] = setting.source
+    rel = spec.releases[chosen]
+    return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes))
+
+
+def stack_of_source(source: str, published: str | None = None) -> Stack:
+    """The stack a published run's `source` ran on: the stack whose `validate_sources` names the
+    source's prefix; the release is the one the stack file pins for that prefix, else the version at
+    the end of the source name (`megatron-bridge-26.04.01`), else the month it was published, else
+    the newest. A source no stack names gets the default stack."""
+    s = source.lower()
+    for name in catalog_stacks():
+        spec = load_stack_file(name)
+        for prefix, pinned in spec.validate_sources.items():
+            if s == prefix or s.startswith(prefix):
+                release = pinned or _release_in(s, published)
+                return _lenient(name, release)
+    return resolve_stack(DEFAULT_STACK)
+
+
+def _release_in(source: str, published: str | None) -> str | None:
+    m = re.search(r"-(\d+(?:\.\d+)+)$", source)
+    if m:
+        return m.group(1)
+    if published:
+        return published.replace("-", ".")
+    return None
+
+
+def _lenient(name: str, release: str | None) -> Stack:
+    """A source's release: described, or ordered against the described ones, else the newest."""
+    try:
+        return resolve_stack(f"{name}@{release}" if release else name)
+    except InputError:
+        return resolve_stack(name)

@@ -1,0 +1,70 @@
+"""docs/stacks.md's tables, written from `stacks/*.yaml` so the page cannot drift from the data.
+
+`python -m primus.stacks.doc` rewrites the part of docs/stacks.md between the markers; the test suite
+checks the page holds exactly what this renders.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from primus.stacks.allocator import allocators
+from primus.stacks.core import catalog_stacks, load_stack_file
+
+START = "<!-- stacks:generated:start -->"
+END = "<!-- stacks:generated:end -->"
+
+
+def _cell(text: object) -> str:
+    """Markdown-safe table cell (pipes and newlines escaped)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render() -> str:
+    """Every stack: its releases, then every setting of every release with its value and source."""
+    lines = [START, ""]
+    for name in catalog_stacks():
+        spec = load_stack_file(name)
+        lines += [f"### `{name}`: {_cell(spec.title)}", "", f"Home: {spec.homepage}. Releases (oldest first): "
+                  + ", ".join(f"`{r.release}`" for r in spec.releases) + ".", ""]
+        if spec.validate_sources:
+            lines += ["`validate` reads the published runs whose source starts with "
+                      + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
+                                  spec.validate_sources.items()) + " on this stack.", ""]
+        for rel in spec.releases:
+            lines += [f"**`{name}@{rel.release}`** — {_cell(rel.source)}", "", "| setting | value | source |",
+                      "|---|---|---|"]
+            for key, setting in rel.settings.given().items():
+                lines.append(f"| `{key}` | `{_cell(setting.value)}` | {_cell(setting.source)} |")
+            lines.append("")
+        for r in spec.recipes:
+            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}: "
+                         f"{_cell(r.settings.model_dump(exclude_none=True))} — {_cell(r.source)}")
+    a = allocators()
+    lines += ["### Allocator reserves (`stacks/allocators.yaml`)", "", "| allocator | reserve (share of HBM "
+              "after the runtime context) | derivation |", "|---|---:|---|",
+              f"| `default` | {a.default.reserve_fraction:.2f} | {_cell(a.default.source)} |",
+              f"| `expandable_segments` | {a.expandable_segments.reserve_fraction:.2f} | "
+              f"{_cell(a.expandable_segments.source)} |", "", END]
+    return "\n".join(lines)
+
+
+def generated_section(text: str) -> str:
+    """The part of a page between the markers (inclusive); '' when absent."""
+    if START not in text or END not in text:
+        return ""
+    return text[text.index(START):text.index(END) + len(END)]
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/stacks.md")
+    text = path.read_text(encoding="utf-8")
+    old = generated_section(text)
+    if not old:
+        raise SystemExit(f"{path}: no {START} ... {END} markers")
+    path.write_text(text.replace(old, render()), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The schema of a stack file (`stacks/NAME.yaml`): one framework, its releases, each setting sourced.
+
+A stack says what a framework does for every setting a job file may leave out and that changes bytes
+or time. Every setting is `{value, source}`: the source is a repository path (and commit) or a
+document URL. The first release lists every setting; a later release lists only what changed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import Field
+
+from primus.specs.base import Bool, PosInt, Spec, Text
+from primus.specs.job import Dtype, Fp8Recipe, Recompute, Sharding
+
+T = TypeVar("T")
+Source = Annotated[str, Field(min_length=3, max_length=2000)]
+SourcePrefix = Annotated[str, Field(min_length=1, max_length=100)]
+Label = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+#: Kernel sets with a profile section (`stacks.<name>` in hardware/profiles) or the default one.
+Kernels = Literal["megatron-core-te", "pytorch-eager", "pytorch-compile"]
+#: How the loss is computed: Megatron's vocab-parallel cross-entropy (fp32 softmax kept), a fused
+#: cross-entropy (bf16 logits kept), PyTorch's eager F.cross_entropy over fp32 logits, or a loss compiled with
+#: the model (torch.compile; the ledger holds it as the vocab-parallel form).
+CrossEntropy = Literal["vocab_parallel", "fused", "eager", "compiled"]
+#: even: layers split evenly over PP x VP chunks; even_else_accounted: when they do not divide, the
+#: embedding and the loss count as layers (Megatron's account_for_*_in_pipeline_split), else an
+#: explicit layout with the extra layers off the first and last stages.
+PipelineSplit = Literal["even", "even_else_accounted"]
+
+
+class Sourced(Spec, Generic[T]):
+    """One setting: its value and where it comes from."""
+
+    value: T
+    source: Source
+
+
+class StackSettings(Spec):
+    """Every setting a stack decides (all optional so that a later release lists only changes)."""
+
+    framework: Sourced[Literal["megatron", "torchtitan"]] | None = None
+    kernels: Sourced[Kernels] | None = None
+    sharding: Sourced[Sharding] | None = None
+    sharding_choices: Sourced[list[Sharding]] | None = None
+    recompute: Sourced[Recompute] | None = None
+    selective_recompute: Sourced[Literal["core_attention", "op_level"]] | None = None
+    vp: Sourced[PosInt] | None = None
+    sequence_parallel: Sourced[Literal["tp>1", "off"]] | None = None
+    expert_tp: Sourced[Literal["tp", "1"]] | None = None
+    fp8_recipe: Sourced[Fp8Recipe] | None = None
+    main_grads_dtype: Sourced[Dtype] | None = None
+    optimizer_state_dtype: Sourced[Dtype] | None = None
+    tp_comm_overlap: Sourced[Bool] | None = None
+    moe_a2a_overlap: Sourced[Bool] | None = None
+    moe_dispatcher: Sourced[Literal["alltoall", "allgather", "flex"]] | None = None
+    moe_dispatcher_scaleup: Sourced[Literal["alltoall", "allgather", "flex"] | None] | None = None
+    flash_attention: Sourced[Bool] | None = None
+    cross_entropy: Sourced[CrossEntropy] | None = None
+    grad_reduce_overlap: Sourced[Bool] | None = None
+    param_gather_overlap: Sourced[Bool] | None = None
+    pipeline_split: Sourced[PipelineSplit] | None = None
+    allocator_expandable_segments: Sourced[Bool] | None = None
+
+    def given(self) -> dict[str, Sourced[Any]]:
+        return {k: getattr(self, k) for k in type(self).model_fields if getattr(self, k) is not None}
+
+
+class RecipeSettings(Spec):
+    """What a per-model recipe sets beyond the stack's defaults."""
+
+    recompute: Recompute | None = None
+    recompute_num_layers: PosInt | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    vp: PosInt | None = None
+
+
+class Recipe(Spec):
+    """A framework's shipped per-model recipe, keyed by model, GPU and precision."""
+
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    gpu: Annotated[str, Field(min_length=1, max_length=200)]
+    precision: Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
+    since: Label | None = None
+    settings: RecipeSettings
+    source: Source
+
+
+class ReleaseSpec(Spec):
+    release: Label
+    source: Source
+    settings: StackSettings
+
+
+class StackFile(Spec):
+    name: Label
+    title: Text
+    homepage: Text
+    validate_sources: dict[SourcePrefix, Label | None] = Field(default_factory=dict)
+    releases: list[ReleaseSpec] = Field(min_length=1, max_length=200)
+    recipes: list[Recipe] = Field(default_factory=list, max_length=2000)

@@ -1,0 +1,223 @@
+"""Stacks: the user's framework and release as data, so `fit` answers for the run they will launch
+(issue 15). Every published run of the development set, typed as the job file its team would write,
+fits under its source's stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from primus.fidelity.jobs import Unprojectable, published_job
+from primus.fidelity.runs import bundled_runs_path, read_runs
+from primus.job import job_from_mapping, load_job
+from primus.solver.api import Question
+from primus.solver.fit import fit
+from primus.stacks.core import catalog_stacks, load_stack_file, resolve_stack
+from primus.stacks.schema import StackSettings
+from tests.conftest import as_json
+
+BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
+
+
+def test_the_issue_names_seven_stacks_and_each_is_shipped() -> None:
+    names = set(catalog_stacks())
+    assert {"megatron-lm", "megatron-bridge", "nemo", "torchtitan", "llm-foundry", "nemo-automodel", "primus"} <= names
+
+
+@pytest.mark.parametrize("name", catalog_stacks())
+def test_every_field_of_every_release_has_a_value_and_a_source(name: str) -> None:
+    spec = load_stack_file(name)
+    first = spec.releases[0].settings.given()
+    assert set(first) == set(StackSettings.model_fields)  # the first release decides every field
+    for rel in spec.releases:
+        assert len(rel.source) > 20
+        for key, setting in rel.settings.given().items():
+            assert len(setting.source) >= 10, (name, rel.release, key)
+
+
+def test_a_bare_name_is_the_newest_release_and_an_unknown_one_the_newest_not_after_it() -> None:
+    assert resolve_stack("torchtitan").release == "2025.04"
+    old = resolve_stack("torchtitan@2025.01")  # between torchtitan 9dec370 (2024-12) and PR #1033 (2025-04)
+    assert old.release == "2024.12" and old.note and "newest release not after it" in old.note
+    assert old["cross_entropy"] == "eager" and resolve_stack("torchtitan@2025.06")["cross_entropy"] == "compiled"
+    assert resolve_stack("megatron-bridge@25.09").note is None
+
+
+def test_a_job_names_its_stack_and_defaults_to_megatron_lm() -> None:
+    plain = job_from_mapping(BASE, "t")
+    assert plain.resolved_stack.name == "megatron-lm" and plain.spec.optimizer.main_grads_dtype == "fp32"
+    mb = job_from_mapping({**BASE, "stack": "megatron-bridge"}, "t")
+    # Megatron-Bridge's performance recipes reduce gradients in bf16 and fuse the cross-entropy
+    assert mb.spec.optimizer.main_grads_dtype == "bf16" and mb.spec.kernels.cross_entropy_fusion
+    assert "optimizer" in mb.assumed and mb.assumptions()[0] == "stack megatron-bridge@25.09"
+
+
+def test_the_job_file_wins_over_its_stack() -> None:
+    job = job_from_mapping({**BASE, "stack": "megatron-bridge", "optimizer": {"main_grads_dtype": "fp32"},
+                            "kernels": {"eager_cross_entropy": True}}, "t")
+    assert job.spec.optimizer.main_grads_dtype == "fp32" and job.spec.kernels.eager_cross_entropy
+    assert not job.spec.kernels.cross_entropy_fusion and "optimizer.main_grads_dtype" not in job.assumed
+
+
+def test_a_framework_that_only_shards_with_fsdp_limits_sharding_by_a_rule() -> None:
+    # a rule, not a pin: `tune` releases the job's pins but keeps its rules
+    tt = job_from_mapping({**BASE, "stack": "torchtitan@2024.12"}, "t")
+    assert tt.spec.kernels.eager_cross_entropy and tt.spec.parallel.sharding is None
+    assert [r["require"] for r in tt.spec.rules] == ["sharding_fsdp"]
+    assert any(a.startswith("rules (stack-sharding") for a in tt.assumed)
+    assert job_from_mapping(BASE, "t").spec.rules == []  # Megatron-LM offers every sharding
+    layout = fit(Question(tt)).layout
+    assert layout is not None and layout.sharding == "fsdp"
+
+
+def test_megatron_bridge_counts_the_embedding_and_the_loss_in_the_pipeline_split() -> None:
+    # Llama 3.1 405B (126 layers) at PP 8 x VP 8, Megatron-Bridge's H100 recipe: 126 does not divide by
+    # 64 chunks, 126 + 2 does.
+    job = {**BASE, "model": "llama3.1-405b", "gpus": 1024, "precision": "fp8", "global_batch_size": 1536,
+           "parallel": {"tp": 8, "pp": 8, "vp": 8, "cp": 2, "mbs": 1}}
+    mb = job_from_mapping({**job, "stack": "megatron-bridge"}, "t")
+    assert mb.spec.pipeline.account_for_embedding_in_pipeline_split
+    assert mb.spec.pipeline.account_for_loss_in_pipeline_split
+    assert not job_from_mapping(job, "t").spec.pipeline.account_for_loss_in_pipeline_split
+
+
+def test_an_unknown_stack_is_one_line_and_exit_2(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job({**BASE, "stack": "megatron-brige"})
+    code, out, err = run_cli("job", "show", path)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "did you mean 'megatron-bridge'" in err and "stack" in err
+
+
+def test_stack_option_replaces_the_files_stack_and_job_show_says_so(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job({**BASE, "stack": "megatron-bridge"})
+    code, out, _ = run_cli("job", "show", path, "--stack", "nemo@25.04.01", "--format", "json")
+    doc = as_json(out)
+    assert code == 0 and (doc["stack"], doc["stack_release"]) == ("nemo", "24.07")
+    assert doc["assumed"][0].startswith("stack nemo@24.07 (nemo@25.04.01 is not described")
+
+
+def test_stacks_list_json_gives_name_releases_and_source(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("stacks", "list", "--format", "json")
+    doc = as_json(out)
+    assert code == 0 and {d["name"] for d in doc} == set(catalog_stacks())
+    for d in doc:
+        assert {"name", "releases", "source"} <= set(d) and d["releases"]
+    code, out, _ = run_cli("stacks", "show", "torchtitan@2024.12", "--format", "json")
+    assert code == 0 and as_json(out)["settings"]["cross_entropy"]["value"] == "eager"
+
+
+def _dev_rows() -> list[Any]:
+    return [r for r in read_runs(bundled_runs_path()) if r.complete]
+
+
+def test_every_complete_development_run_typed_as_its_job_file_fits(tmp_path: Path) -> None:
+    """Each complete run of runs_dev.csv, written as the job file a user would type (its published
+    layout, the settings its source states, `stack:` of its source) and read as `primus fit` reads
+    it, fits: every one of them ran."""
+    refused: list[str] = []
+    checked = 0
+    for i, row in enumerate(_dev_rows()):
+        try:
+            mapping = published_job(row)
+        except Unprojectable:
+            continue
+        path = tmp_path / f"run{i}.yaml"
+        path.write_text(yaml.safe_dump(mapping, sort_keys=False))
+        job = load_job(path)
+        assert job.resolved_stack.label == mapping["stack"]
+        checked += 1
+        if not fit(Question(job)).fits:
+            refused.append(row.run_id)
+    assert checked == 191 and refused == []
+
+
+def test_every_complete_amd_run_outside_the_development_set_fits_as_its_job_file(tmp_path: Path) -> None:
+    """The same check on AMD's published Instinct runs (amd_runs_dev.csv, not in runs_dev.csv): the
+    layout, recompute layers and launch options each source states, on the `primus` stack."""
+    from primus.fidelity.runs import bundled_amd_runs_path
+
+    rows = [r for r in read_runs(bundled_amd_runs_path()) if r.complete]
+    refused = []
+    for i, row in enumerate(rows):
+        path = tmp_path / f"amd{i}.yaml"
+        path.write_text(yaml.safe_dump(published_job(row), sort_keys=False))
+        job = load_job(path)
+        assert job.resolved_stack.name == "primus"
+        if not fit(Question(job)).fits:
+            refused.append(row.run_id)
+    assert len(rows) == 11 and refused == []
+
+
+def test_fit_on_a_published_job_file_exits_0(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # DGX Cloud 25.04.01 Llama 3 70B FP8 on 64 H100, TP4 PP8 VP5, as published (recompute unstated)
+    row = next(r for r in _dev_rows() if r.run_id == "DGXC25.04.01-H100-Llama3-70B-FP8-64")
+    mapping = published_job(row)
+    assert mapping["stack"] == "nemo@24.07" and "recompute" not in mapping["parallel"]
+    code, out, _ = run_cli("fit", write_job(mapping), "--format", "json")
+    assert code == 0 and as_json(out)["fits"] is True
+
+
+LAUNCH = Path(__file__).resolve().parent / "data" / "launch"
+
+
+@pytest.mark.parametrize(("kind", "name", "stack"), [
+    ("primus", "primus_llama3.1_70B-BF16-pretrain.yaml", "primus"),
+    ("torchtitan", "torchtitan_llama3_70b.toml", "torchtitan"),
+    ("megatron", "llama3_8b_h100_fp8.sh", None),
+])
+def test_import_sets_the_stack_the_file_implies(kind: str, name: str, stack: str | None) -> None:
+    from primus.launch import import_launch
+
+    config = import_launch(kind, LAUNCH / name, hardware="h100-80gb", nodes=8)
+    assert config.job.get("stack") == stack
+
+
+def test_a_run_that_omits_recompute_resolves_to_its_recipe(tmp_path: Path) -> None:
+    # Megatron-Bridge's Llama 3 8B H100 FP8 preset sets recompute_num_layers 5 (full, block method);
+    # a published run of that recipe whose table leaves recompute empty is projected with it.
+    import csv
+
+    from primus.fidelity.jobs import build
+
+    src = bundled_runs_path()
+    with src.open() as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        row = next(r for r in reader if r["run_id"] == "DGXC25.04.01-H100-Llama3-8B-FP8-8")
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerow({**row, "run_id": "mb-8b", "source": "megatron-bridge-26.06", "model": "llama3-8b", "recompute": ""})
+    jobs = build(read_runs(path)[0])
+    pins = jobs.project.spec.parallel
+    assert (pins.recompute, pins.recompute_num_layers, pins.recompute_method) == ("full", 5, "block")
+    assert any("the stack's recipe" in a for a in jobs.assumed) and jobs.escalated == ()
+
+
+def test_docs_stacks_tables_every_field_of_every_stack_with_its_source() -> None:
+    from primus.stacks.doc import generated_section, render
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "stacks.md").read_text(encoding="utf-8")
+    assert generated_section(page) == render()
+    for name in catalog_stacks():
+        for key in StackSettings.model_fields:
+            assert f"| `{key}` |" in page and f"`{name}@" in page
+
+
+def test_project_names_the_stack_and_uses_its_kernels(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # torchtitan's benchmarks ran torch.compile'd PyTorch: its projection uses the profile's
+    # `stacks.pytorch-compile` section, Megatron-LM's the default kernels.
+    job = {**BASE, "hardware": "h100-96gb-500w", "parallel": {"tp": 1, "pp": 1, "cp": 1, "mbs": 1,
+                                                             "recompute": "selective", "sharding": "fsdp"}}
+    code, out, _ = run_cli("project", write_job({**job, "stack": "torchtitan@2025.04"}), "--format", "json")
+    tt = as_json(out)
+    code2, out2, _ = run_cli("project", write_job(job, "mlm.yaml"), "--format", "json")
+    mlm = as_json(out2)
+    assert code == code2 == 0
+    assert tt["assumptions"][0] == "stack torchtitan@2025.04, kernels pytorch-compile"
+    assert mlm["assumptions"][0].startswith("stack megatron-lm@")
+    assert tt["step_time_s"] != mlm["step_time_s"]
