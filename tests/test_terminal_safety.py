@@ -110,3 +110,19 @@ def test_an_llm_reply_with_control_characters_never_reaches_the_terminal_raw(tmp
                              "2", "--workers", "1", "--out", str(tmp_path / "run"))
     assert code == 0, err
     assert not any(c in out + err for c in RAW)
+
+
+def test_rich_markup_and_emoji_codes_in_a_rule_file_are_printed_as_written_on_a_colour_terminal(tmp_path: Path):
+    # rich reads "[link=URL]" as markup and writes a hidden OSC 8 hyperlink; ":x:" would become an emoji
+    why = "[link=https://evil.example]click[/link] [bold red]RED[/] :x:"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"rules": [{"id": "evil", "why": why, "source": "test", "require": "tp >= 16"}]}))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(SMALL))
+    result = CliRunner().invoke(cli, ["fit", str(job), "--rules", str(rules)], env={"FORCE_COLOR": "1"},
+                                catch_exceptions=False)
+    assert result.exit_code == 1
+    assert "\x1b[1;31mDOES NOT FIT" in result.stdout  # the program's own styling still reaches the terminal
+    assert "\x1b]8;" not in result.stdout and "evil.example" in result.stdout and "\u274c" not in result.stdout
+    plain = "".join(part.split("m", 1)[-1] for part in result.stdout.split("\x1b["))  # without the highlighting
+    assert why in plain

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from primus.cli.common import EXIT_INPUT, format_option, guarded, stack_option
-from primus.cli.output import emit_json, stderr_console, stdout_console, table
+from primus.cli.output import emit_json, lit, stderr_console, stdout_console, table
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.parallel import Layout
@@ -102,7 +102,7 @@ def measure_cmd(job_file: str, stack: str | None, fmt: str, device: str, procs: 
     opt = MeasureOptions(device=device, procs=procs, budget_s=None if no_budget else budget_s, dtype=dtype,
                          hardware=hardware, memory_check=not no_memory_check, colocate=colocate)
     err = stderr_console()
-    res = run_measure(job, layout, out, opt, log=lambda s: err.print(f"[dim]{s}[/dim]"))
+    res = run_measure(job, layout, out, opt, log=lambda s: err.print(f"[dim]{lit(s)}[/dim]", markup=True))
     comparison = _comparison(job, res.plan.layout, out)
     if fmt == "json":
         emit_json({"profile": out, "layout": res.plan.layout.as_parallel(), "layout_from": how,
@@ -120,9 +120,10 @@ def _print(res: MeasureResult, out: str, how: str, comparison: dict[str, Any] | 
     con = stdout_console()
     d = res.profile.device
     job = res.plan.job
-    con.print(f"[bold]{job.model.name}: measured on {d.name} ({d.kind}, as {d.hardware}), torch {d.torch}, "
-              f"{d.dtype}" + (f", {d.threads} thread per process" if d.threads else "")
-              + (f", kernels timed in {d.colocated} processes at once" if d.colocated > 1 else "") + "[/bold]")
+    con.print("[bold]" + lit(f"{job.model.name}: measured on {d.name} ({d.kind}, as {d.hardware}), torch {d.torch}, "
+                             f"{d.dtype}" + (f", {d.threads} thread per process" if d.threads else "")
+                             + (f", kernels timed in {d.colocated} processes at once" if d.colocated > 1 else ""))
+              + "[/bold]", markup=True)
     con.print("target layout: " + " ".join(f"{k}={v}" for k, v in res.plan.layout.as_parallel().items())
               + f" ({how})")
     con.print(f"local devices: {res.downscale.devices}")

@@ -15,6 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.errors import MarkupError
+from rich.markup import escape as markup_escape
 from rich.table import Table
 from rich.text import Text
 
@@ -24,7 +25,18 @@ from primus.safe_text import escape_controls
 class SafeConsole(Console):
     """A rich console that never writes a control character it was given: every string it renders
     (printed text, table cells and titles) has its control characters shown escaped (ESC as \\x1b)
-    before markup is parsed; newlines and tabs are kept. Styling is rich's own and unaffected."""
+    before markup is parsed; newlines and tabs are kept.
+
+    Markup and emoji codes are off unless a call asks for markup (`print(..., markup=True)`): text from
+    input (a rule's why, a model name, a path) would otherwise be read as rich markup, and
+    `[link=URL]...[/link]` makes rich itself write a hidden terminal hyperlink, `[bold red]` restyles the
+    line, `:x:` becomes an emoji. A call that styles its own words passes every value from input
+    through `lit`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("markup", False)
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         safe = escape_controls(text, keep_layout=True)
@@ -32,6 +44,11 @@ class SafeConsole(Console):
             return super().render_str(safe, **kwargs)
         except MarkupError:  # brackets from input that read as a broken tag: show the text as it is
             return super().render_str(safe, **{**kwargs, "markup": False})
+
+
+def lit(value: Any) -> str:
+    """`value` as literal text inside a markup string (its `[` cannot open a tag)."""
+    return markup_escape(str(value))
 
 
 def stdout_console() -> Console:

@@ -9,7 +9,7 @@ import click
 from primus import api
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_cmds import job_or_launch, launch_options
-from primus.cli.output import emit_json, gib, stdout_console, table
+from primus.cli.output import emit_json, gib, lit, stdout_console, table
 from primus.fidelity.errorbars import ErrorBar
 from primus.measure.measured_profile import MeasuredProfile
 from primus.projection import BREAKDOWN_ORDER, Projection
@@ -22,14 +22,14 @@ def measured_lines(note: dict[str, Any] | None, prof: MeasuredProfile | None) ->
     """What the table output says of a measured profile: its device, and a warning when it is another."""
     if note is None or prof is None:
         return ()
-    warning = (f"[yellow]warning:[/yellow] {note['mismatch']} (--allow-device-mismatch)",) if note["mismatch"] else ()
+    warning = (f"warning: {note['mismatch']} (--allow-device-mismatch)",) if note["mismatch"] else ()
     return (prof.describe(), *warning)
 
 
 def print_projection(p: Projection, title: str, bar: ErrorBar | None = None, notes: tuple[str, ...] = ()) -> None:
     con = stdout_console()
     par = p.layout.as_parallel()
-    con.print(f"[bold]{title}[/bold]")
+    con.print(f"[bold]{lit(title)}[/bold]", markup=True)
     con.print("layout: " + " ".join(f"{k}={v}" for k, v in par.items()) + f" schedule={p.layout.schedule}")
     if p.completion:
         con.print(f"completion: {p.completion}")

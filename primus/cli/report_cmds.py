@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.output import emit_json, stderr_console, stdout_console
+from primus.cli.output import emit_json, lit, stderr_console, stdout_console
 from primus.errors import InputError
 
 # Differences printed in the table format; the JSON document always carries all of them.
@@ -81,11 +81,11 @@ def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
             con.print(f"note: {note}", highlight=False, markup=False)  # notes name user files
         if outcome.ok:
             con.print(f"[bold green]verified[/]: {outcome.checked:,} candidates recomputed from the recorded inputs "
-                      f"with no difference ({elapsed:.1f} s)", highlight=False)
+                      f"with no difference ({elapsed:.1f} s)", highlight=False, markup=True)
         else:
             n = len(outcome.differences)
-            con.print(f"[bold red]{n:,} difference(s)[/] in {run_dir} ({outcome.checked:,} candidates checked):",
-                      highlight=False)
+            con.print(f"[bold red]{n:,} difference(s)[/] in {lit(run_dir)} ({outcome.checked:,} candidates checked):",
+                      highlight=False, markup=True)
             for d in outcome.differences[:SHOWN]:
                 con.print(f"  {d.line()}", highlight=False, markup=False)
             if n > SHOWN:

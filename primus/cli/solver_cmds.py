@@ -11,7 +11,7 @@ from primus import api
 from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.launch_cmds import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
-from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, stderr_console, stdout_console, table
+from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_console, stdout_console, table
 from primus.job import load_job
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
@@ -38,18 +38,18 @@ def _print_fit(q: Question, result: FitResult) -> None:
     reserves = q.space.reserves
     if result.fits:
         assert result.report is not None and result.layout is not None
-        con.print(f"[bold green]FITS[/]: {_layout_text(result.layout.as_parallel())}")
+        con.print(f"[bold green]FITS[/]: {lit(_layout_text(result.layout.as_parallel()))}", markup=True)
         headroom = capacity - result.report.peak_bytes
         if reserves.verdict(result.report.peak_bytes) == "tight":
-            con.print(f"[bold yellow]TIGHT[/]: headroom {gib(headroom)} is less than the allocator reserve "
+            con.print("[bold yellow]TIGHT[/]: " + lit(f"headroom {gib(headroom)} is less than the allocator reserve "
                       f"{gib(reserves.tight_band_bytes)} ({reserves.allocator} allocator, bounded by runs that ran, "
-                      "not measured for this job)")
+                      "not measured for this job)"), markup=True)
         if result.completed_axes:
             con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
         print_memory_table(result.report, title)
         con.print(f"rules satisfied ({len(result.satisfied_rules)}): {', '.join(result.satisfied_rules)}")
         return
-    con.print("[bold red]DOES NOT FIT[/]")
+    con.print("[bold red]DOES NOT FIT[/]", markup=True)
     if result.report is not None and result.report.peak_bytes > reserves.hbm_bytes:
         con.print(f"the peak {gib(result.report.peak_bytes)} is over the device's raw memory "
                   f"{gib(reserves.hbm_bytes)} as well")

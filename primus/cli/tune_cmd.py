@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.output import emit_json, gib, stderr_console, stdout_console, table
+from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import _layout_text, rule_options
 from primus.errors import InputError
 from primus.job import load_job
@@ -26,15 +26,15 @@ DEFAULT_JOB = "mixtral-8x22b-mi355x.yaml"
 def _print(doc: dict[str, Any], out_dir: Path) -> None:
     con = stdout_console()
     j = doc["job"]
-    con.print(f"[bold]tune[/]: {j['model']} on {j['gpus']} x {j['hardware']} ({j['nodes']} nodes), seq {j['seq_len']}, "
-              f"global batch {j['global_batch_size']}, {j['precision']}")
+    con.print(f"[bold]tune[/]: {lit(j['model'])} on {j['gpus']} x {lit(j['hardware'])} ({j['nodes']} nodes), "
+              f"seq {j['seq_len']}, global batch {j['global_batch_size']}, {lit(j['precision'])}", markup=True)
     con.print(f"{doc['legal_count']:,} legal layouts; {doc['scored_count']:,} scored ({doc['mode']})")
     bar = f" ± {doc['uncertainty_pct']:.0f}%" if doc.get("uncertainty_pct") is not None else ""
     best = doc["best"]
     if best["parallel"] is None:
-        con.print("[bold red]no legal layout[/]")
+        con.print("[bold red]no legal layout[/]", markup=True)
         return
-    con.print(f"[bold green]best[/]: {_layout_text(best['parallel'])}")
+    con.print(f"[bold green]best[/]: {lit(_layout_text(best['parallel']))}", markup=True)
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
@@ -43,7 +43,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
         con.print(f"reference: none ({ref['note']})")
     elif not ref["fits"]:
         con.print(f"reference ({ref['origin']}): " + (_layout_text(ref["parallel"]) if ref["parallel"] else "none"))
-        con.print(f"  [red]not legal[/]: minimal core {', '.join(ref['violated_rules'])}")
+        con.print(f"  [red]not legal[/]: minimal core {lit(', '.join(ref['violated_rules']))}", markup=True)
         near = ref.get("nearest_legal")
         if near:
             con.print(f"  nearest legal variant (changes {', '.join(near['changed'])}): "
