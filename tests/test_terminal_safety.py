@@ -112,6 +112,27 @@ def test_an_llm_reply_with_control_characters_never_reaches_the_terminal_raw(tmp
     assert not any(c in out + err for c in RAW)
 
 
+def test_an_llm_reply_with_control_characters_is_shown_escaped_in_every_report_file(tmp_path: Path):
+    # `cat report.md` (or report.html, a chart) in a terminal must not retitle or recolour it
+    from tests.helpers.fake_llm import fake_llm
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(SMALL))
+    reply = {"hypotheses": [{"text": PAYLOAD + "\x00nul", "predicted_effect": PAYLOAD}],
+             "rules": [{"id": "tp\x1b[2J", "why": PAYLOAD, "require": "tp <= 8"}]}
+    out = tmp_path / "run"
+    with fake_llm([("json", reply)] * 4) as (url, _):
+        code, _, err = run("tune", str(job), "--exhaustive-limit", "0", "--llm-base-url", url, "--llm-timeout",
+                           "2", "--workers", "1", "--out", str(out))
+    assert code == 0, err
+    for name in ("report.md", "report.html", *(f"charts/{p.name}" for p in (out / "charts").glob("*.svg"))):
+        text = (out / name).read_text()
+        assert not any(c in text for c in (*RAW, "\x00")), name
+    assert SHOWN.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]") in (out / "report.md").read_text()
+    assert SHOWN in (out / "report.html").read_text()
+    assert run("audit", "verify", str(out), "--workers", "1")[0] == 0
+
+
 def test_rich_markup_and_emoji_codes_in_a_rule_file_are_printed_as_written_on_a_colour_terminal(tmp_path: Path):
     # rich reads "[link=URL]" as markup and writes a hidden OSC 8 hyperlink; ":x:" would become an emoji
     why = "[link=https://evil.example]click[/link] [bold red]RED[/] :x:"

@@ -7,6 +7,8 @@ a model, and a Markdown renderer (a pull-request view, a wiki) turns `<script>`,
 Markdown template prints goes through `md_text` (the template environment's `finalize`), unless a filter
 built it as Markdown on purpose (`md_code`, `md_fence`), which is marked `MdSafe` and left alone:
 
+- control characters are shown escaped (ESC as `\\x1b`, as on the terminal: `cat report.md` must not
+  run an escape sequence from an LLM reply), in code spans and fenced blocks too;
 - whitespace runs, line breaks included, become one space (a value is always inline: a line break
   followed by `# ` would start a heading);
 - `\\ ` * [ ] | ~ #` are escaped with a backslash (CommonMark's escape for ASCII punctuation; GitHub's
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from primus.safe_text import escape_controls
 
 _INLINE = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "|": "\\|", "~": "\\~",
                          "#": "\\#", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -51,7 +55,7 @@ def md_text(value: Any) -> MdSafe:
     """`value` as inline Markdown text that renders as exactly its characters (whitespace collapsed)."""
     if isinstance(value, MdSafe):
         return value
-    text = _UNDERSCORE.sub(r"\\_", _SPACE.sub(" ", str(value)).translate(_INLINE))
+    text = _UNDERSCORE.sub(r"\\_", escape_controls(_SPACE.sub(" ", str(value))).translate(_INLINE))
     return MdSafe(_LEAD.sub(_lead, text, count=1))
 
 
@@ -63,7 +67,7 @@ def _fence_for(text: str, shortest: int) -> str:
 def md_code(value: Any) -> MdSafe:
     """`value` as an inline code span on one line: the span's backtick fence is longer than any run of
     backticks inside it, and `|` is escaped so the span can sit in a table cell."""
-    text = _SPACE.sub(" ", str(value)).strip().replace("|", "\\|")
+    text = escape_controls(_SPACE.sub(" ", str(value)).strip()).replace("|", "\\|")
     if not text:
         return MdSafe("")
     fence = _fence_for(text, 1)
@@ -73,7 +77,7 @@ def md_code(value: Any) -> MdSafe:
 def md_fence(value: Any, info: str = "") -> MdSafe:
     """`value` verbatim in a fenced code block whose fence no line of it can close (nothing inside a
     fenced block is markup)."""
-    text = str(value).rstrip("\n")
+    text = escape_controls(str(value).rstrip("\n"), keep_layout=True)
     fence = _fence_for(text, 3)
     return MdSafe(f"{fence}{info}\n{text}\n{fence}")
 

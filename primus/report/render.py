@@ -28,17 +28,27 @@ from primus.report.context import build_context
 from primus.report.manifest import update_manifest
 from primus.report.markdown import md_code, md_fence, md_text
 from primus.report.rundir import RunDir
+from primus.safe_text import escape_controls
 
 CHARTS = ("memory", "timeline", "scatter", "progress")
+
+
+def _html_text(value: Any) -> Any:
+    """A value's control characters shown escaped (ESC as \\x1b) before it is escaped as HTML: `cat
+    report.html` must not run an escape sequence from an LLM reply, and XML-style tools refuse NUL.
+    Markup the renderer built (the charts) is left as is; newlines and tabs are kept."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return escape_controls(value, keep_layout=True)
+    return value
 
 
 @lru_cache(maxsize=1)
 def _html_env() -> jinja2.Environment:
     """Every value escaped as HTML, whatever the template's name: autoescape is on for the whole
     environment (choosing by extension would miss `report.html.j2`). The charts are the only markup
-    placed as is, and `Svg` escapes every text it draws."""
+    placed as is, and `Svg` escapes every text it draws; control characters are shown escaped first."""
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("primus.report", "templates"), autoescape=True,
+        loader=jinja2.PackageLoader("primus.report", "templates"), autoescape=True, finalize=_html_text,
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 

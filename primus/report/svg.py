@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from html import escape
+from html import escape as _html_escape
+
+from primus.safe_text import escape_controls
+
+
+def escape(text: str) -> str:
+    """Text for an SVG element or attribute: control characters shown escaped (XML 1.0 allows none of
+    them but tab and newline), then XML-escaped."""
+    return _html_escape(escape_controls(text))
+
 
 FONT = "font-family=\"system-ui,-apple-system,'Segoe UI',Roboto,sans-serif\""
 
