@@ -137,6 +137,68 @@ def test_resume_into_a_foreign_directory_is_refused(tmp_path: Path):
     assert snapshot(target) == before
 
 
+def test_resume_refuses_a_partial_folder_tune_did_not_write_even_if_it_holds_a_state_json(tmp_path: Path):
+    # resuming appends to DIR.partial/audit.jsonl and then removes its files: only tune's own checkpoint
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    partial = user_dir(tmp_path / "run.partial")
+    options = {"job_file": str(job), "rule_texts": [], "rule_files": [], "without": [], "exhaustive_limit": 0,
+               "llm_mode": "none", "llm_base_url": None, "llm_model": "m", "llm_calls": 0, "llm_timeout": 1.0,
+               "allow": []}
+    (partial / "state.json").write_text(json.dumps({"version": 1, "options": options, "inputs_sha256": {}}))
+    (partial / "audit.jsonl").write_text("my own lines, no newline at the end")
+    before = snapshot(partial)
+    result = CliRunner().invoke(tune_cmd, ["--resume", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "not a checkpoint written by `primus tune`" in result.stderr
+    assert snapshot(partial) == before
+
+
+@pytest.mark.parametrize(("state", "named"), [
+    ([1], "not a JSON object"),
+    ({"version": 1}, "options: missing or not a mapping"),
+    ({"version": 1, "options": [], "inputs_sha256": {}}, "options: missing or not a mapping"),
+    ({"version": 1, "options": {"job_file": 5}, "inputs_sha256": {}}, "job_file: must be a string or null, got 5"),
+    ({"version": 1, "options": {"job_file": None}, "inputs_sha256": []}, "inputs_sha256: missing or not a mapping"),
+    ({"version": [1]}, "version: checkpoint format [1] is not 1"),
+    ("[" * 100_000, "unreadable checkpoint state"),
+])
+def test_a_hand_edited_checkpoint_state_is_one_line_and_exit_2(tmp_path: Path, state: object, named: str):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / MARKER).write_text(json.dumps({"written_by": "primus tune", "kind": "checkpoint", "files": []}))
+    (partial / "state.json").write_text(state if isinstance(state, str) else json.dumps(state))
+    result = CliRunner().invoke(tune_cmd, ["--resume", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert named in result.stderr
+
+
+def test_resume_of_a_checkpoint_whose_options_are_out_of_range_is_refused(tmp_path: Path):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / MARKER).write_text(json.dumps({"written_by": "primus tune", "kind": "checkpoint", "files": []}))
+    options = {"job_file": None, "rule_texts": [], "rule_files": [], "without": [], "exhaustive_limit": -1,
+               "llm_mode": "none", "llm_base_url": None, "llm_model": "m", "llm_calls": 0, "llm_timeout": 1.0,
+               "allow": []}
+    (partial / "state.json").write_text(json.dumps({"version": 1, "options": options, "inputs_sha256": {}}))
+    result = CliRunner().invoke(tune_cmd, ["--resume", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "exhaustive_limit: must be an integer from 0 to 10,000,000, got -1" in result.stderr
+
+
+def test_resume_with_changed_inputs_is_refused_in_one_line(tmp_path: Path):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / MARKER).write_text(json.dumps({"written_by": "primus tune", "kind": "checkpoint", "files": []}))
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    options = {"job_file": str(job), "rule_texts": [], "rule_files": [], "without": [], "exhaustive_limit": 0,
+               "llm_mode": "none", "llm_base_url": None, "llm_model": "m", "llm_calls": 0, "llm_timeout": 1.0,
+               "allow": []}
+    (partial / "state.json").write_text(json.dumps({"version": 1, "options": options, "inputs_sha256": {}}))
+    result = CliRunner().invoke(tune_cmd, ["--resume", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 2 and "inputs changed since the interrupted run" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # not "LLM off: ..." before it
+
+
 def test_report_refuses_a_directory_tune_did_not_write(tmp_path: Path):
     foreign = user_dir(tmp_path / "project")
     for name in ("result.json", "audit.jsonl"):

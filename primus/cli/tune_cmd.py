@@ -14,10 +14,21 @@ from primus.cli.solver_cmds import _layout_text, rule_options
 from primus.errors import InputError
 from primus.job import load_job
 from primus.paths import data_dir
-from primus.report.audit import read_state
+from primus.report.audit import partial_dir, read_state
+from primus.report.owned import claimable
 from primus.tuning.agent import TuneSettings
 from primus.tuning.llm import LlmSettings
-from primus.tuning.run import ALLOWABLE, RESUMED_FROM_STATE, default_workers, run_tune
+from primus.tuning.run import (
+    ALLOWABLE,
+    EXHAUSTIVE_LIMIT_RANGE,
+    LLM_CALLS_RANGE,
+    LLM_TIMEOUT_RANGE,
+    RESUMED_FROM_STATE,
+    WORKERS_RANGE,
+    check_state,
+    default_workers,
+    run_tune,
+)
 from primus.yamlio import read_text
 
 DEFAULT_JOB = "mixtral-8x22b-mi355x.yaml"
@@ -84,18 +95,18 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue an interrupted `primus tune --out DIR` from its checkpoint (DIR.partial/): the job "
                    "and options are the interrupted run's, scored candidates are not scored again.")
-@click.option("--exhaustive-limit", type=click.IntRange(0, 10_000_000), default=200_000, show_default=True,
+@click.option("--exhaustive-limit", type=click.IntRange(*EXHAUSTIVE_LIMIT_RANGE), default=200_000, show_default=True,
               help="Score every legal layout when there are at most this many; guided search above.")
 @click.option("--llm", "llm_mode", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
               help="'none' disables the LLM; 'auto' uses it when an endpoint is configured.")
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint (else $OPENAI_BASE_URL).")
 @click.option("--llm-model", default="gpt-4o-mini", show_default=True)
-@click.option("--llm-calls", type=click.IntRange(0, 100), default=4, show_default=True, help="Call budget.")
-@click.option("--llm-timeout", type=click.FloatRange(0.1, 600), default=60.0, show_default=True)
+@click.option("--llm-calls", type=click.IntRange(*LLM_CALLS_RANGE), default=4, show_default=True, help="Call budget.")
+@click.option("--llm-timeout", type=click.FloatRange(*LLM_TIMEOUT_RANGE), default=60.0, show_default=True)
 @click.option("--allow", "allow", multiple=True, type=click.Choice(ALLOWABLE),
               help="Let tuning change a convergence setting (precision): each allowed value is tuned and the "
                    "fastest kept. Sequence length, global batch and data order never change.")
-@click.option("--workers", type=click.IntRange(1, 256), default=None,
+@click.option("--workers", type=click.IntRange(*WORKERS_RANGE), default=None,
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")
 @format_option("table", "json")
@@ -124,8 +135,9 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
             raise InputError("--resume", None, "the job and its options come from the interrupted run; drop "
                              + ", ".join("JOB_FILE" if p.name == "job_file" else p.opts[0] for p in given))
         target = Path(resume_dir)
+        claimable(target.resolve(), "run", "--resume")  # the run directory first, then its checkpoint
         state = read_state(target)
-        opts = {k: state["options"].get(k, []) for k in RESUMED_FROM_STATE}
+        opts = check_state(state, str(partial_dir(target.resolve()) / "state.json"))
     else:
         target = Path(out_dir)
         if opts["job_file"] is not None:

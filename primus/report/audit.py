@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.report.owned import claimable, remove_owned, write_marker
 
 PARTIAL_SUFFIX = ".partial"
@@ -150,18 +150,26 @@ class Checkpoint:
 
 
 def read_state(out_dir: Path) -> dict[str, Any]:
-    """How an interrupted run writing `out_dir` was started (InputError when there is none)."""
+    """How an interrupted run writing `out_dir` was started (InputError when there is none). The
+    checkpoint folder must carry tune's marker (a folder someone else named DIR.partial is refused
+    untouched: resuming appends to it and then removes its files), and its state a mapping of this
+    format (what `primus tune` recorded in it is checked by `primus.tuning.run.check_state`)."""
     root = partial_dir(out_dir.resolve())
     path = root / "state.json"
+    if root.exists() or root.is_symlink():
+        claimable(root, "checkpoint", "--resume", "it is not the checkpoint of an interrupted `primus tune`")
     if not path.is_file():
         hint = " (the run finished: its report is complete)" if (out_dir / "result.json").exists() else ""
-        raise InputError(str(out_dir), "--resume", f"no interrupted run to resume: {root} does not exist{hint}")
+        missing = f"{root} holds no state.json" if root.is_dir() else f"{root} does not exist"
+        raise InputError(str(out_dir), "--resume", f"no interrupted run to resume: {missing}{hint}")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # unreadable, bad JSON or UTF-8, or an integer too long to convert
+    except (OSError, ValueError, RecursionError):  # unreadable, bad JSON or UTF-8, too long an integer, too deep
         raise InputError(str(path), None, "unreadable checkpoint state") from None
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        raise InputError(str(path), "version", f"checkpoint format {state.get('version')!r} is not "
+    if not isinstance(state, dict):
+        raise InputError(str(path), None, "not a JSON object; start the run afresh")
+    if state.get("version") != STATE_VERSION:
+        raise InputError(str(path), "version", f"checkpoint format {shown(state.get('version'))} is not "
                          f"{STATE_VERSION}; start the run afresh")
     return state
 

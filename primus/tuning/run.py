@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job, job_from_mapping
 from primus.report.audit import Checkpoint, partial_dir
 from primus.report.owned import claimable
@@ -31,6 +31,61 @@ RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaus
 ALLOWABLE = ("precision",)
 #: At most this many scoring processes by default (results do not depend on the number).
 MAX_DEFAULT_WORKERS = 8
+#: The ranges the CLI options accept, and what a checkpoint's options and the API's arguments must hold:
+#: --exhaustive-limit, --llm-calls, --llm-timeout (seconds) and --workers.
+EXHAUSTIVE_LIMIT_RANGE = (0, 10_000_000)
+LLM_CALLS_RANGE = (0, 100)
+LLM_TIMEOUT_RANGE = (0.1, 600.0)
+WORKERS_RANGE = (1, 256)
+_LISTS = ("rule_texts", "rule_files", "without", "allow")
+_OPTIONAL_TEXT = ("job_file", "llm_base_url")
+_NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {  # option: (range, whole numbers only)
+    "exhaustive_limit": (EXHAUSTIVE_LIMIT_RANGE, True), "llm_calls": (LLM_CALLS_RANGE, True),
+    "llm_timeout": (LLM_TIMEOUT_RANGE, False)}
+
+
+def check_state(state: dict[str, Any], where: str) -> dict[str, Any]:
+    """The options an interrupted run's checkpoint state recorded (see `check_options`), after checking
+    that it holds them and the sha256 of each input as `primus tune` writes them."""
+    if not isinstance(state.get("options"), dict):
+        raise InputError(where, "options", "missing or not a mapping; start the run afresh")
+    sums = state.get("inputs_sha256")
+    if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sums.items()):
+        raise InputError(where, "inputs_sha256", "missing or not a mapping of file names to sha256; start the "
+                         "run afresh")
+    return check_options(state["options"], where)
+
+
+def check_options(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """The options a run records (RESUMED_FROM_STATE), each of the type and in the range the CLI accepts;
+    an InputError names the first that is not (a hand-edited checkpoint, a wrong API argument)."""
+    for key in RESUMED_FROM_STATE:
+        if key not in options:
+            raise InputError(where, key, "missing")
+        value = options[key]
+        if key in _LISTS:
+            if isinstance(value, str) or not isinstance(value, list | tuple) \
+                    or not all(isinstance(v, str) for v in value):
+                raise InputError(where, key, f"must be a list of strings, got {shown(value)}")
+        elif key in _OPTIONAL_TEXT:
+            if value is not None and not isinstance(value, str):
+                raise InputError(where, key, f"must be a string or null, got {shown(value)}")
+        elif key in _NUMBERS:
+            (low, high), whole = _NUMBERS[key]
+            number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+            if number is None or (whole and not isinstance(number, int)) or not low <= number <= high:
+                span = f"an integer from {low:,} to {high:,}" if whole else f"a number from {low:g} to {high:g}"
+                raise InputError(where, key, f"must be {span}, got {shown(value)}")
+        elif key == "llm_mode":
+            if value not in ("auto", "none"):
+                raise InputError(where, key, f"must be 'auto' or 'none', got {shown(value)}")
+        elif not isinstance(value, str):
+            raise InputError(where, key, f"must be a string, got {shown(value)}")
+    unknown = [a for a in options["allow"] if a not in ALLOWABLE]
+    if unknown:
+        raise InputError(where, "allow", f"{', '.join(unknown)} cannot be changed by tuning (only "
+                         f"{', '.join(ALLOWABLE)})")
+    return {k: options[k] for k in RESUMED_FROM_STATE}
 
 
 def default_workers() -> int:
@@ -69,8 +124,9 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
         claimable(partial_dir(target.resolve()), "checkpoint", "checkpoint of --out",
                   "tune keeps its checkpoint there: move it away or choose another --out")
     claimable(target.resolve(), "run", "--resume" if resuming else "--out")  # before any work
-    for note in notes:
-        say(note)
+    if not resuming:
+        for note in notes:
+            say(note)
     rules: dict[str, Any] = {"rule_texts": list(options.get("rule_texts", [])),
                              "rule_files": list(options.get("rule_files", [])),
                              "without": list(options.get("without", []))}
@@ -94,6 +150,8 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
         if changed:
             raise InputError(str(target), "--resume", f"inputs changed since the interrupted run "
                              f"({', '.join(changed)}); start afresh without --resume")
+        for note in notes:  # a resumed run is claimed once its inputs are the interrupted run's
+            say(note)
         checkpoint = Checkpoint.reopen(target)
         say(f"resuming from {checkpoint.root}: {checkpoint.recorded:,} candidates and "
             f"{len(checkpoint.llm_calls)} LLM call(s) on record")
