@@ -6,11 +6,13 @@ typed results a notebook or a script can hold, compare and serialise.
     answer = primus.fit(job, rules=["tp <= 4"])                     # FitAnswer: .fits, .layout, .to_json()
     legal = primus.enumerate_layouts(job, rank=True, top=10)        # Enumeration: .count, .rows
     speed = primus.project(job)                                     # ProjectionAnswer: .projection
-    run = primus.tuning(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
+    run = primus.tune(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
 
 Every command of the CLI is a thin layer over these functions: it calls one, prints its result (or
 `.to_json()` with `--format json`) and maps `.negative` to exit status 1. Bad input raises
-`primus.errors.InputError` (the CLI's exit 2). The results carry their assumptions; nothing here prints.
+`primus.errors.InputError` (the CLI's exit 2), an argument of the wrong type included (the API is
+called with data from notebooks and scripts, which is input too). The results carry their assumptions;
+nothing here prints.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job, job_from_mapping
 from primus.job import load_job as _load_job_file
 
@@ -48,6 +50,9 @@ def load_job(source: JobLike, *, stack: str | None = None, where: str | None = N
         return source if stack is None else job_from_mapping(
             {**source.spec.model_dump(mode="json", exclude_none=True), "stack": stack}, source.where,
             source.base_dir)
+    if not isinstance(source, str | PathLike | Mapping):
+        raise InputError(where or "<job>", None, f"a job is a job file's path, a mapping as in a job file or a "
+                         f"primus.job.Job, not {type(source).__name__}")
     if isinstance(source, Mapping):
         return job_from_mapping(source, where or "<job>", Path(base_dir) if base_dir is not None else Path.cwd(),
                                 stack)
@@ -59,12 +64,28 @@ def _question(job: JobLike, rules: Sequence[str], rule_files: Sequence[str | Pat
     from primus.projection.profile import require_precision
     from primus.solver.api import Question
 
-    if isinstance(rules, str) or isinstance(without, str):
-        raise TypeError("rules and without are sequences of strings, not one string")
     j = load_job(job)
     require_precision(j)  # a precision the hardware cannot run is bad input, as for project and tune
-    return Question(j, rule_texts=tuple(rules), rule_files=tuple(str(f) for f in rule_files),
-                    without=tuple(without))
+    return Question(j, rule_texts=_texts(rules, "rules"),
+                    rule_files=tuple(str(f) for f in _texts(rule_files, "rule_files", paths=True)),
+                    without=_texts(without, "without"))
+
+
+def _texts(values: Any, name: str, *, paths: bool = False) -> tuple[Any, ...]:
+    """A sequence of strings (or paths) given as an argument, or an InputError naming the argument."""
+    kinds: tuple[type, ...] = (str, PathLike) if paths else (str,)
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence | set | frozenset) \
+            or not all(isinstance(v, kinds) for v in values):
+        what = "paths" if paths else "strings"
+        raise InputError("<arguments>", name, f"a list of {what}, not {shown(values)}")
+    return tuple(values)
+
+
+def _count(value: Any, name: str, low: int, high: int | None = None) -> None:
+    """An integer argument in [low, high], or an InputError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f"from {low:,} to {high:,}" if high is not None else f"of at least {low:,}"
+        raise InputError("<arguments>", name, f"an integer {span}, not {shown(value)}")
 
 
 # ---- fit -------------------------------------------------------------------------------------------
@@ -148,6 +169,8 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
     """Every legal layout over the job's free axes (or only their number, with `count_only`)."""
     import numpy as np
 
+    if top is not None:
+        _count(top, "top", 1)
     q = _question(job, rules, rule_files, without)
     c = q.candidates
     n = c.n
@@ -249,12 +272,22 @@ def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Seque
     base URL (None: no LLM; nothing is read from the environment here)."""
     from primus.tuning.agent import TuneSettings
     from primus.tuning.llm import LlmSettings
-    from primus.tuning.run import ALLOWABLE, default_workers, run_tune
+    from primus.tuning.run import WORKERS_RANGE, check_options, default_workers, run_tune
     from primus.yamlio import read_text
 
-    unknown = [a for a in allow if a not in ALLOWABLE]
-    if unknown:
-        raise InputError("tune", "allow", f"{', '.join(unknown)} cannot be changed by tuning (only {ALLOWABLE})")
+    if not isinstance(out, str | PathLike):
+        raise InputError("<arguments>", "out", f"a directory's path, not {shown(out)}")
+    if workers is not None:
+        _count(workers, "workers", *WORKERS_RANGE)
+    if api_key is not None and not isinstance(api_key, str):
+        raise InputError("<arguments>", "api_key", "a string")
+    if progress is not None and not callable(progress):
+        raise InputError("<arguments>", "progress", f"a function of one string, not {shown(progress)}")
+    check_options({"job_file": None, "rule_texts": list(_texts(rules, "rules")),
+                   "rule_files": [str(f) for f in _texts(rule_files, "rule_files", paths=True)],
+                   "without": list(_texts(without, "without")), "exhaustive_limit": exhaustive_limit,
+                   "llm_mode": "none", "llm_base_url": llm, "llm_model": llm_model, "llm_calls": llm_calls,
+                   "llm_timeout": llm_timeout_s, "allow": list(_texts(allow, "allow"))}, "<arguments>")
     j = load_job(job)
     path = Path(job) if isinstance(job, (str, PathLike)) else Path(j.where) if Path(j.where).is_file() else None
     text = read_text(path) if path is not None else yaml.safe_dump(

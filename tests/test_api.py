@@ -7,6 +7,7 @@ Each test calls the API the way a notebook would and checks the answer against t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,28 @@ def test_tune_refuses_a_foreign_output_directory(tmp_path: Path) -> None:
 def test_tune_refuses_a_convergence_change_it_may_not_make() -> None:
     with pytest.raises(InputError, match="global_batch_size"):
         primus.tune(FREE, out="unused", allow=["global_batch_size"])
+
+
+SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda: primus.load_job(None), "not NoneType"),
+    (lambda: primus.load_job(b"job.yaml"), "not bytes"),
+    (lambda: primus.fit(5), "not int"),
+    (lambda: primus.fit(SMALL, rules="tp <= 4"), "rules: a list of strings"),
+    (lambda: primus.fit(SMALL, rules=5), "rules: a list of strings"),
+    (lambda: primus.fit(SMALL, without=[5]), "without: a list of strings"),
+    (lambda: primus.enumerate_layouts(SMALL, top=-1), "top: an integer of at least 1, not -1"),
+    (lambda: primus.enumerate_layouts(SMALL, top="5"), "top: an integer of at least 1"),
+    (lambda: primus.tune(SMALL, out=5), "out: a directory's path"),
+    (lambda: primus.tune(SMALL, out="unused", workers=0), "workers: an integer from 1 to 256, not 0"),
+    (lambda: primus.tune(SMALL, out="unused", llm=5), "llm_base_url: must be a string or null"),
+    (lambda: primus.tune(SMALL, out="unused", llm_calls=1000), "llm_calls: must be an integer from 0 to 100"),
+    (lambda: primus.tune(SMALL, out="unused", allow="precision"), "allow: a list of strings"),
+])
+def test_an_argument_of_the_wrong_type_or_range_is_an_input_error_naming_it(call, named: str) -> None:
+    # a notebook passes data too: never a TypeError, never a silently wrong answer (top=-1 dropped a row)
+    with pytest.raises(InputError, match=re.escape(named)):
+        call()
+    assert not Path("unused").exists()
