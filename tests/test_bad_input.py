@@ -201,3 +201,13 @@ def test_an_llm_rule_the_rule_model_refuses_is_refused_in_plain_words(run_cli, w
     assert refused[:2] == [
         "refused by the rule parser: why: must be one line",
         "refused by the rule parser: id: String should match pattern '^[a-z][a-z0-9_.:-]{0,63}$' (got 'llm-has space')"]
+
+
+@pytest.mark.parametrize("command", [["validate"], ["calibrate", "--hardware", "b200", "--runs"]])
+def test_a_runs_csv_with_a_field_over_the_csv_limit_is_refused_at_its_line(run_cli, tmp_path: Path, command):
+    runs = tmp_path / "runs.csv"
+    bundled = (REPO / "primus" / "fidelity" / "data" / "runs_dev.csv").read_text().splitlines()
+    runs.write_text("\n".join([*bundled[:2], "x" * 200_000]) + "\n")  # Python's csv stops at 128 KiB a field
+    code, _, err = run_cli(*command, str(runs))
+    assert code == 2
+    assert one_line(err) == f"primus: {runs}: line 3: not CSV (field larger than field limit (131072))"

@@ -248,6 +248,25 @@ def test_calibrate_refuses_to_overwrite_a_file_it_did_not_write(tmp_path: Path):
     assert out.read_text() == "name: my hand-written profile\n"
 
 
+def test_calibrate_never_replaces_its_start_profile(tmp_path: Path):
+    out = tmp_path / "b200.yaml"
+    args = ["--runs", str(bundled_runs_path()), "--hardware", "b200"]
+    assert CliRunner().invoke(calibrate_cmd, [*args, "--out", str(out)]).exit_code == 0
+    before = out.read_bytes()  # a calibrated profile: calibrate's own output, used as the next --start
+    result = CliRunner().invoke(calibrate_cmd, [*args, "--start", str(out), "--out", str(out)])
+    assert result.exit_code == 2 and "is an input of `primus calibrate`" in result.stderr
+    assert out.read_bytes() == before
+
+
+def test_calibrate_refuses_a_bad_start_profile_in_one_line(tmp_path: Path):
+    start = tmp_path / "start.yaml"
+    start.write_text("[\n")
+    result = CliRunner().invoke(calibrate_cmd, ["--runs", str(bundled_runs_path()), "--hardware", "b200", "--start",
+                                                str(start), "--out", str(tmp_path / "out.yaml")])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "start.yaml: invalid YAML" in result.stderr
+
+
 def test_a_measured_profile_is_saved_without_touching_a_file_named_like_its_temporary(tmp_path: Path):
     from primus.measure.measured_profile import DeviceInfo, MeasuredProfile, load_measured_profile
 

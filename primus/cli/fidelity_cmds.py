@@ -126,17 +126,19 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
     if hardware not in catalog_hardware():
         raise InputError("--hardware", None, f"unknown hardware {hardware!r}; see `primus hardware list`")
     target = Path(out or f"{hardware}.yaml")
-    check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=(runs_file,))
+    inputs = (runs_file, *([start] if start else []))  # a --start profile is an input, never replaced
+    check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=inputs)
     rows = [r for r in read_runs(runs_file) if r.source not in exclude]
     prepared, _ = prepare(rows)
     mine = [p for p in prepared if p.jobs.project.cluster.name == hardware]
+    initial = load_spec_profile(hardware, start)  # read before any progress line: a refusal is the only line
     stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file} ...")
-    result = calibrate(load_spec_profile(hardware, start), mine, runs_file=Path(runs_file).name, date=date)
+    result = calibrate(initial, mine, runs_file=Path(runs_file).name, date=date)
     header = (CALIBRATED_HEADER.removeprefix("# ") + f"{hardware}, fitted by `primus calibrate` (see "
               "calibration: for the runs, date and residuals).\n"
               "Every number not fitted keeps its spec-derived value and source.")
     replace_file(target, profile_yaml(result.profile, header), written_by=_calibrated, command="calibrate",
-                 inputs=(runs_file,))
+                 inputs=inputs)
     rec = result.profile.calibration
     assert rec is not None
     if fmt == "json":

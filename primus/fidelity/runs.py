@@ -159,17 +159,21 @@ def read_runs(path: str | Path) -> list[RunRow]:
     except UnicodeDecodeError as exc:
         raise InputError(str(p), None, f"not UTF-8 text ({exc.reason})") from None
     reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise InputError(str(p), None, f"missing column(s) {', '.join(missing)} (expected the runs_dev.csv schema)")
     rows: list[RunRow] = []
-    for i, raw in enumerate(reader):
-        if i >= MAX_ROWS:
-            raise InputError(str(p), None, f"more than {MAX_ROWS} rows")
-        cells = {k: (v or "").strip() for k, v in raw.items() if k is not None}
-        flags = frozenset(f for f in cells.get("flags", "").split(";") if f)
-        rows.append(RunRow(cells, i + 2, flags))
+    try:  # the csv module refuses a field over its limit (128 KiB) and a NUL byte: input errors, one line
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise InputError(str(p), None, f"missing column(s) {', '.join(missing)} (expected the runs_dev.csv "
+                             "schema)")
+        for i, raw in enumerate(reader):
+            if i >= MAX_ROWS:
+                raise InputError(str(p), None, f"more than {MAX_ROWS} rows")
+            cells = {k: (v or "").strip() for k, v in raw.items() if k is not None}
+            flags = frozenset(f for f in cells.get("flags", "").split(";") if f)
+            rows.append(RunRow(cells, i + 2, flags))
+    except csv.Error as exc:
+        raise InputError(str(p), f"line {reader.line_num + 1}", f"not CSV ({exc})") from None
     ids = [r.run_id for r in rows]
     dup = sorted({x for x in ids if ids.count(x) > 1}) if len(set(ids)) != len(ids) else []
     if dup:
