@@ -6,6 +6,7 @@ exit 2 and left byte for byte as it was. The same holds for the `DIR.partial` ch
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,23 @@ def test_a_rerun_into_its_own_run_directory_keeps_the_files_a_user_added(tmp_pat
     assert "notes.txt" not in files and "charts/mine.svg" not in files and "report.html" in files
     assert CliRunner().invoke(report_cmd, [str(out)]).exit_code == 0
     assert (out / "notes.txt").exists()
+
+
+def test_a_charts_folder_linked_out_of_the_run_directory_is_never_written_through(tmp_path: Path):
+    # a run directory from elsewhere (an artifact, a pull request) whose charts/ links to the user's files
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    out = tmp_path / "run"
+    assert tune(str(job), "--out", str(out))[0] == 0
+    victim = user_dir(tmp_path / "victim")
+    (victim / "memory.svg").write_text("precious\n")
+    shutil.rmtree(out / "charts")
+    (out / "charts").symlink_to(victim, target_is_directory=True)
+    before = snapshot(victim)
+    result = CliRunner().invoke(report_cmd, [str(out)])
+    assert result.exit_code == 2 and "leads out of the run directory" in result.stderr
+    code, err = tune(str(job), "--out", str(out))
+    assert code == 2 and "leads out of the run directory" in err
+    assert snapshot(victim) == before
 
 
 def test_a_foreign_partial_directory_is_refused_unchanged(tmp_path: Path):

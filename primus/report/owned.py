@@ -71,10 +71,14 @@ def owned_files(directory: Path, kind: str) -> list[str]:
 
 
 def _safe(directory: Path, name: str) -> bool:
+    return name != MARKER and inside(directory, name)
+
+
+def inside(directory: Path, name: str) -> bool:
+    """Whether `name` is a plain relative path whose folder is `directory` or inside it once symbolic
+    links are followed (a `charts` folder that is a link elsewhere is not)."""
     pure = PurePosixPath(name)
     if not name or pure.is_absolute() or any(part in ("", ".", "..") for part in pure.parts) or "\\" in name:
-        return False
-    if name == MARKER:
         return False
     try:
         root = directory.resolve()
@@ -104,6 +108,15 @@ def claimable(directory: Path, kind: str, option: str,
                          f"not empty and not a {what} written by `primus tune` (it holds {listing(directory)}); "
                          f"nothing was touched: {hint}")
     return owned_files(directory, kind)
+
+
+def check_inside(directory: Path, names: Iterable[str]) -> None:
+    """Refuse (InputError, before anything is written) to write a file of a run directory whose folder
+    leads out of it through a symbolic link: writing would replace a file elsewhere."""
+    for name in names:
+        if not inside(directory, name):
+            raise InputError(str(directory / name), None, "its folder leads out of the run directory (a symbolic "
+                             "link); nothing was written")
 
 
 def write_marker(directory: Path, kind: str, files: Iterable[str], **extra: Any) -> None:

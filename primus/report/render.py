@@ -27,6 +27,7 @@ from primus.errors import InputError
 from primus.report.context import build_context
 from primus.report.manifest import update_manifest
 from primus.report.markdown import md_code, md_fence, md_text
+from primus.report.owned import check_inside
 from primus.report.rundir import RunDir
 from primus.safe_text import escape_controls
 
@@ -91,6 +92,7 @@ def write_report(root: Path, entries: list[dict[str, Any]] | None = None) -> lis
     if entries is not None:
         run._entries = entries
     files = render(run)
+    check_inside(root, files)
     written = []
     for rel, text in files.items():
         path = root / rel

@@ -25,7 +25,7 @@ import yaml
 
 from primus import __version__
 from primus.report.audit import dumps_line
-from primus.report.owned import MARKER, claimable, read_marker, relative_files, remove_owned, write_marker
+from primus.report.owned import MARKER, check_inside, claimable, read_marker, relative_files, remove_owned, write_marker
 
 # The folder an existing run directory's new files are staged in (inside it, so each move is a rename).
 STAGING_PREFIX = ".primus-staging-"
@@ -78,6 +78,7 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
     try:
         _stage(staging, result, entries, transcripts, inputs, lines)
         new = relative_files(staging)
+        check_inside(out_dir, new)  # a folder of the old run replaced by a link out of it is not followed
         write_marker(out_dir, "run", set(previous) | set(new), staging=staging.name)
         for name in new:
             if name == MARKER:
