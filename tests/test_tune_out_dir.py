@@ -257,6 +257,16 @@ def test_import_does_not_overwrite_its_input_or_a_foreign_file(tmp_path: Path):
     assert notes.read_text() == "mine: true\n"
 
 
+def test_a_refused_import_out_is_the_only_line_on_stderr(tmp_path: Path):
+    # the launch file's notes and unmodelled options are not said when nothing will be written
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("mine: true\n")
+    result = CliRunner().invoke(import_cmd, ["--from", "megatron", str(DATA / "llama3_8b_h200_bf16.sh"), "--hardware",
+                                             "h100-80gb", "--out", str(notes)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "not written by `primus import`" in result.stderr and notes.read_text() == "mine: true\n"
+
+
 def test_calibrate_refuses_to_overwrite_a_file_it_did_not_write(tmp_path: Path):
     out = tmp_path / "b200.yaml"
     out.write_text("name: my hand-written profile\n")

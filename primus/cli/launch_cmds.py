@@ -22,7 +22,7 @@ from primus.job import Job, job_from_mapping, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.projection.profile import require_precision
-from primus.report.owned import replace_file
+from primus.report.owned import check_replaceable, replace_file
 from primus.safe_text import escape_controls
 from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
 
@@ -35,6 +35,14 @@ def write_atomically(path: str, text: str, command: str, inputs: tuple[str | Non
     command puts on the first lines), never when it is one of the inputs: anything else is refused."""
     replace_file(Path(path), text, written_by=_WRITTEN_BY[command], command=command,
                  inputs=[i for i in inputs if i])
+
+
+def check_out(path: str | None, command: str, inputs: tuple[str | None, ...]) -> None:
+    """Refuse a `--out` that `write_atomically` would refuse, before anything is read or said: the refusal
+    is then the only line on stderr."""
+    if path:
+        check_replaceable(Path(path), written_by=_WRITTEN_BY[command], command=command,
+                          inputs=[i for i in inputs if i])
 
 
 def _exported(head: str) -> bool:
@@ -146,6 +154,7 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
     """
     if (file is None) == (registry is None):
         raise InputError("command line", None, "give a FILE or --config-registry PATH --config NAME (exactly one)")
+    check_out(out_file, "import", (file, registry))
     if registry is not None:
         if kind != "torchtitan" or not config_name:
             raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
@@ -282,6 +291,7 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     """
     if job_file is not None and tune_file is not None:
         raise InputError("command line", None, "give a job file or --from-tune, not both")
+    check_out(out_file, "export", (job_file, tune_file))
     base = load_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     layout = None
