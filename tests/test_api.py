@@ -107,22 +107,22 @@ SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len":
 
 
 @pytest.mark.parametrize(("call", "named"), [
-    (lambda: primus.load_job(None), "not NoneType"),
-    (lambda: primus.load_job(b"job.yaml"), "not bytes"),
-    (lambda: primus.fit(5), "not int"),
-    (lambda: primus.fit(SMALL, rules="tp <= 4"), "rules: a list of strings"),
-    (lambda: primus.fit(SMALL, rules=5), "rules: a list of strings"),
-    (lambda: primus.fit(SMALL, without=[5]), "without: a list of strings"),
-    (lambda: primus.enumerate_layouts(SMALL, top=-1), "top: an integer of at least 1, not -1"),
-    (lambda: primus.enumerate_layouts(SMALL, top="5"), "top: an integer of at least 1"),
-    (lambda: primus.tune(SMALL, out=5), "out: a directory's path"),
-    (lambda: primus.tune(SMALL, out="unused", workers=0), "workers: an integer from 1 to 256, not 0"),
-    (lambda: primus.tune(SMALL, out="unused", llm=5), "llm_base_url: must be a string or null"),
-    (lambda: primus.tune(SMALL, out="unused", llm_calls=1000), "llm_calls: must be an integer from 0 to 100"),
-    (lambda: primus.tune(SMALL, out="unused", allow="precision"), "allow: a list of strings"),
+    (lambda out: primus.load_job(None), "not NoneType"),
+    (lambda out: primus.load_job(b"job.yaml"), "not bytes"),
+    (lambda out: primus.fit(5), "not int"),
+    (lambda out: primus.fit(SMALL, rules="tp <= 4"), "rules: a list of strings"),
+    (lambda out: primus.fit(SMALL, rules=5), "rules: a list of strings"),
+    (lambda out: primus.fit(SMALL, without=[5]), "without: a list of strings"),
+    (lambda out: primus.enumerate_layouts(SMALL, top=-1), "top: an integer of at least 1, not -1"),
+    (lambda out: primus.enumerate_layouts(SMALL, top="5"), "top: an integer of at least 1"),
+    (lambda out: primus.tune(SMALL, out=5), "out: a directory's path"),
+    (lambda out: primus.tune(SMALL, out=out, workers=0), "workers: an integer from 1 to 256, not 0"),
+    (lambda out: primus.tune(SMALL, out=out, llm=5), "llm_base_url: must be a string or null"),
+    (lambda out: primus.tune(SMALL, out=out, llm_calls=1000), "llm_calls: must be an integer from 0 to 100"),
+    (lambda out: primus.tune(SMALL, out=out, allow="precision"), "allow: a list of strings"),
 ])
-def test_an_argument_of_the_wrong_type_or_range_is_an_input_error_naming_it(call, named: str) -> None:
+def test_an_argument_of_the_wrong_type_or_range_is_an_input_error_naming_it(call, named: str, tmp_path: Path) -> None:
     # a notebook passes data too: never a TypeError, never a silently wrong answer (top=-1 dropped a row)
     with pytest.raises(InputError, match=re.escape(named)):
-        call()
-    assert not Path("unused").exists()
+        call(tmp_path / "run")
+    assert not (tmp_path / "run").exists()
