@@ -169,6 +169,22 @@ def test_hidden_size_not_divisible_by_heads_without_head_dim_is_refused(tmp_path
     assert "num_attention_heads" in str(caught.value)
 
 
+def test_zero_attention_heads_is_refused_naming_the_field(tmp_path: Path) -> None:
+    data = llama_config()
+    data["num_attention_heads"] = 0  # was a ZeroDivisionError traceback (hidden % heads)
+    with pytest.raises(InputError, match="num_attention_heads: must be at least 1"):
+        load(write_config(tmp_path, data))
+
+
+def test_a_huge_integer_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
+    data = llama_config()
+    data["hidden_size"] = 10**90
+    with pytest.raises(InputError) as caught:
+        load(write_config(tmp_path, data))
+    assert "hidden_size: must be a non-negative integer (got 1000000" in str(caught.value)
+    assert "0" * 80 not in str(caught.value)
+
+
 def test_explicit_head_dim_allows_hidden_size_not_divisible_by_heads(tmp_path: Path) -> None:
     data = llama_config()
     data["hidden_size"] = 4100

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 
 
 class Reader:
@@ -88,7 +88,7 @@ class Reader:
 
     def as_int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 10**9:
-            raise self.error(key, f"must be a non-negative integer (got {value!r})")
+            raise self.error(key, f"must be a non-negative integer (got {shown(value)})")
         return value
 
     def int_list(self, key: str) -> list[int] | None:
@@ -128,6 +128,8 @@ def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head
     # Gemma 3's published text_config omits the head counts its class defaults give (gemma-3-4b)
     heads = r.req_int("num_attention_heads") if heads_default is None \
         else r.int_or("num_attention_heads", heads_default)
+    if heads < 1:  # the head width below divides by it
+        raise r.error("num_attention_heads", f"must be at least 1 (got {heads})")
     hidden = r.req_int("hidden_size")
     vocab = r.req_int("vocab_size") if vocab_default is None else r.int_or("vocab_size", vocab_default)
     out: dict[str, Any] = {
