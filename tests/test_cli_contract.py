@@ -163,3 +163,20 @@ def test_a_model_name_with_a_newline_is_refused_before_any_export_writes_it(run_
     code, out, err = run_cli("export", str(job), "--to", target)
     assert code == 2 and out == ""
     assert "model.name" in err and "one line of printable text" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (("fit", "--bogus"), "No such option '--bogus'"),
+    (("export", "--out", "."), "is a directory"),
+    (("nosuch",), "No such command 'nosuch'"),
+    (("enumerate",), "Missing argument"),
+])
+def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(run_cli, args, says):
+    code, out, err = run_cli(*args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("primus") and says in lines[0] and "--help" in lines[0]
+
+
+def test_help_and_version_still_exit_0(run_cli):
+    assert run_cli("--version")[0] == 0 and run_cli("fit", "--help")[0] == 0
