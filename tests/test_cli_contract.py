@@ -180,3 +180,10 @@ def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(run_cli, args,
 
 def test_help_and_version_still_exit_0(run_cli):
     assert run_cli("--version")[0] == 0 and run_cli("fit", "--help")[0] == 0
+
+
+def test_export_out_dash_is_stdout_not_a_file_named_dash(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli("export", str(EXAMPLES / "llama3.1-70b-mi300x.yaml"), "--to", "megatron", "--out", "-")
+    assert code == 0 and "--tensor-model-parallel-size 8" in out
+    assert not (tmp_path / "-").exists()

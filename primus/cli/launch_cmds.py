@@ -141,8 +141,9 @@ def job_yaml(config: LaunchConfig) -> str:
 @click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
 @click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
 @click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=_ROOT_HELP)
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="Write the job here (atomically) instead of stdout.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              callback=lambda _ctx, _param, value: None if value == "-" else value,
+              help="Write the job here (atomically) instead of stdout ('-' is stdout).")
 @format_option("yaml", "json", default="yaml")
 @guarded
 def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
@@ -251,8 +252,9 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
 @click.option("--to", "kind", type=click.Choice(KINDS), required=True, help="The launch config format to write.")
 @click.option("--from-tune", "tune_file", type=click.Path(dir_okay=False), default=None,
               help='A tune result JSON: {"job": {...}, "best": {"parallel": {...}}}.')
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="Write here (atomically) instead of stdout.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              callback=lambda _ctx, _param, value: None if value == "-" else value,
+              help="Write here (atomically) instead of stdout ('-' is stdout).")
 @click.option("--complete", is_flag=True, help="Complete free axes with the legal layout of most headroom (fit).")
 @click.option("--fix", "fix", type=click.IntRange(1, 100), default=None,
               help="Export fit's N-th nearest legal layout of a job that does not fit, with the job options it "
