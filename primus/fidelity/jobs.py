@@ -155,10 +155,9 @@ def _int(row: RunRow, key: str) -> int | None:
         raise Unprojectable(str(exc)) from None
 
 
-def build(row: RunRow) -> RowJobs:
-    """Both jobs of a row (Unprojectable with the reason when the row cannot be built)."""
-    rule = rule_for(row.source, row.published)
-    assumed: list[str] = []
+def _sizes(row: RunRow) -> tuple[int, int, int, int, str, str | None]:
+    """GPUs, global batch, sequence, micro-batch and (precision, fp8 recipe) of a row, which every job
+    built from it needs (Unprojectable when one is missing)."""
     gpus, gbs, seq, mbs = (_int(row, k) for k in ("num_gpus", "gbs", "seq_len", "mbs"))
     if not (gpus and gbs and seq and mbs):
         raise Unprojectable("num_gpus, gbs, seq_len and mbs are all needed")
@@ -166,6 +165,14 @@ def build(row: RunRow) -> RowJobs:
     if prec not in PRECISIONS:
         raise Unprojectable(f"precision {prec!r} is not one of {', '.join(PRECISIONS)}")
     precision, recipe = PRECISIONS[prec]
+    return gpus, gbs, seq, mbs, precision, recipe
+
+
+def build(row: RunRow) -> RowJobs:
+    """Both jobs of a row (Unprojectable with the reason when the row cannot be built)."""
+    rule = rule_for(row.source, row.published)
+    assumed: list[str] = []
+    gpus, gbs, seq, mbs, precision, recipe = _sizes(row)
     stated_recipe = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8") if f"fp8_recipe_{r}" in row.flags]
     if recipe == "" and stated_recipe:
         recipe = stated_recipe[0]  # the recipe the source's config sets (flag fp8_recipe_<name>)
@@ -181,7 +188,7 @@ def build(row: RunRow) -> RowJobs:
     if etp is None:
         etp = tp if rule.etp_is_tp else 1
         assumed.append(f"etp {etp} (stack default)")
-    shipped = rule.stack.recipe_for(row["model"].lower(), hardware, prec)
+    shipped = rule.stack.recipe_for(row["model"].lower(), hardware, row["precision"].lower())
     vp = _int(row, "vp")
     if vp is None and pp > 1 and shipped is not None and shipped.settings.vp:
         vp = shipped.settings.vp
@@ -252,13 +259,7 @@ def published_job(row: RunRow) -> dict[str, Any]:
     """The job file a user would type for a published run: its layout and the settings its source
     states, and `stack:` of its source. Everything else comes from the stack when the file is read."""
     rule = rule_for(row.source, row.published)
-    gpus, gbs, seq, mbs = (_int(row, k) for k in ("num_gpus", "gbs", "seq_len", "mbs"))
-    if not (gpus and gbs and seq and mbs):
-        raise Unprojectable("num_gpus, gbs, seq_len and mbs are all needed")
-    prec = row["precision"].lower()
-    if prec not in PRECISIONS:
-        raise Unprojectable(f"precision {prec!r} is not one of {', '.join(PRECISIONS)}")
-    precision, recipe = PRECISIONS[prec]
+    gpus, gbs, seq, mbs, precision, recipe = _sizes(row)
     model, _ = model_ref(row)
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))
     pins: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": mbs}
