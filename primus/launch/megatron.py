@@ -253,32 +253,35 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
         return _model_only(parsed, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               file_nnodes=parsed.nnodes, file_nproc=parsed.nproc, base_dir=base_dir)
-    ctx = ImportContext(where, cluster.gpus, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
-                        header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
-    job, consumed = job_from_args(parsed.ns, ctx, out)
+    job, consumed = job_from_args(parsed.ns, _context(parsed, header, where, cluster.gpus), out)
+    _skip_unread(parsed, consumed, out)
+    return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _context(parsed: ParsedLine, header: dict[str, Any], where: str, gpus: int) -> ImportContext:
+    """How the arguments of a parsed file are read into a job or a model (flags named as Megatron-LM's)."""
+    return ImportContext(where, gpus, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
+                         header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
+
+
+def _skip_unread(parsed: ParsedLine, consumed: Any, out: Collector) -> None:
+    """Everything of the file that the job or the model did not read is listed as unmodelled, in order."""
     for kind, item in parsed.order:
         if kind == "other":
             out.skip(item)
         elif item not in consumed:
             out.skip(parsed.raw[item])
-    return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
 
 
 def _model_only(parsed: ParsedLine, header: dict[str, Any], where: str, out: Collector) -> LaunchConfig:
     """A file that defines a model's arguments and neither launches nor gives a global batch
     (Megatron-LM's examples/post_training/modelopt/conf/*.sh): the model, for a job's `model:`."""
-    ctx = ImportContext(where, 1, {}, lambda dest: BY_DEST[dest].flag if dest in BY_DEST else dest,
-                        header_model=header.get("model"), model_name=header.get("model_name") or _name(parsed, where))
     tokenizer = parsed.variables.get("TOKENIZER_MODEL")
     if "tokenizer_model" not in parsed.ns and isinstance(tokenizer, str) and _HF_ID.fullmatch(tokenizer):
         parsed.ns["tokenizer_model"] = tokenizer  # what Megatron-LM's modelopt scripts pass as --tokenizer-model
         parsed.raw["tokenizer_model"] = f"TOKENIZER_MODEL={tokenizer}"
-    ref, consumed = model_from_args(parsed.ns, ctx, out)
-    for kind, item in parsed.order:
-        if kind == "other":
-            out.skip(item)
-        elif item not in consumed:
-            out.skip(parsed.raw[item])
+    ref, consumed = model_from_args(parsed.ns, _context(parsed, header, where, 1), out)
+    _skip_unread(parsed, consumed, out)
     out.note("a model definition (no launch line, no global batch size): use the model under `model:` of a job")
     return LaunchConfig("megatron", MEGATRON_RELEASE, {"model": ref}, tuple(out.unmodelled), tuple(out.notes),
                         where, model_only=True)
