@@ -36,6 +36,12 @@ JOBS = {
                                    "mtp_num_layers": 0},
                          "hardware": "mi355x", "nodes": 2, "seq_len": 4096, "global_batch_size": 64,
                          "parallel": {"recompute_layer_ids": [0, 3, 5]}},
+    # Megatron-Core's recompute modules: the tables read the job's list through its ActContext
+    "recompute-modules": {"model": {"base": "deepseek-v3", "num_layers": 8, "moe_layer_freq": "([0]*1+[1]*7)",
+                                    "mtp_num_layers": 0},
+                          "hardware": "gb200", "nodes": 4, "seq_len": 4096, "global_batch_size": 64,
+                          "precision": "fp8", "fp8_recipe": "mxfp8",
+                          "parallel": {"recompute_modules": ["mla_up_proj", "layernorm", "moe_act", "mlp"]}},
 }
 
 

@@ -91,6 +91,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
               seq_length=spec.seq_len)
     ns["recompute_granularity"] = None if layout.recompute == "none" else layout.recompute
     ns["recompute_method"] = ns["recompute_num_layers"] = None
+    modules = spec.parallel.recompute_modules
+    ns["recompute_modules"] = list(modules) if layout.recompute == "selective" and modules else None
     if layout.recompute == "full":
         ns["recompute_method"] = spec.parallel.recompute_method or "uniform"
         ns["recompute_num_layers"] = layout.recompute_num_layers or 1

@@ -29,6 +29,7 @@ from primus.launch.common import Collector, data_parallel
 from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.launch.megatron_export import model_args, runtime_args
 from primus.launch.tokenizers import vocab_from_tokenizer
+from primus.memory.recompute import RECOMPUTE_MODULES
 from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
 from primus.specs.model import ModelSpec
@@ -262,8 +263,14 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
     if granularity not in (None, "selective", "full"):
         raise InputError(ctx.where, ctx.label("recompute_granularity"), f"unknown value {granularity!r}")
     modules = r.ns.get("recompute_modules")
-    if modules is not None and granularity == "selective" and list(modules) != ["core_attn"]:
-        out.note("selective recompute modelled for core_attn only; the other recompute_modules are listed")
+    if modules is not None and granularity == "selective":
+        listed = [str(m) for m in r.get("recompute_modules")]
+        modelled = [m for m in listed if m in RECOMPUTE_MODULES]
+        if len(modelled) < len(listed):
+            out.note("recompute_modules not modelled (no sourced bytes): "
+                     + ", ".join(m for m in listed if m not in modelled))
+        if modelled:
+            par["recompute_modules"] = modelled
     elif modules is not None:
         r.get("recompute_modules")
     if granularity == "full":

@@ -13,9 +13,12 @@ share of top-k routed tokens, all-gathered across ETP), each expert's FC1/activa
 routing probability per token copy (current Megatron-Core applies it inside the weighted SwiGLU, so
 the expert output is not kept); shared experts act like a TP-split dense MLP.
 
-Recompute: `selective` re-runs the core attention (Megatron's default `core_attn` module), dropping
-what only the attention kernel keeps; `full` keeps only each recomputed layer's input and rebuilds the
-rest during backward (a transient, counted separately).
+Recompute: `selective` re-runs the modules of the job's `recompute_modules` (Megatron's default: the
+core attention, `core_attn`), dropping what each frees (`primus.memory.recompute.RECOMPUTE_MODULES`;
+every saved tensor names the module whose recompute frees it); `full` keeps only each recomputed
+layer's input and rebuilds the rest during backward (a transient, counted separately). Selective
+recompute rebuilds one layer's dropped tensors at a time during its backward, counted in the backward
+working set.
 
 Every term is an integer number of bytes per layer per microbatch, so the ledger is exact.
 """
@@ -27,6 +30,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from primus.memory.numerics import Numerics, nbytes
+from primus.memory.recompute import DEFAULT_SELECTIVE
 from primus.specs.model import ModelSpec
 
 FP32 = Fraction(4)
@@ -36,13 +40,13 @@ INDEX = Fraction(8)  # int64 token ids / indices
 
 @dataclass(frozen=True, slots=True)
 class Saved:
-    """One saved tensor: its name, element count, element width and whether only the core-attention
-    kernel keeps it (so selective recompute drops it)."""
+    """One saved tensor: its name, element count, element width and the recompute module whose
+    selective recompute frees it (None: no module does)."""
 
     name: str
     elements: int
     width: Fraction
-    core_attn_only: bool = False
+    freed_by: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -66,6 +70,7 @@ class ActContext:
     moe_capacity_factor: float | None = None
     moe_imbalance: float = 1.0
     framework: str = "megatron"
+    recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
 
     @property
     def tokens(self) -> int:
@@ -78,15 +83,17 @@ class ActContext:
         return self.tp if self.sp else 1
 
 
-def _norm(model: ModelSpec, ctx: ActContext, prefix: str, dim: int, tokens: int, out_gemm: bool) -> list[Saved]:
-    """A norm (fused with the following linear when `out_gemm`): input, statistics, output."""
+def _norm(model: ModelSpec, ctx: ActContext, prefix: str, dim: int, tokens: int, out_gemm: bool,
+          freed_by: str | None = None) -> list[Saved]:
+    """A norm (fused with the following linear when `out_gemm`): input, statistics, output. `freed_by`:
+    the recompute module that re-runs the norm (its input, the checkpoint's, stays)."""
     stats = 2 if model.normalization == "LayerNorm" else 1
     act = ctx.numerics.activation
     out_width = ctx.numerics.gemm_input if out_gemm else act
     return [
         Saved(f"{prefix}.input", tokens * dim, act),
-        Saved(f"{prefix}.stats", tokens * stats, FP32),
-        Saved(f"{prefix}.output", tokens * dim, out_width),
+        Saved(f"{prefix}.stats", tokens * stats, FP32, freed_by),
+        Saved(f"{prefix}.output", tokens * dim, out_width, freed_by),
     ]
 
 
@@ -104,49 +111,55 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
         v = model.v_head_dim or 0
         kv_lora = model.kv_lora_rank or 0
         rope = model.qk_pos_emb_head_dim or 0
-        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True)
+        # MLA's input norm is a module of its own (recomputed by `layernorm`); the q/kv norms are fused
+        # into the up-projections, inside the `mla_up_proj` checkpoint, as are q, k and v
+        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True, freed_by="layernorm")
         if model.q_lora_rank is not None:
-            out += _norm(model, ctx, "q_layernorm", model.q_lora_rank, Tn, out_gemm=True)
+            out += _norm(model, ctx, "q_layernorm", model.q_lora_rank, Tn, out_gemm=True, freed_by="mla_up_proj")
         out.append(Saved("kv_down_proj.output", Tn * (kv_lora + rope), act))
-        out += _norm(model, ctx, "kv_layernorm", kv_lora, Tn, out_gemm=True)
+        out += _norm(model, ctx, "kv_layernorm", kv_lora, Tn, out_gemm=True, freed_by="mla_up_proj")
         q_dim, k_dim, v_dim, o_dim = heads * qk, heads * qk, heads * v, heads * v
+        qkv_freed_by: str | None = "mla_up_proj"
     else:
         d = model.head_dim
         groups = max(model.query_groups // t, 1)
-        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True)
+        out += _norm(model, ctx, "input_layernorm", h, Tn, out_gemm=True)  # fused into QKV: not recomputed
         q_dim, k_dim, v_dim, o_dim = heads * d, groups * d, groups * d, heads * d
+        qkv_freed_by = None
         if model.qk_layernorm:
             stats = 2 if model.normalization == "LayerNorm" else 1
             # one statistic per head, or one per token for a norm over the whole q (and k) projection
             rows = heads + groups if model.qk_layernorm_per_head else 2
             out += [Saved("q_layernorm.input", T * q_dim, act), Saved("k_layernorm.input", T * k_dim, act),
                     Saved("qk_layernorm.stats", T * rows * stats, FP32)]
-    out += [Saved("core_attention.q", T * q_dim, act), Saved("core_attention.k", T * k_dim, act),
-            Saved("core_attention.v", T * v_dim, act)]
+    out += [Saved("core_attention.q", T * q_dim, act, qkv_freed_by), Saved("core_attention.k", T * k_dim, act,
+                                                                         qkv_freed_by),
+            Saved("core_attention.v", T * v_dim, act, qkv_freed_by)]
     fp8_proj = gemm != act
-    out.append(Saved("core_attention.output", T * o_dim, act, core_attn_only=fp8_proj))
+    out.append(Saved("core_attention.output", T * o_dim, act, "core_attn" if fp8_proj else None))
     if fp8_proj:
         out.append(Saved("linear_proj.input", T * o_dim, gemm))
     if ctx.flash_attention:
-        out.append(Saved("core_attention.softmax_lse", T * heads, FP32, core_attn_only=True))
+        out.append(Saved("core_attention.softmax_lse", T * heads, FP32, "core_attn"))
     else:
         s_q = ctx.seq_len // ctx.cp
         s_k = ctx.seq_len
         scores = ctx.mbs * heads * s_q * s_k
-        out.append(Saved("core_attention.softmax", scores, act, core_attn_only=True))
+        out.append(Saved("core_attention.softmax", scores, act, "core_attn"))
         if model.attention_dropout > 0:
-            out.append(Saved("core_attention.dropout_mask", scores, MASK, core_attn_only=True))
-            out.append(Saved("core_attention.dropout_output", scores, act, core_attn_only=True))
+            out.append(Saved("core_attention.dropout_mask", scores, MASK, "core_attn"))
+            out.append(Saved("core_attention.dropout_output", scores, act, "core_attn"))
     if model.hidden_dropout > 0:
         out.append(Saved("self_attention.dropout_mask", Tn * h, MASK))
     return out
 
 
-def _mlp(model: ModelSpec, ctx: ActContext, prefix: str, tokens: int, ffn: int, ways: int) -> list[Saved]:
+def _mlp(model: ModelSpec, ctx: ActContext, prefix: str, tokens: int, ffn: int, ways: int,
+         fc1_freed_by: str | None = None, act_freed_by: str | None = None) -> list[Saved]:
     fc1 = 2 * ffn if model.swiglu else ffn
     return [
-        Saved(f"{prefix}.linear_fc1.output", tokens * fc1 // ways, ctx.numerics.activation),
-        Saved(f"{prefix}.activation.output", tokens * ffn // ways, ctx.numerics.gemm_input),
+        Saved(f"{prefix}.linear_fc1.output", tokens * fc1 // ways, ctx.numerics.activation, fc1_freed_by),
+        Saved(f"{prefix}.activation.output", tokens * ffn // ways, ctx.numerics.gemm_input, act_freed_by),
     ]
 
 
@@ -166,19 +179,20 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     T = ctx.tokens
     Tn = T // ctx.sp_div
     experts = model.num_experts or 0
-    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=False)
+    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=False, freed_by="layernorm")
     out += [Saved("router.probs", Tn * experts, FP32), Saved("router.routing_map", Tn * experts, MASK)]
     n_tok = routed_tokens(model, ctx)
     # the dispatcher keeps an index per routed token copy to unpermute (int64 row map)
     out.append(Saved("dispatcher.row_id_map", Tn * model.topk, INDEX))
     out.append(Saved("experts.input", n_tok * h, ctx.numerics.gemm_input))
-    out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp)
+    out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act")
     # current Megatron-Core applies the routing probabilities inside the expert activation
     # (weighted SwiGLU), which keeps the per-copy probability; the FC2 output is not kept
     out.append(Saved("experts.probs", n_tok, FP32))
     if model.moe_shared_expert_intermediate_size:
         if ctx.numerics.gemm_input != ctx.numerics.activation:
-            out.append(Saved("shared_experts.input", Tn * h, ctx.numerics.gemm_input))
+            # with `layernorm` recompute FP8 consumers save the norm's original output instead (freed)
+            out.append(Saved("shared_experts.input", Tn * h, ctx.numerics.gemm_input, "layernorm"))
         out += _mlp(model, ctx, "shared_experts", T, model.moe_shared_expert_intermediate_size, ctx.tp)
         if model.moe_shared_expert_gate:  # the sigmoid gate's output, one per token
             out.append(Saved("shared_experts.gate.output", Tn, ctx.numerics.activation))
@@ -190,8 +204,9 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
 def _dense_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     h = model.hidden_size
     Tn = ctx.tokens // ctx.sp_div
-    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=True)
-    out += _mlp(model, ctx, "mlp", ctx.tokens, model.ffn_hidden_size or 0, ctx.tp)
+    # the norm is fused into FC1 (TE LayerNormLinear): inside the `mlp` checkpoint, whose input stays
+    out = _norm(model, ctx, "pre_mlp_layernorm", h, Tn, out_gemm=True, freed_by="mlp")
+    out += _mlp(model, ctx, "mlp", ctx.tokens, model.ffn_hidden_size or 0, ctx.tp, "mlp", "mlp")
     if model.hidden_dropout > 0:
         out.append(Saved("mlp.dropout_mask", Tn * h, MASK))
     return out
@@ -229,8 +244,9 @@ def layer_bytes(model: ModelSpec, kind: str, ctx: ActContext, recompute: str) ->
     if recompute == "selective" and ctx.framework == "torchtitan" and kind == "dense":
         return sum(s.bytes for s in torchtitan_op_sac(model, ctx))
     inv = layer_inventory(model, kind, ctx)
-    drop = recompute == "selective"
-    return sum(s.bytes for s in inv if not (drop and s.core_attn_only))
+    if recompute != "selective":
+        return sum(s.bytes for s in inv)
+    return sum(s.bytes for s in inv if s.freed_by not in ctx.recompute_modules)
 
 
 def torchtitan_op_sac(model: ModelSpec, ctx: ActContext) -> list[Saved]:

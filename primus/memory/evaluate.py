@@ -10,6 +10,7 @@ from primus.job import Job
 from primus.memory.activations import ActContext
 from primus.memory.ledger import Reserves, StageMemory, StateWidths, combine, communicators
 from primus.memory.numerics import numerics_for
+from primus.memory.recompute import selective_modules
 from primus.memory.shapes import PipelineKey, layout_for, stage_shapes
 from primus.memory.units import act_units, param_units
 from primus.parallel import Layout, normalise
@@ -101,7 +102,7 @@ class MemoryModel:
             cross_entropy_fusion=spec.kernels.cross_entropy_fusion,
             eager_cross_entropy=spec.kernels.eager_cross_entropy,
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
-            framework=spec.framework,
+            framework=spec.framework, recompute_modules=selective_modules(spec.parallel.recompute_modules),
         )
 
     def pipeline_key(self, layout: Layout) -> PipelineKey:
@@ -171,7 +172,9 @@ class MemoryModel:
                    if spec.kernels.flash_attention else "unfused attention: s×s softmax (and dropout) kept")
         selective = ("torchtitan op-level selective checkpointing (block input, every other matmul output and "
                      "the attention outputs kept)" if spec.framework == "torchtitan"
-                     else "selective recompute of core attention")
+                     else "selective recompute of "
+                     + ", ".join(sorted(selective_modules(spec.parallel.recompute_modules)))
+                     + " (what each frees: primus.memory.recompute)")
         rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}

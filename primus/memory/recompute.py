@@ -1,4 +1,5 @@
-"""Which decoder layers full recompute re-runs: one definition for the ledger and the projection.
+"""What recompute re-runs, one definition for the ledger and the projection: which decoder layers full
+recompute covers, and which modules selective recompute covers.
 
 Megatron-LM's `--recompute-granularity full` has two methods:
 
@@ -13,6 +14,10 @@ activations. Source: AMD-AGI/Primus docs/tech_blogs/moe_package_2.0/moe_package.
 recompute with `--recompute_layer_ids`": "Primus instead accepts an explicit list of global layer IDs",
 e.g. `--recompute_layer_ids "0,1,2,4,6,8,10,12,14" --recompute_granularity full`, 9 of DeepSeek-V3's 61
 layers at 128 nodes).
+
+`--recompute-granularity selective` re-runs the modules of `--recompute-modules` (`RECOMPUTE_MODULES`
+below) in every layer; the ledger drops what each module's recompute frees and the projection adds
+each module's forward to the backward.
 """
 
 from __future__ import annotations
@@ -29,3 +34,34 @@ def recomputed_mask(layers: tuple[int, ...], method: str, num_layers: int | None
         k = num_layers or 1
         return tuple(j < k for j in range(len(layers)))
     return (True,) * len(layers)
+
+
+#: Megatron-Core's `--recompute-modules` that the ledger and the projection model, and what each frees
+#: (megatron/core/transformer/transformer_config.py `recompute_modules`, NVIDIA/Megatron-LM d98e8a6):
+#:
+#: - `core_attn`: the core attention re-runs in backward (normal checkpointing: q, k, v stay as its
+#:   inputs); its output and softmax statistics are not kept (transformer/attention.py).
+#: - `mla_up_proj`: MLA's q/kv up-projections and RoPE run inside a CheckpointWithoutOutput
+#:   (transformer/multi_latent_attention.py `qkv_up_checkpoint`); the query, key and value are freed
+#:   once core attention has run, and the up-projections' fused q/kv layernorms (TE
+#:   LayerNormColumnParallelLinear when qk_layernorm) save nothing: only the compressed latents, their
+#:   inputs, stay.
+#: - `layernorm`: the input_layernorm and pre_mlp_layernorm, where they are modules of their own
+#:   (transformer_layer.py: not an IdentityOp; with Transformer Engine a norm fused into the following
+#:   linear, as for standard attention's QKV and a dense MLP's FC1, is an IdentityOp and is not
+#:   recomputed): output-discarding checkpoints free the norm's output and statistics; with FP8 the
+#:   consumers save the original input (`set_save_original_input`), so their quantised copies go too.
+#: - `moe_act`: the routed experts' activation (moe/experts.py `activation_checkpoint`): its output,
+#:   FC2's input, is freed after FC2 (the FC1 output it is rebuilt from stays).
+#: - `mlp`: a dense layer's whole MLP (normal checkpointing; no effect on MoE layers): only its input
+#:   stays; the fused norm's statistics and output, FC1's output and the activation output go.
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
+
+#: Megatron-Core's default `recompute_modules` for `recompute_granularity='selective'`.
+DEFAULT_SELECTIVE: frozenset[str] = frozenset({"core_attn"})
+
+
+def selective_modules(modules: tuple[str, ...] | None) -> frozenset[str]:
+    """The modules selective recompute re-runs: the job's list, else Megatron-Core's default. An
+    explicit list replaces the default (Megatron-Core only fills ['core_attn'] when none is given)."""
+    return DEFAULT_SELECTIVE if modules is None else frozenset(modules)

@@ -99,7 +99,7 @@ class ActUnits:
     embedding: int
     loss: int  # final norm, output-layer input, fp32 softmax (or bf16 logits when fused)
     mtp: int  # one MTP module: its layer, norms, projection input and its own loss
-    work_dense: int
+    work_dense: int  # a layer's backward transient (with what selective recompute rebuilds)
     work_moe: int
     work_loss: int
 
@@ -114,6 +114,12 @@ def act_units(model: ModelSpec, ctx: ActContext, recompute: str, padded_vocab: i
     dense_full = layer_bytes(model, "dense", ctx, "none") if has_dense else 0
     moe_full = layer_bytes(model, "moe", ctx, "none") if has_moe else 0
     loss = loss_bytes(model, ctx, padded_vocab)
+    work_dense = layer_working_bytes(model, "dense", ctx) if has_dense else 0
+    work_moe = layer_working_bytes(model, "moe", ctx) if has_moe else 0
+    if kept == "selective" and ctx.framework != "torchtitan":
+        # Megatron's selective recompute rebuilds one layer's dropped tensors during its backward
+        work_dense += dense_full - dense
+        work_moe += moe_full - moe
     mtp = 0
     if model.mtp_num_layers:
         inner = moe if model.moe_layers[-1] else dense
@@ -121,7 +127,6 @@ def act_units(model: ModelSpec, ctx: ActContext, recompute: str, padded_vocab: i
     return ActUnits(
         dense=dense, moe=moe, dense_full=dense_full, moe_full=moe_full,
         checkpoint=checkpoint_bytes(model, ctx), embedding=embedding_bytes(model, ctx), loss=loss, mtp=mtp,
-        work_dense=layer_working_bytes(model, "dense", ctx) if has_dense else 0,
-        work_moe=layer_working_bytes(model, "moe", ctx) if has_moe else 0,
+        work_dense=work_dense, work_moe=work_moe,
         work_loss=loss_working_bytes(ctx, padded_vocab),
     )

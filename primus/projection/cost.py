@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from primus.memory.recompute import DEFAULT_SELECTIVE
 from primus.projection.ops import ACT, Block
 from primus.projection.placement import GroupShape
 from primus.projection.timer import AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
@@ -51,7 +52,8 @@ def vscale(a: Vec, s: float) -> Vec:
 @dataclass(frozen=True, slots=True)
 class BlockCost:
     """Exposed seconds per category for one microbatch (forward, backward), what overlap hid, the
-    forward work selective recompute re-runs (Megatron's core attention; torchtitan's op-level policy),
+    forward work selective recompute re-runs (Megatron's recompute modules, by default the core
+    attention with its CP exchange; torchtitan's op-level policy),
     and how many calls per category were measured."""
 
     fwd: Vec
@@ -94,6 +96,7 @@ class CostSettings:
     moe_host: float = 0.0  # seconds the host exposes per MoE layer forward (profile host.moe_layer_us)
     interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
     launch: float = 0.0  # seconds of host dispatch per kernel (profile host.kernel_launch_us)
+    recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
 
 
 class _Tally:
@@ -124,6 +127,8 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     f, b = _Tally(), _Tally()
     dgrad = 0.0
     op_recompute = 0.0
+    modules = 0.0  # forward seconds of the ops the job's selective recompute modules re-run
+    mods = s.recompute_modules
     for g in block.gemms:
         low = g.low and s.low_width is not None
         fmt = s.fmt if low else s.high_fmt
@@ -132,6 +137,8 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         t, m = timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT))
         f.add(cat, t, m)
         op_recompute += g.op_recompute * t
+        if g.module in mods:
+            modules += t
         t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
         dgrad += b.add(cat, t, m)
         out = 2 * s.grad_width if g.weight else ACT
@@ -142,6 +149,8 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
             if g.cast_input:
                 t, m = timer.memory(MemoryCall(g.m * g.k * g.count * quant))
                 f.add(MEM, t, m)
+                if g.module in mods:
+                    modules += t
             if g.weight:
                 t, m = timer.memory(MemoryCall(g.m * g.n * g.count * quant))
                 b.add(MEM, t, m)
@@ -156,6 +165,8 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         f.add(cat, t, m)
         if cat == MEM:
             op_recompute += t
+        if op.module in mods:
+            modules += t
         t, m = timer.memory(MemoryCall(op.bwd_bytes))
         b.add(cat, t, m)
 
@@ -222,5 +233,6 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
                 tally.v[HOST] += floor
     calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
-    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), attn_f + cp_exposed_f, calls, measured,
+    core_attn = attn_f + cp_exposed_f if "core_attn" in mods else 0.0
+    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), core_attn + modules, calls, measured,
                      op_recompute)

@@ -48,6 +48,7 @@ class Gemm:
     weight: bool = True  # has a weight gradient (accumulated into the fp32 main grad); False: activation BMM
     cat: str = "gemm"  # breakdown category: "gemm", or "attention" for unfused score/context BMMs
     op_recompute: float = 0.0  # share of its forward that torchtitan's op-level selective checkpointing re-runs
+    module: str | None = None  # the recompute module that re-runs it (primus.memory.recompute)
 
     @property
     def flops(self) -> int:
@@ -85,6 +86,7 @@ class MemOp:
     name: str
     fwd_bytes: float
     bwd_bytes: float
+    module: str | None = None  # the recompute module that re-runs it (primus.memory.recompute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +154,11 @@ def avg_keys(seq: int, window: int | None) -> float:
     return w - w * (w - 1) / (2 * seq)
 
 
-def norm_op(name: str, tokens: int, dim: int, ctx: OpContext, fused_cast: bool) -> MemOp:
+def norm_op(name: str, tokens: int, dim: int, ctx: OpContext, fused_cast: bool, module: str | None = None) -> MemOp:
     """Norm: forward reads x, writes y (quantised in place when TE fuses the cast into the following
     linear: a row-wise and a column-wise copy); backward reads dy and x, writes dx."""
     out = 2 * ctx.low_width if fused_cast and ctx.low_precision else ACT
-    return MemOp(name, tokens * dim * (ACT + out), tokens * dim * 3 * ACT)
+    return MemOp(name, tokens * dim * (ACT + out), tokens * dim * 3 * ACT, module)
 
 
 def _residual(name: str, tokens: int, dim: int, dropout: bool) -> MemOp:
@@ -167,12 +169,12 @@ def _residual(name: str, tokens: int, dim: int, dropout: bool) -> MemOp:
     return MemOp(name, fwd, bwd)
 
 
-def _activation(name: str, tokens: int, width: int, swiglu: bool) -> MemOp:
+def _activation(name: str, tokens: int, width: int, swiglu: bool, module: str | None = None) -> MemOp:
     """SwiGLU reads the 2f-wide FC1 output, writes f; backward reads dy (f) and the input (2f), writes
     dx (2f). GeLU / squared ReLU read f, write f; backward reads dy and x, writes dx."""
     if swiglu:
-        return MemOp(name, tokens * width * 3 * ACT, tokens * width * 5 * ACT)
-    return MemOp(name, tokens * width * 2 * ACT, tokens * width * 3 * ACT)
+        return MemOp(name, tokens * width * 3 * ACT, tokens * width * 5 * ACT, module)
+    return MemOp(name, tokens * width * 2 * ACT, tokens * width * 3 * ACT, module)
 
 
 def tp_out(ctx: OpContext, width: int) -> tuple[Comm, ...]:
@@ -252,24 +254,25 @@ def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Bloc
     qk, rope, v = model.qk_head_dim or 0, model.qk_pos_emb_head_dim or 0, model.v_head_dim or 0
     kv_lora = model.kv_lora_rank or 0
     gemms: list[Gemm] = []
-    mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    up = "mla_up_proj"  # the recompute module that re-runs the up-projections, their norms and RoPE
+    mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True, module="layernorm")]
     comms: tuple[Comm, ...] = ()
     if model.q_lora_rank is not None:
         gemms.append(Gemm("attention.linear_q_down_proj", Tn, model.q_lora_rank, h))
-        mem.append(norm_op("q_layernorm", Tn, model.q_lora_rank, ctx, fused_cast=True))
-        gemms.append(Gemm("attention.linear_q_up_proj", T, heads * (qk + rope), model.q_lora_rank))
+        mem.append(norm_op("q_layernorm", Tn, model.q_lora_rank, ctx, fused_cast=True, module=up))
+        gemms.append(Gemm("attention.linear_q_up_proj", T, heads * (qk + rope), model.q_lora_rank, module=up))
         comms += tp_in(ctx, model.q_lora_rank, fp8_gather=True)
     else:
         gemms.append(Gemm("attention.linear_q_proj", T, heads * (qk + rope), h))
         comms += tp_in(ctx, h, fp8_gather=True)
     gemms.append(Gemm("attention.linear_kv_down_proj", Tn, kv_lora + rope, h))
-    mem.append(norm_op("kv_layernorm", Tn, kv_lora, ctx, fused_cast=True))
-    gemms.append(Gemm("attention.linear_kv_up_proj", T, heads * (qk + v), kv_lora))
+    mem.append(norm_op("kv_layernorm", Tn, kv_lora, ctx, fused_cast=True, module=up))
+    gemms.append(Gemm("attention.linear_kv_up_proj", T, heads * (qk + v), kv_lora, module=up))
     comms += tp_in(ctx, kv_lora + rope, fp8_gather=True)
     gemms.append(Gemm("attention.linear_proj", T, h, heads * v, cast_input=True))
     comms += tp_out(ctx, h)
     pe = T * (heads + 1) * rope * 2 * ACT  # rotary on q_pe (per head) and the shared k_pe
-    mem.append(MemOp("rotary", pe, pe))
+    mem.append(MemOp("rotary", pe, pe, up))
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
     core = _core_attention(model, ctx, heads, qk + rope, v, heads, window)
     return Block("attention", tuple(gemms), (), tuple(mem), comms) + core
@@ -280,24 +283,27 @@ def _attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
         _standard_attention(model, ctx, window)
 
 
-def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool) -> Block:
-    """A TP-split MLP (dense layer or shared experts): FC1 (column), activation, FC2 (row)."""
+def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool, module: str | None = None) -> Block:
+    """A TP-split MLP (dense layer or shared experts): FC1 (column), activation, FC2 (row). `module`:
+    the recompute module that re-runs it (a dense layer's `mlp`)."""
     T, h, tp = ctx.T, model.hidden_size, ctx.act.tp
     fc1 = (2 * ffn if model.swiglu else ffn) // tp
     # torchtitan's op-level SAC keeps w1 and w2 outputs and re-runs w3 (the second half of a SwiGLU FC1)
     gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused,
-                  op_recompute=0.5 if model.swiglu else 0.0),
-             Gemm(f"{name}.linear_fc2", T, h, ffn // tp, cast_input=True))
-    mem = (_activation(f"{name}.activation", T, ffn // tp, model.swiglu),)
+                  op_recompute=0.5 if model.swiglu else 0.0, module=module),
+             Gemm(f"{name}.linear_fc2", T, h, ffn // tp, cast_input=True, module=module))
+    mem = (_activation(f"{name}.activation", T, ffn // tp, model.swiglu, module),)
     comms = tp_in(ctx, h, fp8_gather=norm_fused) + tp_out(ctx, h)
     return Block("mlp", gemms, (), mem, comms)
 
 
 def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
-    norm = Block("mlp", memops=(norm_op("pre_mlp_layernorm", ctx.Tn, model.hidden_size, ctx, fused_cast=True),
+    # the norm is fused into FC1, so the `mlp` recompute re-runs it with the MLP
+    norm = Block("mlp", memops=(norm_op("pre_mlp_layernorm", ctx.Tn, model.hidden_size, ctx, fused_cast=True,
+                                        module="mlp"),
                                 _residual("mlp.bias_dropout_add", ctx.Tn, model.hidden_size,
                                           model.hidden_dropout > 0)))
-    return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True)
+    return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True, module="mlp")
 
 
 def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
@@ -322,11 +328,11 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
              Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, cast_input=True)]
     copies = Tn * topk
     mem = [
-        norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False),
+        norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False, module="layernorm"),
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
         MemOp("mlp.permute", (Tn + copies + 2 * R) * h * ACT, (Tn + copies + 2 * R) * h * ACT),
-        _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu),
+        _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu, "moe_act"),
         MemOp("mlp.unpermute", (2 * R + copies + Tn) * h * ACT, (2 * R + copies + Tn) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
     ]

@@ -26,7 +26,7 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel
 from primus.memory.ledger import StateWidths
-from primus.memory.recompute import recomputed_mask
+from primus.memory.recompute import recomputed_mask, selective_modules
 from primus.memory.shapes import split_layout
 from primus.memory.units import param_units
 from primus.parallel import Layout, normalise
@@ -101,6 +101,7 @@ class Projector:
             moe_host=float(self.profile.host.moe_layer_us.value) * 1e-6,
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
+            recompute_modules=selective_modules(spec.parallel.recompute_modules),
         )
         self.op_sac = spec.framework == "torchtitan"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}

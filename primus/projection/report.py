@@ -125,7 +125,8 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
                             ("TP comm", ov.tp_comm), ("MoE all-to-all", ov.moe_a2a)) if flag]
     out.append(f"overlap on: {', '.join(on) or 'none'}; DP buckets of max(40M, 1M×DP×CP) parameters, gradients "
                f"reduced in {spec.optimizer.main_grads_dtype}")
-    rec = {"none": "no recompute", "selective": "selective recompute re-runs core attention in backward",
+    modules = ", ".join(sorted(p.cost_settings.recompute_modules))
+    rec = {"none": "no recompute", "selective": f"selective recompute re-runs {modules} in backward",
            "full": f"full recompute ({p.recompute_method}) re-runs the layer forward in backward"}
     out.append(rec[layout.recompute])
     if p.model.is_moe:

@@ -4,7 +4,8 @@
 ("t", i) decoder layer i, ("m", k) MTP module k, "L" (output layer and loss). A chunk's forward and
 backward times are the sums of its items' block costs, plus what recompute re-runs in backward:
 
-- selective: the core attention forward (and its CP exchange) of every decoder layer;
+- selective: the forward of the job's recompute modules in every decoder layer (by default the core
+  attention and its CP exchange; `primus.memory.recompute.RECOMPUTE_MODULES`);
 - full: the whole forward of the decoder layers `primus.memory.recompute` says are recomputed (uniform:
   every layer; block: the first recompute_num_layers of each chunk; Primus's listed layer ids).
 

@@ -39,6 +39,7 @@ class Question:
         self.pins = dict(job.spec.parallel.pinned() if pins is None else pins)
         self.pins.pop("recompute_method", None)
         self.pins.pop("recompute_layer_ids", None)  # not an axis: the ledger tables read it from the job
+        self.pins.pop("recompute_modules", None)  # likewise (the job's ActContext carries it)
 
     def with_pins(self, pins: dict[str, Any]) -> Question:
         q = object.__new__(Question)

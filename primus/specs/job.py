@@ -16,6 +16,8 @@ from pydantic import Field, StrictFloat, StrictInt, model_validator
 from primus.specs.base import Bool, NonNegInt, PosInt, Spec, Text
 
 Recompute = Literal["none", "selective", "full"]
+#: Megatron-Core `--recompute-modules` the ledger models (primus.memory.recompute.RECOMPUTE_MODULES)
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp"]
 Sharding = Literal["none", "zero1", "dist_opt", "zero2", "fsdp"]
 Precision = Literal["bf16", "fp16", "fp8", "nvfp4"]
 Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
@@ -45,6 +47,8 @@ class ParallelPins(Spec):
     #: Primus-LM's `--recompute_layer_ids`: global decoder-layer ids (0-based) fully recomputed, each from
     #: its own checkpoint, instead of a method's layers (primus.memory.recompute); needs recompute full
     recompute_layer_ids: Annotated[tuple[NonNegInt, ...], Field(max_length=10_000)] | None = None
+    #: Megatron-Core's `--recompute-modules`: what selective recompute re-runs (default ['core_attn'])
+    recompute_modules: Annotated[tuple[RecomputeModule, ...], Field(min_length=1, max_length=5)] | None = None
 
     def pinned(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
