@@ -71,9 +71,11 @@ def test_stated_cells_win_and_unstated_ones_are_recorded() -> None:
 def test_recompute_left_empty_is_the_stacks_and_any_escalation_is_recorded() -> None:
     small = build(_row("DGXC25.04.01-H100-Llama3-8B-BF16-128"))
     assert small.project.spec.parallel.recompute == "none" and small.escalated == ()
-    big = build(_row("MB26.02-DGX-H100-Llama3.1-405B-FP8"))
-    assert big.project.spec.parallel.recompute in ("selective", "full")
-    assert big.escalated and big.escalated[0].startswith("recompute none -> ")
+    # Megatron-Bridge 25.11's GPT-OSS 120B H100 preset recomputes layernorm and moe_act at MBS 1; the
+    # published table's MBS 4 does not fit that way (docs/stacks.md), so the row escalates, on the record
+    big = build(_row("MB25.11-DGX-H100-GPT-OSS-120B-BF16"))
+    assert big.project.spec.parallel.recompute == "full"
+    assert big.escalated and big.escalated[0].startswith("recompute selective -> full")
 
 
 def test_recipe_layouts_keep_the_extra_layers_off_the_ends() -> None:

@@ -52,7 +52,7 @@ def test_a_job_names_its_stack_and_defaults_to_megatron_lm() -> None:
     mb = job_from_mapping({**BASE, "stack": "megatron-bridge"}, "t")
     # Megatron-Bridge's performance recipes reduce gradients in bf16 and fuse the cross-entropy
     assert mb.spec.optimizer.main_grads_dtype == "bf16" and mb.spec.kernels.cross_entropy_fusion
-    assert "optimizer" in mb.assumed and mb.assumptions()[0] == "stack megatron-bridge@25.09"
+    assert "optimizer" in mb.assumed and mb.assumptions()[0] == "stack megatron-bridge@26.06"
 
 
 def test_the_job_file_wins_over_its_stack() -> None:

@@ -226,11 +226,13 @@ def build(row: RunRow) -> RowJobs:
     stack_recompute = rule.recompute
     if not recompute and shipped is not None and shipped.settings.recompute:
         stack_recompute = shipped.settings.recompute
-        for key in ("recompute_num_layers", "recompute_method"):
+        recipe_keys = ("recompute_num_layers", "recompute_method", "recompute_modules")
+        for key in recipe_keys:
             if getattr(shipped.settings, key) is not None:
-                pins[key] = getattr(shipped.settings, key)
+                value = getattr(shipped.settings, key)
+                pins[key] = list(value) if isinstance(value, tuple) else value
         assumed.append(f"recompute {stack_recompute} " + " ".join(
-            f"{k}={pins[k]}" for k in ("recompute_num_layers", "recompute_method") if k in pins)
+            f"{k}={list(pins[k]) if k == 'recompute_modules' else pins[k]}" for k in recipe_keys if k in pins)
             + f" (the stack's recipe: {shipped.source})")
     base: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": hardware, "gpus": gpus,
                             "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys}

@@ -43,6 +43,7 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
     }
     if precision == "fp8":
         keys["fp8_recipe"] = v["fp8_recipe"]
+        keys["fp8_param_gather"] = bool(v["fp8_param_gather"])
     return keys
 
 

@@ -33,14 +33,21 @@ def render() -> str:
                       + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
                                   spec.validate_sources.items()) + " on this stack.", ""]
         for rel in spec.releases:
-            lines += [f"**`{name}@{rel.release}`** — {_cell(rel.source)}", "", "| setting | value | source |",
-                      "|---|---|---|"]
-            for key, setting in rel.settings.given().items():
+            lines += [f"**`{name}@{rel.release}`** — {_cell(rel.source)}", ""]
+            given = rel.settings.given()
+            if not given:
+                lines += ["No setting changes.", ""]
+                continue
+            lines += ["| setting | value | source |", "|---|---|---|"]
+            for key, setting in given.items():
                 lines.append(f"| `{key}` | `{_cell(setting.value)}` | {_cell(setting.source)} |")
             lines.append("")
         for r in spec.recipes:
-            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}: "
-                         f"{_cell(r.settings.model_dump(exclude_none=True))} — {_cell(r.source)}")
+            since = f" (releases {r.since} on)" if r.since else ""
+            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}{since}: "
+                         f"{_cell(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
+        if spec.recipes:
+            lines.append("")
     a = allocators()
     lines += ["### Allocator reserves (`stacks/allocators.yaml`)", "", "| allocator | reserve (share of HBM "
               "after the runtime context) | derivation |", "|---|---:|---|",

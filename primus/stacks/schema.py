@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import Field
 
 from primus.specs.base import Bool, PosInt, Spec, Text
-from primus.specs.job import Dtype, Fp8Recipe, Recompute, Sharding
+from primus.specs.job import Dtype, Fp8Recipe, Recompute, RecomputeModule, Sharding
 
 T = TypeVar("T")
 Source = Annotated[str, Field(min_length=3, max_length=2000)]
@@ -51,6 +51,9 @@ class StackSettings(Spec):
     sequence_parallel: Sourced[Literal["tp>1", "off"]] | None = None
     expert_tp: Sourced[Literal["tp", "1"]] | None = None
     fp8_recipe: Sourced[Fp8Recipe] | None = None
+    #: FP8 runs keep their GEMM weights only in FP8 and all-gather them in FP8 (Megatron's
+    #: --fp8-param-gather, NeMo's fp8_params / fp8_param_gather): no bf16 copy of those weights
+    fp8_param_gather: Sourced[Bool] | None = None
     main_grads_dtype: Sourced[Dtype] | None = None
     optimizer_state_dtype: Sourced[Dtype] | None = None
     tp_comm_overlap: Sourced[Bool] | None = None
@@ -74,6 +77,7 @@ class RecipeSettings(Spec):
     recompute: Recompute | None = None
     recompute_num_layers: PosInt | None = None
     recompute_method: Literal["uniform", "block"] | None = None
+    recompute_modules: Annotated[tuple[RecomputeModule, ...], Field(min_length=1, max_length=5)] | None = None
     vp: PosInt | None = None
 
 
