@@ -120,3 +120,14 @@ def test_the_projection_reruns_the_modules_forward_in_backward() -> None:
                                                                       "recompute_modules": None}}, "t"))
     core = plain.block_cost("moe", layout, plain.context(layout), plain.groups(layout)).selective
     assert core > 0 and core != expected  # the default re-runs the core attention instead
+
+
+def test_export_writes_the_modules_megatron_reads_and_torchtitan_refuses_them(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job(GPT_OSS_B200)
+    code, out, _ = run_cli("export", path, "--to", "megatron")
+    assert code == 0 and "--recompute-modules layernorm moe_act" in out
+    llama = {"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 32,
+             "parallel": {"tp": 1, "pp": 1, "cp": 1, "mbs": 1, "sp": False, "recompute": "selective",
+                          "sharding": "fsdp", "recompute_modules": ["mlp"]}}
+    code, out, err = run_cli("export", write_job(llama, "llama.yaml"), "--to", "torchtitan")
+    assert code == 2 and out == "" and "recompute_modules" in err and len(err.strip().splitlines()) == 1

@@ -416,6 +416,11 @@ def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:
     if layout.recompute == "none":
         return {"mode": "none"}
     if layout.recompute == "selective":
+        modules = job.spec.parallel.recompute_modules
+        if modules is not None and tuple(modules) != ("core_attn",):
+            raise InputError(job.where, "parallel.recompute_modules",
+                             f"Megatron-Core recompute modules {', '.join(modules)} have no torchtitan equivalent "
+                             "(its selective checkpointing is op-level)")
         return {"mode": "selective", "selective_ac_option": "op"}
     method, k = job.spec.parallel.recompute_method or "uniform", layout.recompute_num_layers or 1
     if method == "uniform" and k == 1:
