@@ -46,3 +46,58 @@ def test_the_deepseek_v3_recipe_runs_without_mtp_and_with_bf16_optimizer_state()
 def test_moe_settings_do_not_reach_a_dense_model() -> None:
     applied = apply_options("Turbo DeepEP, CE fusion (te)", is_moe=False)
     assert "moe" not in applied.job and applied.job["kernels"]["cross_entropy_fusion"]
+
+
+def test_the_legacy_grouped_gemm_runs_the_experts_in_bf16_under_fp8() -> None:
+    # Megatron-Core core_v0.14.0 GroupedMLP (--moe-use-legacy-grouped-gemm) calls grouped_gemm's gg.ops.gmm on
+    # bf16 tensors with no FP8 path; AMD's DeepSeek-V3 MI355X recipe (Primus @11400635) sets it with --fp8.
+    from primus.memory.evaluate import pinned_layout
+    from primus.projection import Projector, load_profile
+
+    jobs = build(_row("moe2_mi355x_dsv3_32n_default"))
+    assert jobs.project.spec.moe.grouped_gemm == "legacy"
+    te = jobs.project.with_spec(moe={**jobs.project.spec.moe.model_dump(), "grouped_gemm": "te"})
+    profile = load_profile(jobs.project.cluster).for_stack(jobs.rule.kernels)
+    layout = pinned_layout(jobs.project)
+    legacy_s = Projector(jobs.project, profile).project(layout, "fast").breakdown["gemm"]
+    te_s = Projector(te, profile).project(layout, "fast").breakdown["gemm"]
+    assert legacy_s > te_s  # bf16 experts take longer than FP8 ones
+
+
+def test_sync_free_stage_2_spends_no_host_round_trip_per_moe_layer_and_stage_1_keeps_it() -> None:
+    # Primus examples/moe_package/README.md: level 1 removes the router's and permutation's syncs, level 2
+    # also DeepEP's and the grouped MLP's (the per-expert token counts stay on the device).
+    from primus.memory.evaluate import pinned_layout
+    from primus.projection import Projector, load_profile
+
+    stage2 = build(_row("moe2_qwen3_30b_turbo")).project
+    stage1 = build(_row("moe2_qwen3_30b_best")).project
+    assert stage2.spec.moe.sync_free and not stage1.spec.moe.sync_free
+    profile = load_profile(stage1.cluster)
+    assert Projector(stage2, profile).project(pinned_layout(stage2), "fast").breakdown["host"] == 0.0
+    assert Projector(stage1, profile).project(pinned_layout(stage1), "fast").breakdown["host"] > 0.0
+
+
+def test_the_qwen3_30b_rows_carry_their_scripts_settings() -> None:
+    # run_qwen_30B_a3B_pretrain_mi355x.sh @38ac39ff: Turbo DeepEP, CE fusion, bf16 optimizer state, LEGACY_GG=True;
+    # the Turbo-accelerated row's stage 2 and Turbo grouped GEMM refuse the legacy path.
+    best = build(_row("moe2_qwen3_30b_best")).project.spec
+    turbo = build(_row("moe2_qwen3_30b_turbo")).project.spec
+    for spec in (best, turbo):
+        assert spec.moe.token_dispatcher == "flex" and spec.kernels.cross_entropy_fusion
+        assert spec.optimizer.exp_avg_dtype == "bf16"
+    assert best.moe.grouped_gemm == "legacy" and turbo.moe.grouped_gemm == "te"
+
+
+def test_the_legacy_grouped_gemm_keeps_the_experts_inputs_in_bf16_under_fp8() -> None:
+    # one ledger: the saved inputs of bf16 grouped GEMMs are bf16, 2 bytes per element, not FP8's 1 (+ scales)
+    from primus.memory.activations import layer_inventory
+    from primus.memory.evaluate import MemoryModel, pinned_layout
+
+    jobs = build(_row("moe2_mi355x_dsv3_32n_default"))
+    te = jobs.project.with_spec(moe={**jobs.project.spec.moe.model_dump(), "grouped_gemm": "te"})
+    layout = pinned_layout(jobs.project)
+    legacy_ctx, te_ctx = MemoryModel(jobs.project).act_context(layout), MemoryModel(te).act_context(layout)
+    width = {s.name: s.width for s in layer_inventory(jobs.project.model, "moe", legacy_ctx)}
+    te_width = {s.name: s.width for s in layer_inventory(te.model, "moe", te_ctx)}
+    assert width["experts.input"] == 2 and te_width["experts.input"] < 2

@@ -109,8 +109,9 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=capacity is not None)
-        written |= {"moe.token_dispatcher", "moe.capacity_factor"}
+                  moe_pad_expert_input_to_capacity=capacity is not None,
+                  moe_use_legacy_grouped_gemm=spec.moe.grouped_gemm == "legacy")
+        written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.grouped_gemm"}
     ov = spec.overlap
     gather = ov.param_gather and layout.sharding in SHARDED
     if gather and not ov.grad_reduce:

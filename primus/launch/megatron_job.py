@@ -386,6 +386,8 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
     if dispatcher == "alltoall_seq":
         dispatcher = "alltoall"
     doc: dict[str, Any] = {"token_dispatcher": dispatcher}
+    if r.get("moe_use_legacy_grouped_gemm"):
+        doc["grouped_gemm"] = "legacy"
     capacity = r.get("moe_expert_capacity_factor")
     padded = r.get("moe_pad_expert_input_to_capacity")
     if capacity is not None and capacity > 0:

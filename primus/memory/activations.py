@@ -71,6 +71,7 @@ class ActContext:
     moe_imbalance: float = 1.0
     framework: str = "megatron"
     recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
+    experts_low: bool = True  # expert GEMMs (and their saved inputs) in the job's format; False: legacy GroupedMLP
 
     @property
     def tokens(self) -> int:
@@ -155,11 +156,13 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
 
 
 def _mlp(model: ModelSpec, ctx: ActContext, prefix: str, tokens: int, ffn: int, ways: int,
-         fc1_freed_by: str | None = None, act_freed_by: str | None = None) -> list[Saved]:
+         fc1_freed_by: str | None = None, act_freed_by: str | None = None,
+         gemm_width: Fraction | None = None) -> list[Saved]:
     fc1 = 2 * ffn if model.swiglu else ffn
     return [
         Saved(f"{prefix}.linear_fc1.output", tokens * fc1 // ways, ctx.numerics.activation, fc1_freed_by),
-        Saved(f"{prefix}.activation.output", tokens * ffn // ways, ctx.numerics.gemm_input, act_freed_by),
+        Saved(f"{prefix}.activation.output", tokens * ffn // ways,
+              ctx.numerics.gemm_input if gemm_width is None else gemm_width, act_freed_by),
     ]
 
 
@@ -184,8 +187,11 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     n_tok = routed_tokens(model, ctx)
     # the dispatcher keeps an index per routed token copy to unpermute (int64 row map)
     out.append(Saved("dispatcher.row_id_map", Tn * model.topk, INDEX))
-    out.append(Saved("experts.input", n_tok * h, ctx.numerics.gemm_input))
-    out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act")
+    # the legacy GroupedMLP (bf16 grouped GEMMs) keeps its GEMM inputs in bf16 under FP8 too
+    width = ctx.numerics.gemm_input if ctx.experts_low else ctx.numerics.activation
+    out.append(Saved("experts.input", n_tok * h, width))
+    out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act",
+                gemm_width=width)
     # current Megatron-Core applies the routing probabilities inside the expert activation
     # (weighted SwiGLU), which keeps the per-copy probability; the FC2 output is not kept
     out.append(Saved("experts.probs", n_tok, FP32))

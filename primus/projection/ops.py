@@ -323,9 +323,10 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     per_expert = -(-R // local)
     ffn = model.moe_ffn_hidden_size or 0
     fc1 = (2 * ffn if model.swiglu else ffn) // a.etp
+    low = a.experts_low  # the legacy GroupedMLP runs its grouped GEMMs in bf16 whatever the job's format
     gemms = [Gemm("mlp.router", Tn, experts, h, low=False),
-             Gemm("mlp.experts.linear_fc1", per_expert, fc1, h, count=local, cast_input=True),
-             Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, cast_input=True)]
+             Gemm("mlp.experts.linear_fc1", per_expert, fc1, h, count=local, low=low, cast_input=low),
+             Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, low=low, cast_input=low)]
     copies = Tn * topk
     mem = [
         norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False, module="layernorm"),

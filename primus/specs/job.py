@@ -77,11 +77,26 @@ class OptimizerOptions(Spec):
 
 class MoeOptions(Spec):
     """Routed-token buffers: balanced by default (NVIDIA's published MoE benchmarks force balanced
-    routing); `capacity_factor` caps and pads tokens per expert, `imbalance` scales the busiest rank."""
+    routing); `capacity_factor` caps and pads tokens per expert, `imbalance` scales the busiest rank.
+
+    `grouped_gemm` is the experts' GEMM implementation: `te` (Transformer Engine's grouped linear,
+    TEGroupedMLP, which runs in the job's FP8/FP4 format) or `legacy` (Megatron's GroupedMLP,
+    --moe-use-legacy-grouped-gemm: the grouped_gemm package's `gg.ops.gmm` on bf16 tensors, with no
+    low-precision path, so under FP8 the expert GEMMs still run in BF16; Megatron-Core core_v0.14.0
+    megatron/core/transformer/moe/experts.py, and AMD Primus's zbpp_gemm.py calls it "the lagacy-gg
+    BF16 backend").
+
+    `sync_free`: the per-expert token counts stay on the device through dispatch and the grouped GEMMs,
+    so a MoE layer costs no host round trip (the profile's `host.moe_layer_us` is not spent). AMD
+    Primus-Turbo's sync-free MoE stage 2 and above does this (use_cuda_num_token_per_expert in DeepEP and
+    a grouped MLP that takes the counts on the device: Primus examples/moe_package/README.md, "Sync-Free
+    MoE"); stage 1 removes only the router's and permutation's syncs and keeps the dispatcher's."""
 
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
     token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+    grouped_gemm: Literal["te", "legacy"] = "te"
+    sync_free: Bool = False
 
 
 class OverlapOptions(Spec):
