@@ -60,6 +60,7 @@ class RowJobs:
     rule: SourceRule
     assumed: tuple[str, ...]
     escalated: tuple[str, ...] = ()
+    unstated: tuple[str, ...] = ()  # layout axes the source omits and no stack recipe decides (see completions)
 
 
 def _family(slug: str) -> str:
@@ -190,12 +191,14 @@ def build(row: RunRow) -> RowJobs:
         assumed.append(f"etp {etp} (stack default)")
     shipped = rule.stack.recipe_for(row["model"].lower(), hardware, row["precision"].lower())
     vp = _int(row, "vp")
+    unstated: list[str] = ["etp"] if is_moe and _int(row, "etp") is None else []
     if vp is None and pp > 1 and shipped is not None and shipped.settings.vp:
         vp = shipped.settings.vp
         assumed.append(f"vp {vp} (the stack's recipe: {shipped.source})")
     elif vp is None and pp > 1:
         vp = rule.vp
         assumed.append(f"vp {vp} (stack default)")
+        unstated.insert(0, "vp")
     sp = row.boolean("sp")
     if sp is None:
         sp = rule.sp_with_tp and tp > 1
@@ -254,7 +257,18 @@ def build(row: RunRow) -> RowJobs:
                                       escalated if not recompute else None)
     except InputError as exc:
         raise Unprojectable(exc.reason if exc.field is None else f"{exc.field}: {exc.reason}") from None
-    return RowJobs(project_job, fit_job, rule, tuple(assumed), tuple(escalated))
+    return RowJobs(project_job, fit_job, rule, tuple(assumed), tuple(escalated), tuple(unstated))
+
+
+def completion(row: RunRow, jobs: RowJobs, values: dict[str, int]) -> Job:
+    """The projection job with the unstated axes set to `values` (one legal completion); a new VP gets the
+    stack's pipeline split for it, as the point did."""
+    spec = jobs.project.spec
+    updates: dict[str, Any] = {"parallel": {**spec.parallel.model_dump(exclude_none=True), **values}}
+    if "vp" in values and not row.pipeline_layout:
+        split = _pipeline_options(jobs.rule, spec.model, spec.parallel.pp or 1, values["vp"], row.run_id)
+        updates["pipeline"] = split  # replaces the point's split (empty: Megatron's even split)
+    return jobs.project.with_spec(**updates)
 
 
 def published_job(row: RunRow) -> dict[str, Any]:

@@ -8,7 +8,8 @@ published it, the ledger's peak memory against the measured peak. Each row also 
 states and its source's `stack:`; unstated axes free). A run that ran must fit, so a `False` there is
 a false out-of-memory verdict at the stack's settings, counted in the summary. `escalated` lists the
 settings the projection changed from the stack's value to make the run fit (empty when none),
-counted separately.
+counted separately. A row whose source leaves a layout axis unstated, with no stack recipe to decide it,
+also carries the range of the projection over that axis's legal completions (`primus.fidelity.completions`).
 
 Rows that cannot be projected are listed with the reason, never dropped.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus.errors import InputError
+from primus.fidelity.completions import POINT_RULE, Completions, project_completions
 from primus.fidelity.errorbars import error_bar
 from primus.fidelity.jobs import RowJobs, Unprojectable, build
 from primus.fidelity.runs import RunRow
@@ -56,6 +58,14 @@ class RowResult:
     assumed: tuple[str, ...]
     error_bar_pct: float | None = None  # the ± `primus project` prints for this run (primus.fidelity.errorbars)
     escalated: tuple[str, ...] = ()
+    completions: Completions | None = None  # the range over the legal values of unstated axes
+
+    @property
+    def range_error_pct(self) -> tuple[float, float] | None:
+        if self.completions is None:
+            return None
+        lo, hi = self.completions.tokens
+        return 100.0 * (lo / self.measured - 1.0), 100.0 * (hi / self.measured - 1.0)
 
     @property
     def error_pct(self) -> float:
@@ -81,6 +91,11 @@ class RowResult:
             out["memory_error_pct"] = self.memory_error_pct
         out["parallel"] = self.layout
         out["stack"] = self.stack
+        if self.completions is not None and self.range_error_pct is not None:
+            out["range_tokens_per_s_per_gpu"] = list(self.completions.tokens)
+            out["range_error_pct"] = list(self.range_error_pct)
+            out["unstated_axes"] = {k: list(v) for k, v in self.completions.axes.items()}
+            out["point_rule"] = POINT_RULE
         out["assumed"] = list(self.assumed)
         out["escalated"] = list(self.escalated)
         return out
@@ -174,17 +189,23 @@ def fits_published(jobs: RowJobs) -> bool:
     return Question(jobs.fit).most_headroom() is not None
 
 
-def result_of(p: Prepared, projection: Projection, fits: bool | None) -> RowResult:
+def result_of(p: Prepared, projection: Projection, fits: bool | None,
+              completions: Completions | None = None) -> RowResult:
     row, jobs = p.row, p.jobs
     measured = row.measured_tokens
     assert measured is not None
+    assumed = jobs.assumed
+    if completions is not None:
+        point = {k: int(getattr(projection.layout, k)) for k in completions.axes}
+        assumed = (*assumed, completions.note(point))
     return RowResult(
         run_id=row.run_id, source=row.source, accelerator=jobs.project.cluster.name, precision=row["precision"],
         moe=jobs.project.model.is_moe, model=row["model"], num_gpus=jobs.project.num_gpus, measured=measured,
         predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
         predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
-        layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=jobs.assumed,
-        escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct)
+        layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=assumed,
+        escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct,
+        completions=completions)
 
 
 def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: ProfileFor = shipped_profile,
@@ -199,8 +220,13 @@ def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: Profil
         except InputError as exc:
             unprojected.append(Unprojected(p.row.run_id, p.row.source, exc.reason))
             continue
-        fits = fits_published(p.jobs) if check_fit else None
-        results.append(result_of(p, projection, fits))
+        fits: bool | None = None
+        completions: Completions | None = None
+        if check_fit:  # `primus fit` on the published job; its legal layouts give the unstated axes' range
+            question = Question(p.jobs.fit)
+            fits = question.most_headroom() is not None
+            completions = project_completions(p, question, profile)
+        results.append(result_of(p, projection, fits, completions))
     complete = sum(1 for r in rows if r.complete)
     summary = summarise(results, complete, len(unprojected))
     return ValidationReport(runs_file, complete, tuple(results), tuple(unprojected), summary)
