@@ -8,7 +8,8 @@ Run: python benchmarks/accuracy_tables.py [--runs RUNS.csv] [--date YYYY-MM-DD] 
    spec-derived ones (what a datasheet-only profile achieves: the bar for unfitted accelerators);
 3. leave one source out (`primus.fidelity.loso`) and derive the error bars and their coverage
    (primus/fidelity/data/error_bars.yaml; with --skip-loso the stored held-out errors are reused);
-3b. validate AMD's published runs (primus/fidelity/data/amd_runs_dev.csv), reported apart;
+3b. validate AMD's published runs (primus/fidelity/data/amd_runs_dev.csv), reported apart, with the check of
+    whether a fitted AMD profile would predict an unseen AMD source better (`primus.fidelity.amd_fit`);
 4. write docs/accuracy.md, keeping whatever sits between its `<!-- measured:start -->` and
    `<!-- measured:end -->` markers.
 """
@@ -28,6 +29,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from primus.fidelity.accuracy_doc import render  # noqa: E402
+from primus.fidelity.amd_fit import fit_check, ships_fitted  # noqa: E402
 from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml, spec_profile_path  # noqa: E402
 from primus.fidelity.errorbars import DATA as ERROR_BARS  # noqa: E402
 from primus.fidelity.loso import (  # noqa: E402
@@ -134,10 +136,14 @@ def main() -> None:
 
     load_bars.cache_clear()  # the AMD rows carry the bars just written
     amd_path = bundled_amd_runs_path()
-    amd_report = validate(read_runs(amd_path), amd_path.name)
+    amd_rows = read_runs(amd_path)
+    amd_report = validate(amd_rows, amd_path.name)
     log(f"AMD: {len(amd_report.rows)} runs, median {amd_report.summary['tokens_per_s_per_gpu']['median_abs_pct']:.1f}%")
+    amd_fit = fit_check(prepare(amd_rows)[0])
+    log(f"AMD fit check: held-out median {amd_fit['held_out_summary']['median_abs_pct']:.1f}% vs spec-derived "
+        f"{amd_fit['spec_summary']['median_abs_pct']:.1f}%: {'ship fitted' if ships_fitted(amd_fit) else 'keep spec'}")
     old = DOC.read_text() if DOC.is_file() else ""
-    DOC.write_text(render(report, spec_report, bars, held_rows, fitted, args.date, old, amd_report))
+    DOC.write_text(render(report, spec_report, bars, held_rows, fitted, args.date, old, amd_report, amd_fit))
     s = report.summary
     t = s["tokens_per_s_per_gpu"]
     log(f"median {t['median_abs_pct']:.1f}% p90 {t['p90_abs_pct']:.1f}% max {t['max_abs_pct']:.1f}% | LOSO median "

@@ -46,7 +46,7 @@ def _group_table(groups: Mapping[str, Mapping[str, Any]], label: str) -> list[st
 
 def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, Any],
            held: Sequence[Mapping[str, Any]], fitted: Mapping[str, Mapping[str, Any]], date: str, old: str,
-           amd: ValidationReport | None = None) -> str:
+           amd: ValidationReport | None = None, amd_fit: Mapping[str, Any] | None = None) -> str:
     s = report.summary
     t = s["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
@@ -123,7 +123,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *errorbar_section(bars), "",
         *conflict_section(report, bars), "",
         *gpt_oss_section(), "",
-        *amd_section(amd, bars),
+        *amd_section(amd, bars, amd_fit),
     ]
     lines += ["", "## Fitted profiles", "",
               "| accelerator | runs | fitted groups (factor on the spec-derived value) | in-sample median % |",

@@ -23,6 +23,9 @@ from primus.fidelity.validate import ValidationReport
 #: rows projected (DeepSeek-V2-Lite not in the catalog), the DeepSeek-V3 rows with every layer recomputed.
 AMD_BEFORE = (("amdperf_mi325x_llama31_8b_fp8_8n", -9.3), ("moe2_mi355x_dsv3_32n_default", -29.5),
               ("moe2_mi355x_dsv3_32n_tuned", -31.3), ("moe2_qwen3_30b_best", -6.3), ("moe2_qwen3_30b_turbo", -11.5))
+#: The release before the legacy grouped GEMM's BF16 experts (docs/accuracy.md of 2026-12-04, commit f8157f8):
+#: all 11 rows projected, median |error| 11.5%.
+AMD_PREVIOUS_MEDIAN = 11.5
 
 
 def _f(x: Any, digits: int = 1, sign: bool = False) -> str:
@@ -128,7 +131,35 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any]) -> list[str]:
+def _fit_check_lines(check: Mapping[str, Any] | None) -> list[str]:
+    """The calibration check of `primus.fidelity.amd_fit` as a table and the rule's verdict."""
+    if not check:
+        return []
+    lines = ["Calibration where the rows allow (`primus.fidelity.amd_fit`): each AMD accelerator with two or more",
+             "complete rows is fitted to them (in-sample), and every source is predicted by a profile refitted without",
+             "it (leave one source out); a fitted AMD profile ships only when that held-out error beats the",
+             "spec-derived profile's on the same rows.", "",
+             "| accelerator | runs | sources | spec-derived median % | fitted groups (in-sample) | in-sample median %"
+             " |",
+             "|---|---:|---:|---:|---|---:|"]
+    for hw, e in check["accelerators"].items():
+        groups = ", ".join(f"{k} ×{v:.2f}" for k, v in e.get("factors", {}).items()) or "too few rows to fit"
+        lines.append(f"| {hw} | {e['runs']} | {e['sources']} | {_f(e['spec_median_abs_pct'])} | {groups} | "
+                     f"{_f(e.get('in_sample_median_abs_pct'))} |")
+    held, spec = check["held_out_summary"], check["spec_summary"]
+    verdict = ("beats it: the fitted profiles ship" if held["median_abs_pct"] < spec["median_abs_pct"]
+               else "does not beat it: the profiles stay spec-derived and say so")
+    lines += ["", *textwrap.wrap(
+        f"Leave one source out on these {held['n']} rows: median |error| {_f(held['median_abs_pct'])}%, p90 "
+        f"{_f(held['p90_abs_pct'])}%, against {_f(spec['median_abs_pct'])}% and {_f(spec['p90_abs_pct'])}% for the "
+        f"spec-derived profiles; the fit {verdict}. Held-out errors: "
+        + ", ".join(f"{k} {_f(v, sign=True)}%" for k, v in check["held_out"].items()) + ".", 110,
+        break_on_hyphens=False)]
+    return lines
+
+
+def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any],
+                fit_check: Mapping[str, Any] | None = None) -> list[str]:
     if amd is None:
         return []
     t = amd.summary["tokens_per_s_per_gpu"]
@@ -141,11 +172,10 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any]) -> list[s
         "",
         f"`primus validate primus/fidelity/data/amd_runs_dev.csv`: the {amd.complete} complete rows of AMD's published",
         "runs (`../shared/ground_truth/amd_runs_dev.csv`; the shipped copy adds, to the one row that recomputes a",
-        "listed set of layers, the layer ids its source's table gives). Reported apart from the development set and",
-        "never fitted to: the MI300X, MI325X and MI355X profiles stay spec-derived (datasheet and kernel-benchmark",
-        "values). Eleven rows from three sources are too few to fit a profile and still check it, and the DeepSeek-V2-",
-        "Lite rows differ from each other by Primus options whose cost no source publishes (below): a fit would",
-        "absorb them into the GEMM efficiency.",
+        "listed set of layers, the layer ids its source's table gives, and to the two Qwen3-30B-A3B rows the settings",
+        "of the script they ran, run_qwen_30B_a3B_pretrain_mi355x.sh at the draft's commit 38ac39ff). Reported apart",
+        "from the development set. The MI300X, MI325X and MI355X profiles stay spec-derived (datasheet and",
+        "kernel-benchmark values) unless a fit to these rows predicts a source it did not see better (below).",
         "",
         "| figure | value |",
         "|---|---|",
@@ -167,6 +197,11 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any]) -> list[s
                        + ", ".join(f"{rid} {_f(e, sign=True)}%" for rid, e in AMD_BEFORE) + " (median 11.5%).", 110),
         "The DeepSeek-V3 rows then recomputed every layer; they now read the recipe's block recompute of one layer",
         "per virtual stage and its listed layer ids, its stated pipeline layouts, and its Primus options.",
+        *textwrap.wrap("The previous release projected all 11 at median " + _f(AMD_PREVIOUS_MEDIAN) + "%, with "
+                       "DeepSeek-V3 at +10.6% and +10.7%: its recipe's legacy grouped GEMM was timed in FP8; it runs "
+                       "the experts in BF16 (below).", 110, break_on_hyphens=False),
+        "",
+        *_fit_check_lines(fit_check),
         "",
         "| run | model | accelerator | precision | predicted | measured | error % | ± bar % | peak GiB (pred / meas) |"
         " Primus options not modelled |",
@@ -185,9 +220,14 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any]) -> list[s
         "",
         "Primus options are named, sourced settings (`primus/fidelity/data/primus_options.yaml`): loss fusion sets",
         "the fused cross-entropy, DeepEP the deduplicating (`flex`) dispatcher, the precision-aware optimizer bf16",
-        "gradients and moments. Sync-free MoE, Primus-Turbo grouped GEMMs and launch options (NUMA binding, kernel",
-        "argument pool) are recognised but not modelled: their sources publish the gain (+12%, +5.8%, +2%), not a",
-        "per-kernel cost. That is why the DeepSeek-V2-Lite baseline reads high and the fully optimised run close:",
-        "the projection assumes a stack without those host-side stalls.",
+        "gradients and moments. `moe_use_legacy_grouped_gemm` sets `moe.grouped_gemm: legacy`: Megatron's",
+        "GroupedMLP calls the grouped_gemm package's `gg.ops.gmm` on bf16 tensors and has no FP8 path (Megatron-Core",
+        "core_v0.14.0 experts.py; Primus's zbpp_gemm.py calls it the BF16 backend), so under FP8 the expert GEMMs",
+        "and their saved inputs stay BF16. Sync-free MoE stage 2 and above sets `moe.sync_free` (the token counts",
+        "stay on the device, so the per-layer host round trip `host.moe_layer_us` is not spent). Sync-free stage 1",
+        "(router and permutation syncs only), Primus-Turbo grouped GEMM kernels and launch options (NUMA binding,",
+        "kernel argument pool) are recognised but not modelled: their sources publish the gain (+12%, +5.8%, +2%),",
+        "not a per-kernel cost. That is why the DeepSeek-V2-Lite baseline reads high and the fully optimised run",
+        "close: the projection assumes a stack without those host-side stalls.",
     ]
     return lines
