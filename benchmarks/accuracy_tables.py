@@ -20,6 +20,7 @@ import argparse
 import shutil
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from primus.fidelity.loso import (  # noqa: E402
     held_from_rows,
     leave_one_source_out,
     loso_summary,
+    precision_split,
 )
 from primus.fidelity.runs import bundled_amd_runs_path, bundled_runs_path, read_runs  # noqa: E402
 from primus.fidelity.validate import prepare, validate  # noqa: E402
@@ -107,14 +109,16 @@ def main() -> None:
     spec_report = validate(rows, args.runs.name, profile_for=spec_for, check_fit=False)
     bars_path = ERROR_BARS
     previous = yaml.safe_load(bars_path.read_text()) if bars_path.is_file() else {}
+    precision = {r.run_id: r["precision"].lower() for r in rows}
     if args.skip_loso and previous.get("held_out"):
         held = held_from_rows(previous["held_out"])  # the stored held-out errors; the bars are re-derived
+        held = [replace(h, precision=h.precision or precision.get(h.run_id, "")) for h in held]
     else:
         prepared, _ = prepare(rows)
         held = leave_one_source_out(prepared, progress=log)
     loso = loso_summary(held)
     held_rows = [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
-                  "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on} for h in held]
+                  "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on} for h in held]
     table = error_bar_table(held)
     spec_held = [HeldOut(r.run_id, r.source, r.accelerator.split("+")[0], r.moe, r.error_pct, 0)
                  for r in spec_report.rows]
@@ -127,6 +131,7 @@ def main() -> None:
                                            f"(uncalibrated) projection on {e['n']} {k} published runs"}
                          for k, e in spec_table["pooled"].items()},
         "coverage": coverage(held),
+        "precision_split": precision_split(held),
         "loso": loso,
         "held_out": held_rows,
     }

@@ -183,7 +183,7 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
         from primus.fidelity.errorbars import error_bar
         from primus.projection import rank_layouts
 
-        bar = error_bar(q.job.cluster.name, q.job.model.is_moe)
+        bar = error_bar(q.job.cluster.name, q.job.model.is_moe, precision=q.job.spec.precision)
         projections = rank_layouts(q.job, q.legal())
         index = {tuple(sorted(p.items())): i for i, p in enumerate(c.parallel_dicts())}
         order = [index[tuple(sorted(p.layout.as_parallel().items()))] for p in projections]
@@ -251,7 +251,7 @@ def project(job: JobLike, *, profile: str | PathLike[str] | None = None,
     j = load_job(job)
     calib, timer, measured = resolve_profile_option(j.cluster, None if profile is None else str(profile),
                                                     allow_device_mismatch)
-    bar = error_bar(j.cluster.name, j.model.is_moe)
+    bar = error_bar(j.cluster.name, j.model.is_moe, precision=j.spec.precision)
     try:
         p = complete_and_project(j, calib, timer=timer)
     except NothingFits as exc:

@@ -116,3 +116,56 @@ def test_enumerate_rank_shows_the_error_bar(tmp_path: Path) -> None:
     assert doc["uncertainty_pct"] == bar.pct and all(r["uncertainty_pct"] == bar.pct for r in doc["layouts"])
     table = CliRunner().invoke(enumerate_cmd, [job, "--rank", "--top", "3"]).output
     assert bar.text() in table
+
+
+def _held_p(source: str, errors: list[float], precision: str, moe: bool = False) -> list[HeldOut]:
+    return [HeldOut(f"{source}-{precision}-{i}", source, "h100-80gb", moe, e, 10, precision)
+            for i, e in enumerate(errors)]
+
+
+def test_a_precision_family_gets_its_own_bar_only_with_enough_sources() -> None:
+    from primus.fidelity.loso import precision_split
+
+    held = (_held_p("a", [2, 3], "fp8") + _held_p("b", [3, 4], "fp8") + _held_p("c", [2, 2], "fp8")
+            + _held_p("d", [30, 40], "bf16") + _held_p("e", [35], "bf16"))
+    split = precision_split(held)
+    assert "h100-80gb dense low-precision" in split["bars"]  # FP8 rows from 3 sources
+    assert "h100-80gb dense 16-bit" not in split["bars"]  # bf16 rows from 2: they keep the unsplit bar
+    assert split["coverage"]["h100-80gb dense 16-bit"]["n"] == 3
+
+
+def test_the_split_ships_only_when_every_large_group_stays_in_the_band() -> None:
+    from primus.fidelity.loso import COVERAGE_BAND, SPLIT_MIN_RUNS, precision_split
+
+    # the shipped held-out errors (precision recorded per run): the H100 dense 16-bit rows, mostly MosaicML's,
+    # are covered 43% by bars derived without their source, so the bars stay unsplit
+    split = _data().get("precision_split")
+    if split is None:  # error_bars.yaml from before this key: derive it from the stored rows
+        import csv
+
+        from primus.fidelity import bundled_runs_path
+        from primus.fidelity.loso import held_from_rows
+
+        with bundled_runs_path().open() as fh:
+            prec = {r["run_id"]: r["precision"].lower() for r in csv.DictReader(fh)}
+        held = [HeldOut(h.run_id, h.source, h.accelerator, h.moe, h.error_pct, h.fitted_on, prec[h.run_id])
+                for h in held_from_rows(_data()["held_out"])]
+        split = precision_split(held)
+    lo, hi = COVERAGE_BAND
+    large = {k: c["pct"] for k, c in split["coverage"].items() if c["n"] >= SPLIT_MIN_RUNS}
+    assert split["ships"] == all(lo <= v <= hi for v in large.values())
+    assert split["misses"] == {k: v for k, v in large.items() if not lo <= v <= hi}
+
+
+def test_a_shipped_precision_split_is_what_a_job_of_that_precision_is_told(tmp_path: Path) -> None:
+    data = _data()
+    path = tmp_path / "bars.yaml"
+    split = {"bars": {"h100-80gb dense low-precision": 9.0}, "ships": True}
+    path.write_text(yaml.safe_dump({**data, "precision_split": split}))
+    assert error_bar("h100-80gb", False, precision="fp8", path=path).pct == 9.0
+    assert error_bar("h100-80gb", False, precision="bf16", path=path).pct == data["accelerators"]["h100-80gb"][
+        "dense"]["pct"]  # no 16-bit bar of its own: the accelerator x kind bar
+    unshipped = tmp_path / "unshipped.yaml"  # (bar files are cached by path)
+    unshipped.write_text(yaml.safe_dump({**data, "precision_split": {**split, "ships": False}}))
+    assert error_bar("h100-80gb", False, precision="fp8", path=unshipped).pct == data["accelerators"]["h100-80gb"][
+        "dense"]["pct"]

@@ -85,6 +85,22 @@ def gpt_oss_section() -> list[str]:
     return ["## gpt-oss: which kernels run", "", *textwrap.wrap(GPT_OSS_KERNELS, 110)]
 
 
+def _precision_split_lines(split: Mapping[str, Any] | None) -> list[str]:
+    """What splitting the bars by precision family (where a group has enough sources) does to coverage."""
+    if not split:
+        return []
+    bars = ", ".join(f"{k} ±{_f(v)}%" for k, v in split.get("bars", {}).items()) or "none"
+    misses = ", ".join(f"{k} {_f(v)}%" for k, v in split.get("misses", {}).items())
+    cov = split.get("coverage", {}).get("overall", {})
+    verdict = ("every group of 10 or more runs stays in 60-80%, so the split bars are used for a job that states "
+               "its precision" if split.get("ships") else
+               f"it leaves {misses} outside 60-80%, so the bars are not split by precision")
+    return ["", *textwrap.wrap(
+        "Split by precision family (16-bit; FP8/FP4) where an accelerator x kind x family group has held-out runs "
+        f"from at least 3 sources ({bars}), with the family groups counted as coverage groups of their own: "
+        f"overall coverage {_f(cov.get('pct'))}%; {verdict}.", 110, break_on_hyphens=False)]
+
+
 def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
     q = bars.get("quantile", 68)
     lines = [
@@ -97,10 +113,10 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
             "the one at which the bars cover about two runs in three of a source they never saw: errors within a "
             "source are correlated (a source misses by its own offset), so the 68th percentile of the held-out "
             "errors covers fewer than 68% of a new source's runs. A group whose held-out runs come from fewer than 3 "
-            "sources is widened to the pooled bar of its kind (never narrowed by it). Splitting further by "
-            "precision lowered the coverage on these rows (too few sources per accelerator x kind x precision), so "
-            "bars are not split by precision. Accelerators without a fitted profile (AMD's) get the spec-derived "
-            "bar: the same percentile of the uncalibrated projection's error over every complete run.", 110),
+            "sources is widened to the pooled bar of its kind (never narrowed by it). Accelerators without a fitted "
+            "profile (AMD's) get the spec-derived bar: the same percentile of the uncalibrated projection's error "
+            "over every complete run.", 110),
+        *_precision_split_lines(bars.get("precision_split")),
         "",
         "| accelerator | kind | ± % | runs | sources | note |",
         "|---|---|---:|---:|---:|---|",

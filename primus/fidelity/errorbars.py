@@ -14,6 +14,10 @@ reads that file. Fallbacks, each stated in `basis`:
 - an accelerator whose shipped profile is not fitted (AMD today) gets the spec-derived bar: the same
   percentile of the *uncalibrated* projection's error over all complete runs, i.e. what a profile
   written from datasheets alone achieves.
+
+Precision: the file also holds bars split by precision family (16-bit / low precision) where a group has
+held-out runs from enough sources (`loso.precision_split`); they are used, for a caller that gives the
+precision, only when the file says the split `ships` (its coverage stayed in the band in every group).
 """
 
 from __future__ import annotations
@@ -63,9 +67,11 @@ def _profile_fitted(hardware: str) -> bool:
         return False
 
 
-def error_bar(job_or_cluster_name: str, is_moe: bool, *, path: str | Path | None = None) -> ErrorBar:
+def error_bar(job_or_cluster_name: str, is_moe: bool, *, precision: str | None = None,
+              path: str | Path | None = None) -> ErrorBar:
     """The bar for projections on accelerator `job_or_cluster_name` (a hardware name; '<base>+custom'
-    counts as its base) of a dense (`is_moe` False) or MoE model."""
+    counts as its base) of a dense (`is_moe` False) or MoE model, in `precision` (a job's or a published
+    row's precision) when the shipped bars are split by it."""
     data = _load(str(path or DATA))
     hw = job_or_cluster_name.split("+", 1)[0]
     kind = "moe" if is_moe else "dense"
@@ -73,6 +79,15 @@ def error_bar(job_or_cluster_name: str, is_moe: bool, *, path: str | Path | None
         return ErrorBar(50.0, "no error-bar data shipped (run benchmarks/accuracy_tables.py); 50% assumed", False)
     if not _profile_fitted(hw):
         return _bar(data["spec_derived"][kind], False, f"; {hw}'s profile is spec-derived (no published runs fitted)")
+    split = data.get("precision_split") or {}
+    if precision and split.get("ships"):
+        from primus.fidelity.loso import precision_family
+
+        fam = precision_family(precision)
+        pct = split.get("bars", {}).get(f"{hw} {kind} {fam}")
+        if pct is not None:
+            return ErrorBar(float(pct), f"leave-one-source-out p{data.get('quantile', 80):.0f} of |error| on {kind} "
+                            f"{hw} runs in {fam} formats (sources weighted equally)", True)
     entry = data.get("accelerators", {}).get(hw, {}).get(kind)
     if entry is not None:
         return _bar(entry, True)

@@ -25,6 +25,7 @@ class HeldOut:
     moe: bool
     error_pct: float
     fitted_on: int  # runs the profile was fitted to (0: spec-derived)
+    precision: str = ""  # the row's precision column (bf16, fp8, mxfp8, ...)
 
 
 def _accelerator(p: Prepared) -> str:
@@ -51,14 +52,14 @@ def leave_one_source_out(prepared: Sequence[Prepared], *, sources: Sequence[str]
                 measured = p.row.measured_tokens
                 assert measured is not None
                 out.append(HeldOut(p.row.run_id, source, acc, p.jobs.project.model.is_moe,
-                                   100.0 * (pred / measured - 1.0), len(train)))
+                                   100.0 * (pred / measured - 1.0), len(train), p.row["precision"].lower()))
     return out
 
 
 def held_from_rows(rows: Sequence[dict[str, Any]]) -> list[HeldOut]:
     """Held-out predictions as stored in error_bars.yaml's `held_out` list."""
     return [HeldOut(r["run_id"], r["source"], r["accelerator"], bool(r["moe"]), float(r["error_pct"]),
-                    int(r["fitted_on"])) for r in rows]
+                    int(r["fitted_on"]), str(r.get("precision", ""))) for r in rows]
 
 
 def loso_summary(held: Sequence[HeldOut]) -> dict[str, Any]:
@@ -160,3 +161,56 @@ def coverage(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> dict[st
                 c[0] += inside
                 c[1] += 1
     return {k: {"inside": v[0], "n": v[1], "pct": round(100.0 * v[0] / v[1], 1)} for k, v in sorted(counts.items())}
+
+
+def precision_family(precision: str) -> str:
+    """16-bit (bf16, fp16: the same tensor-core rate) or low precision (FP8 and FP4 formats)."""
+    return "16-bit" if precision.lower() in ("bf16", "fp16") else "low-precision"
+
+
+#: Coverage band a bar split must keep in every group with at least SPLIT_MIN_RUNS runs (issue 19: a p68
+#: bar should cover 60-80%).
+COVERAGE_BAND = (60.0, 80.0)
+SPLIT_MIN_RUNS = 10
+
+
+def precision_split(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> dict[str, Any]:
+    """Bars split by precision family where the data allows (an accelerator x kind x family group with
+    held-out runs from at least MIN_SOURCES sources; other runs keep their accelerator x kind bar), and
+    their leave-one-source-out coverage, with the new family groups counted as groups of their own.
+    `ships` is the rule: the split is used only when every group of SPLIT_MIN_RUNS or more runs, overall
+    included, lands in COVERAGE_BAND."""
+
+    def table(rows: Sequence[HeldOut]) -> tuple[dict[str, Any], dict[str, float]]:
+        groups: dict[str, list[HeldOut]] = {}
+        for h in rows:
+            groups.setdefault(_family_key(h), []).append(h)
+        split = {k: _source_weighted(v, quantile) for k, v in groups.items()
+                 if len({h.source for h in v}) >= MIN_SOURCES}
+        return error_bar_table(rows, quantile), split
+
+    counts: dict[str, list[int]] = {}
+    for source in sorted({h.source for h in held}):
+        others = [h for h in held if h.source != source]
+        if not others:
+            continue
+        base, split = table(others)
+        for h in held:
+            if h.source != source:
+                continue
+            bar = split.get(_family_key(h), bar_for(base, h.accelerator, h.moe))
+            kind = "moe" if h.moe else "dense"
+            for key in ("overall", kind, f"{h.accelerator} {kind}", _family_key(h)):
+                c = counts.setdefault(key, [0, 0])
+                c[0] += int(abs(h.error_pct) <= bar)
+                c[1] += 1
+    cov = {k: {"inside": v[0], "n": v[1], "pct": round(100.0 * v[0] / v[1], 1)} for k, v in sorted(counts.items())}
+    lo, hi = COVERAGE_BAND
+    misses = {k: c["pct"] for k, c in cov.items() if c["n"] >= SPLIT_MIN_RUNS and not lo <= c["pct"] <= hi}
+    _, shipped = table(held)
+    return {"bars": {k: round(v, 1) for k, v in sorted(shipped.items())}, "coverage": cov, "misses": misses,
+            "ships": not misses}
+
+
+def _family_key(h: HeldOut) -> str:
+    return f"{h.accelerator} {'moe' if h.moe else 'dense'} {precision_family(h.precision)}"

@@ -204,7 +204,8 @@ def result_of(p: Prepared, projection: Projection, fits: bool | None,
         predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
         predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
         layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=assumed,
-        escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe).pct,
+        escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe,
+                                                              precision=row["precision"]).pct,
         completions=completions)
 
 

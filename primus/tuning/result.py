@@ -23,7 +23,7 @@ def error_bar(tuner: Tuner) -> dict[str, Any]:
         fidelity_error_bar = importlib.import_module("primus.fidelity").error_bar
     except (ImportError, AttributeError):
         return {"pct": None, "basis": "no error bars available", "fitted": False}
-    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe)
+    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe, precision=tuner.job.spec.precision)
     return {"pct": bar.pct, "basis": bar.basis, "fitted": bar.fitted}
 
 
