@@ -57,3 +57,22 @@ def test_a_stated_axis_gets_no_range() -> None:
 def test_without_the_fit_check_no_range_is_computed() -> None:
     (res,) = validate(_rows(KORT_1T), check_fit=False).rows
     assert res.completions is None
+
+
+def test_the_table_shows_the_range_beside_the_point(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from click.testing import CliRunner
+
+    from primus.cli.fidelity_cmds import validate_cmd
+
+    with bundled_runs_path().open() as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = list(reader.fieldnames or []), [r for r in reader if r["run_id"] == KORT_1T]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    out = CliRunner().invoke(validate_cmd, [str(path)], env={"COLUMNS": "300"}).output
+    assert "-6.2%..-1.7%" in out and "(vp)" in out  # (the cell may wrap)

@@ -34,17 +34,26 @@ def _stat_rows(groups: dict[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
              _pct(v["mean_signed_pct"])) for k, v in groups.items()]
 
 
+def _unstated(r: dict[str, Any]) -> str:
+    """The error range over the legal completions of the row's unstated axes, e.g. "-6.2%..-1.7% (vp)"."""
+    if "range_error_pct" not in r:
+        return ""
+    lo, hi = r["range_error_pct"]
+    return f"{_pct(lo)}..{_pct(hi)} ({', '.join(r['unstated_axes'])})"
+
+
 def print_validation(doc: dict[str, Any]) -> None:
     con = stdout_console()
     rows = [(r["run_id"], r["source"], r["accelerator"], r["precision"], f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
              f"{r['measured_tokens_per_s_per_gpu']:,.0f}", _pct(r["error_pct"]),
+             "-" if r.get("error_bar_pct") is None else f"±{r['error_bar_pct']:.0f}%", _unstated(r),
              "-" if r["fits"] is None else ("yes" if r["fits"] else "NO"),
              f"{r['predicted_peak_gib']:.1f}", f"{r['measured_peak_gib']:.1f}" if "measured_peak_gib" in r else "-")
             for r in doc["rows"]]
     con.print(table(f"{len(rows)} projected runs ({doc['runs_file']})",
                     ["run", "source", "accelerator", "precision", "predicted tok/s/GPU", "measured", "error",
-                     "fits", "peak GiB", "measured GiB"], rows,
-                    justify_right=["predicted tok/s/GPU", "measured", "error", "peak GiB", "measured GiB"]))
+                     "bar", "unstated axes: error range", "fits", "peak GiB", "measured GiB"], rows,
+                    justify_right=["predicted tok/s/GPU", "measured", "error", "bar", "peak GiB", "measured GiB"]))
     s = doc["summary"]
     t = s["tokens_per_s_per_gpu"]
     con.print(f"tokens/s/GPU: median |error| {_abs(t['median_abs_pct'])}, p90 {_abs(t['p90_abs_pct'])}, max "
