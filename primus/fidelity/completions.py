@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from primus.errors import InputError
 from primus.fidelity.jobs import completion
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
@@ -68,8 +69,16 @@ def project_completions(p: Prepared, question: Question, profile: Profile) -> Co
     if not values:
         return None
     tokens: list[float] = []
+    kept: list[dict[str, int]] = []
     for v in values:
-        job = completion(p.row, p.jobs, v)
-        tokens.append(Projector(job, profile).project(pinned_layout(job), "auto", explain=False).tokens_per_s_per_gpu)
-    axes = {k: tuple(sorted({v[k] for v in values})) for k in unstated}
+        try:  # legal for `primus fit`; a completion the point's own settings cannot express is left out
+            job = completion(p.row, p.jobs, v)
+            proj = Projector(job, profile).project(pinned_layout(job), "auto", explain=False)
+        except InputError:
+            continue
+        tokens.append(proj.tokens_per_s_per_gpu)
+        kept.append(v)
+    if not kept:
+        return None
+    axes = {k: tuple(sorted({v[k] for v in kept})) for k in unstated}
     return Completions(axes, (min(tokens), max(tokens)))
