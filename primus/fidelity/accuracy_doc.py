@@ -10,7 +10,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from primus.fidelity.accuracy_sections import amd_section, conflict_section, errorbar_section, gpt_oss_section
+from primus.fidelity.accuracy_sections import (
+    amd_section,
+    conflict_section,
+    errorbar_section,
+    gpt_oss_section,
+    unstated_section,
+)
 from primus.fidelity.defaults import all_rules
 from primus.fidelity.validate import ValidationReport
 
@@ -122,6 +128,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *_group_table(bars.get("loso", {}).get("by_source", {}), "held-out source"), "",
         *errorbar_section(bars), "",
         *conflict_section(report, bars), "",
+        *unstated_section(report), "",
         *gpt_oss_section(), "",
         *amd_section(amd, bars, amd_fit),
     ]

@@ -247,3 +247,27 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any],
         "close: the projection assumes a stack without those host-side stalls.",
     ]
     return lines
+
+
+def unstated_section(report: ValidationReport) -> list[str]:
+    """Rows whose source leaves a layout axis unstated (`primus.fidelity.completions`): the point at the
+    stack's default and the range over the legal completions."""
+    rows = [r for r in report.rows if r.completions is not None and r.range_error_pct is not None]
+    if not rows:
+        return []
+    wide = [r for r in rows if r.completions is not None and r.completions.tokens[0] < r.completions.tokens[1]]
+    lines = ["## Unstated layout axes", "", *textwrap.wrap(
+        f"{len(rows)} rows leave VP (with PP > 1) or, for a MoE model, ETP unstated, and no per-model recipe of "
+        "their stack sets it. Their point is projected at the stack's default (the rule named in each row as "
+        "`point_rule`); `validate` also projects every legal completion (the values `primus fit` finds legal "
+        "and fitting, every other axis held) and reports the range. The point errors above use the rule; the "
+        f"range is not folded into any figure. {len(rows) - len(wide)} of them have a single legal completion; "
+        "the others:", 110, break_on_hyphens=False), "",
+        "| run | unstated axes (legal values) | point error % | range of error % |", "|---|---|---:|---|"]
+    for r in wide:
+        assert r.completions is not None and r.range_error_pct is not None
+        axes = "; ".join(f"{k} {{{', '.join(map(str, v))}}}" for k, v in r.completions.axes.items())
+        lo, hi = r.range_error_pct
+        lines.append(f"| {_esc(r.run_id)} | {axes} | {_f(r.error_pct, sign=True)} | {_f(lo, sign=True)} to "
+                     f"{_f(hi, sign=True)} |")
+    return lines
