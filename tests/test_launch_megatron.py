@@ -55,12 +55,13 @@ def test_published_gpt3_175b_script_imports_and_fit_proves_it_on_16_nodes() -> N
     assert fit(Question(job)).fits
 
 
-def test_published_fp8_line_lists_fp8_param_gather_as_unmodelled() -> None:
+def test_published_fp8_line_keeps_its_weights_in_fp8() -> None:
     # https://github.com/NVIDIA/Megatron-LM/blob/157006d6d9bf4f55c0d4d7dacbd2b65e7bd84dc9/examples/llama/
     # train_llama3_8b_h100_fp8.sh
     job, config = load_launch_job("megatron", H100_FP8, hardware="h100-80gb")
     assert (job.spec.precision, job.spec.effective_fp8_recipe) == ("fp8", "delayed")
-    assert "--fp8-param-gather" in config.unmodelled  # FP8 primary weights: not in the ledger
+    assert job.spec.fp8_param_gather  # FP8 primary weights: no bf16 copy in the ledger
+    assert "--fp8-param-gather" not in config.unmodelled
     assert "--fp8-amax-history-len 1024" in config.unmodelled
 
 

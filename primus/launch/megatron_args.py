@@ -50,7 +50,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--no-gradient-accumulation-fusion", "false", "gradient_accumulation_fusion"),
     # precision
     _a("--bf16", "true"), _a("--fp16", "true"), _a("--fp8-format", "str", "fp8"), _a("--fp8-recipe", "str"),
-    _a("--fp4-format", "str", "fp4"), _a("--fp4-recipe", "str"),
+    _a("--fp4-format", "str", "fp4"), _a("--fp4-recipe", "str"), _a("--fp8-param-gather", "true"),
     # pipeline split
     _a("--pipeline-model-parallel-layout", "str"), _a("--decoder-first-pipeline-num-layers", "int"),
     _a("--decoder-last-pipeline-num-layers", "int"), _a("--account-for-embedding-in-pipeline-split", "true"),

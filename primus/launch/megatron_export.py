@@ -104,8 +104,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
               account_for_embedding_in_pipeline_split=pipe.account_for_embedding_in_pipeline_split,
               account_for_loss_in_pipeline_split=pipe.account_for_loss_in_pipeline_split)
     ns.update(_optimizer(job))
-    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "pipeline", "optimizer", "overlap",
-               "kernels"}
+    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "fp8_param_gather", "pipeline",
+               "optimizer", "overlap", "kernels"}
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
@@ -153,6 +153,7 @@ def _precision(job: Job) -> dict[str, Any]:
     return {"bf16": precision != "fp16", "fp16": precision == "fp16",
             "fp8": "hybrid" if precision == "fp8" else None,
             "fp8_recipe": job.spec.fp8_recipe if precision == "fp8" else None,
+            "fp8_param_gather": True if precision == "fp8" and job.spec.fp8_param_gather else None,
             "fp4": "e2m1" if precision == "nvfp4" else None}
 
 

@@ -355,6 +355,8 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
             doc["fp8_recipe"] = r.get("fp8_recipe")
         elif recipe is not None:
             out.note(f"fp8 recipe {recipe!r} is not modelled: Megatron's default 'delayed' assumed")
+        if r.get("fp8_param_gather"):  # FP8 primary weights: the ledger drops their bf16 copy
+            doc["fp8_param_gather"] = True
         if fp16:
             out.note("fp8 with fp16 parameters modelled as fp8 with bf16 parameters")
         return doc
