@@ -20,6 +20,8 @@ CASES = {
     "moe, recompute modules": {"model": "mixtral-8x7b", "hardware": "mi300x", "nodes": 1, "seq_len": 4096,
                                "global_batch_size": 16,
                                "parallel": {"recompute": "selective", "recompute_modules": ["layernorm", "moe_act"]}},
+    "cpu offloading": {"model": {"base": "llama3.1-8b", "num_layers": 8}, "hardware": "h100-80gb", "nodes": 1,
+                       "seq_len": 4096, "global_batch_size": 16, "cpu_offloading": {"num_layers": 3}},
 }
 
 

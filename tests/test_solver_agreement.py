@@ -42,6 +42,9 @@ JOBS = {
                           "hardware": "gb200", "nodes": 4, "seq_len": 4096, "global_batch_size": 64,
                           "precision": "fp8", "fp8_recipe": "mxfp8",
                           "parallel": {"recompute_modules": ["mla_up_proj", "layernorm", "moe_act", "mlp"]}},
+    # CPU activation offloading: the stage shapes keep the layers the offload handler leaves on the device
+    "cpu-offload": {"model": {"base": "llama3.1-8b", "num_layers": 8}, "hardware": "gb200", "nodes": 2,
+                    "seq_len": 8192, "global_batch_size": 32, "cpu_offloading": {"num_layers": 3}},
 }
 
 

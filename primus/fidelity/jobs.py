@@ -239,6 +239,10 @@ def build(row: RunRow) -> RowJobs:
             + f" (the stack's recipe: {shipped.source})")
     base: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": hardware, "gpus": gpus,
                             "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys}
+    if shipped is not None and shipped.settings.cpu_offloading_num_layers and not recompute:
+        offload = shipped.settings.cpu_offloading_num_layers
+        base["cpu_offloading"] = {"num_layers": offload}
+        assumed.append(f"CPU activation offloading of {offload} layers (the stack's recipe: {shipped.source})")
     stated_layout = row.pipeline_layout if pp > 1 else None
     pipeline = ({"layout": stated_layout} if stated_layout
                 else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
@@ -376,7 +380,8 @@ def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, 
     """The projection job: every axis pinned. A stated recompute is kept. The stack's recompute
     (`escalated` given) is kept when it fits; otherwise the first setting the ledger says fits of the
     heavier ones (selective, full recompute of the fewest layers per chunk by the block method, full
-    of every layer), recorded in `escalated` with the reason."""
+    of every layer), recorded in `escalated` with the reason. A recipe that offloads activations to host
+    memory first offloads more layers (Megatron-Core runs offloading only without recompute)."""
     first = job_from_mapping({**base, "parallel": {**pins, "recompute": recompute}}, where)
     if escalated is None:
         return first
@@ -385,6 +390,15 @@ def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, 
             assumed.append(f"recompute {recompute} (stack default)")
         return first
     why = f"recompute {recompute} does not fit (peak {_peak_gib(first):.2f} GiB over capacity)"
+    offloaded = first.spec.cpu_offloading.offloaded_layers
+    if offloaded and recompute == "none":
+        more = _more_offload(base, pins, offloaded, first.model.num_layers, where)
+        if more is not None:
+            escalated.append(f"CPU offloading {offloaded} -> {more.spec.cpu_offloading.num_layers} layers "
+                             f"(fewest that fit; Megatron-Core offloads only without recompute): {why}")
+            return more
+        base = {k: v for k, v in base.items() if k != "cpu_offloading"}  # recompute excludes offloading
+        why += f"; nor does offloading {first.model.num_layers - 1} layers"
     ladder = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(recompute) + 1:] if recompute in RECOMPUTE_LADDER else ()
     for option in ladder:
         job = job_from_mapping({**base, "parallel": {**pins, "recompute": option}}, where)
@@ -413,6 +427,27 @@ def _with_recompute(base: dict[str, Any], pins: dict[str, Any], recompute: str, 
     escalated.append(f"recompute {recompute} -> full" + ("" if _fits(full) else " (even full does not fit)")
                      + f": {why}")
     return full
+
+
+def _more_offload(base: dict[str, Any], pins: dict[str, Any], offloaded: int, num_layers: int,
+                  where: str) -> Job | None:
+    """The job offloading the fewest more layers (up to all but one, Megatron-Core's limit) that fits at
+    recompute none, or None when none does."""
+
+    def job(k: int) -> Job:
+        return job_from_mapping({**base, "cpu_offloading": {"num_layers": k},
+                                 "parallel": {**pins, "recompute": "none"}}, where)
+
+    lo, hi = offloaded + 1, num_layers - 1
+    if lo > hi or not _fits(job(hi)):
+        return None
+    while lo < hi:  # memory falls as more layers are offloaded
+        mid = (lo + hi) // 2
+        if _fits(job(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return job(lo)
 
 
 def _peak_gib(job: Job) -> float:

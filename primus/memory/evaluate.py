@@ -10,6 +10,7 @@ from primus.job import Job
 from primus.memory.activations import ActContext
 from primus.memory.ledger import Reserves, StageMemory, StateWidths, combine, communicators
 from primus.memory.numerics import numerics_for
+from primus.memory.offload import offload_applies
 from primus.memory.recompute import selective_modules
 from primus.memory.shapes import PipelineKey, layout_for, stage_shapes
 from primus.memory.units import act_units, param_units
@@ -93,6 +94,11 @@ class MemoryModel:
         if ids is not None and (max(ids, default=0) >= self.model.num_layers):
             raise InputError(job.where, "parallel.recompute_layer_ids",
                              f"layer id {max(ids)} is not below the model's {self.model.num_layers} decoder layers")
+        self.offloaded_layers = spec.cpu_offloading.offloaded_layers
+        if spec.cpu_offloading.num_layers >= self.model.num_layers:
+            raise InputError(job.where, "cpu_offloading.num_layers",
+                             f"{spec.cpu_offloading.num_layers} is not below the model's {self.model.num_layers} "
+                             "decoder layers (Megatron-Core offloads fewer layers than the model has)")
 
     def act_context(self, layout: Layout) -> ActContext:
         spec = self.job.spec
@@ -111,6 +117,7 @@ class MemoryModel:
             pp=layout.pp, vp=layout.vp, num_microbatches=layout.num_microbatches(self.job.spec.global_batch_size),
             recompute=layout.recompute, recompute_num_layers=layout.recompute_num_layers,
             recompute_method=self.recompute_method, recompute_layer_ids=self.recompute_layer_ids,
+            offloaded_layers=self.offloaded_layers,
         )
 
     def communicator_bytes(self, layout: Layout) -> int:
@@ -135,6 +142,10 @@ class MemoryModel:
             m = layout.num_microbatches(gbs)
             cap = 4 * layout.pp  # same legality, small schedule: interleaving needs M % PP == 0
             build_schedule(layout.pp, layout.vp, m if m <= cap else cap + m % layout.pp, "auto", where=self.job.where)
+            if self.offloaded_layers and (layout.pp > 1 or layout.recompute != "none"):
+                raise InputError(self.job.where, "cpu_offloading",
+                                 "Megatron-Core offloads activations only without pipeline parallelism and "
+                                 f"without recompute (this layout: PP {layout.pp}, recompute {layout.recompute})")
         shapes = stage_shapes(self.model, self.job.spec.pipeline, self.pipeline_key(layout))
         pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
         au = act_units(self.model, self.act_context(layout), layout.recompute, self.model.padded_vocab_size(layout.tp))
@@ -183,6 +194,12 @@ class MemoryModel:
             rec["full"] = (f"full recompute of the {len(self.recompute_layer_ids)} listed layer(s) "
                            "(recompute_layer_ids), each from its own checkpoint; other layers keep their activations")
         out.append(rec[layout.recompute])
+        if self.offloaded_layers:
+            applies = offload_applies(layout.pp, layout.recompute)
+            out.append(f"CPU activation offloading of the first {self.offloaded_layers} decoder layers: "
+                       + (f"{self.model.num_layers - self.offloaded_layers + 1} layers' activations on the device "
+                          "at the peak (the last offloaded layer still copying)" if applies
+                          else "not applied (Megatron-Core offloads only at PP 1 without recompute)"))
         out.append("sequence parallel: norm/dropout regions split across TP" if layout.sp
                    else "no sequence parallel: norm/dropout regions replicated across TP")
         out.append("cross-entropy fused: bf16 logits kept" if spec.kernels.cross_entropy_fusion

@@ -8,6 +8,8 @@ and the evaluator multiplies the same numbers, so the two views agree to the byt
 
 The activation peak is taken at the first moment the stage has the most forward chunk passes waiting
 for their backward (1F1B: min(PP − r, M) microbatches; interleaved: Megatron's warm-up plus one).
+With CPU activation offloading (PP 1 without recompute: Megatron-Core's only case) only the layers
+`primus.memory.offload.resident_layers` names are in flight on the device.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus.errors import InputError
+from primus.memory.offload import offload_applies, resident_layers
 from primus.memory.recompute import recomputed_mask
 from primus.schedule.layout import PipelineLayout, balanced_layout, build_layout
 from primus.schedule.pipeline import Schedule, build_schedule, in_flight
@@ -64,6 +67,7 @@ class PipelineKey:
     recompute_num_layers: int | None
     recompute_method: str
     recompute_layer_ids: frozenset[int] | None = None  # Primus's listed-layer recompute (memory.recompute)
+    offloaded_layers: int = 0  # decoder layers whose activations go to host memory (CPU offloading)
 
 
 def layout_for(model: ModelSpec, options: PipelineOptions, pp: int, vp: int, where: str = "pipeline") -> PipelineLayout:
@@ -138,7 +142,9 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
     schedule, _ = pipeline_schedule(key.pp, layout.vp, key.num_microbatches)
     flights = in_flight(schedule)
     tied = not model.untie_embeddings_and_output_weights
-    units = [_chunk_units(model, layout.decoder_layers(c), key) for c in range(layout.num_chunks)]
+    offload = key.offloaded_layers if offload_applies(key.pp, key.recompute) else 0
+    units = [_chunk_units(model, resident_layers(layout.decoder_layers(c), offload), key)
+             for c in range(layout.num_chunks)]
     kinds = [(sum(model.moe_layers[i] for i in layout.decoder_layers(c)), len(layout.decoder_layers(c)))
              for c in range(layout.num_chunks)]
     items = [layout.chunks[c] for c in range(layout.num_chunks)]

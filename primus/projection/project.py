@@ -26,12 +26,14 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel
 from primus.memory.ledger import StateWidths
+from primus.memory.offload import offload_applies
 from primus.memory.recompute import recomputed_mask, selective_modules
 from primus.memory.shapes import split_layout
-from primus.memory.units import param_units
+from primus.memory.units import act_units, param_units
 from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
+from primus.projection.offload import offloaded_bytes, with_offload
 from primus.projection.ops import ACT, Block, OpContext, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
@@ -124,6 +126,16 @@ class Projector:
 
     def group_id(self, groups: dict[str, GroupShape]) -> int:
         return self._intern(tuple(groups.values()))
+
+    def offload_copy_seconds(self, layout: Layout, offloaded: int) -> float:
+        """Seconds to copy one microbatch's offloaded activations over the host link, one direction."""
+        link = self.job.cluster.host_link
+        if link is None:
+            raise InputError(self.job.where, "cpu_offloading",
+                             f"hardware {self.job.cluster.name} gives no host_link bandwidth, so the copies of "
+                             "offloaded activations cannot be timed; add host_link to its hardware file")
+        au = act_units(self.model, self.memory.act_context(layout), "none", self.model.padded_vocab_size(layout.tp))
+        return offloaded_bytes(self.model, au, offloaded) / (float(link.bandwidth_gb_s) * 1e9)
 
     def context(self, layout: Layout) -> OpContext:
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
@@ -220,6 +232,9 @@ class Projector:
                 w = chunk_work(ks, cost, layout.recompute, mask, op_sac=self.op_sac)
                 self._chunks[ck] = w
             chunks.append(w)
+        offloaded = self.memory.offloaded_layers if offload_applies(layout.pp, layout.recompute) else 0
+        if offloaded:
+            chunks = [with_offload(w, self.offload_copy_seconds(layout, offloaded)) for w in chunks]
         pp, vp = layout.pp, playout.vp
         on_rank = [[c for c in range(pp * vp) if c % pp == r] for r in range(pp)]
         pu = param_units(model, layout.tp, layout.ep, layout.etp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from primus.memory.offload import offload_applies
 from primus.parallel import Layout
 from primus.projection.profile import PEAK_DTYPE
 
@@ -129,6 +130,11 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     rec = {"none": "no recompute", "selective": f"selective recompute re-runs {modules} in backward",
            "full": f"full recompute ({p.recompute_method}) re-runs the layer forward in backward"}
     out.append(rec[layout.recompute])
+    offloaded = p.memory.offloaded_layers if offload_applies(layout.pp, layout.recompute) else 0
+    if offloaded and cluster.host_link is not None:
+        out.append(f"CPU offloading of {offloaded} layers' activations over the host link at "
+                   f"{cluster.host_link.bandwidth_gb_s:g} GB/s per direction, hidden behind each pass's compute "
+                   "except where the copies take longer")
     if p.model.is_moe:
         how = {"alltoall": "all-to-all over EP", "allgather": "all-gather / reduce-scatter over EP",
                "flex": "deduplicated dispatch (each token crosses to a remote domain once)"}[spec.moe.token_dispatcher]

@@ -76,6 +76,7 @@ FACT_DOCS: dict[str, str] = {
     "hbm_bytes": "device memory per GPU as torch's allocator reports it",
     "reserve_bytes": "named runtime reserves (context, fragmentation)",
     "capacity_bytes": "hbm_bytes - reserve_bytes",
+    "cpu_offload_layers": "decoder layers whose activations are offloaded to host memory (cpu_offloading)",
 }
 
 
@@ -124,6 +125,7 @@ class Space:
             "hbm_bytes": self.reserves.hbm_bytes,
             "reserve_bytes": self.reserves.reserve_bytes,
             "capacity_bytes": self.reserves.capacity_bytes,
+            "cpu_offload_layers": spec.cpu_offloading.offloaded_layers,
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:

@@ -63,7 +63,8 @@ class LedgerTables:
         if hit is None:
             key = PipelineKey(pp=pp, vp=vp, num_microbatches=microbatches, recompute=recompute,
                               recompute_num_layers=recompute_num_layers, recompute_method=self.method,
-                              recompute_layer_ids=self.memory.recompute_layer_ids)
+                              recompute_layer_ids=self.memory.recompute_layer_ids,
+                              offloaded_layers=self.memory.offloaded_layers)
             all_stages = stage_shapes(self.model, self.options, key)
             hit = tuple(all_stages[i] for i in self.slot_stages(pp))
             self._shapes[memo_key] = hit

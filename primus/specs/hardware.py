@@ -81,6 +81,14 @@ class MemoryReserves(Spec):
     communicator_buffer_bytes: Figure
 
 
+class HostLinkSpec(Spec):
+    """The link between a GPU and its host CPU's memory (PCIe, NVLink-C2C): what CPU offloading copies
+    over, per GPU and per direction."""
+
+    bandwidth_gb_s: PosFloat
+    source: Text
+
+
 class ClusterSpec(Spec):
     """A hardware catalog entry: the accelerator plus the node and networks of a typical cluster of it."""
 
@@ -92,6 +100,7 @@ class ClusterSpec(Spec):
     scaleup: ScaleUpSpec
     scaleout: ScaleOutSpec
     reserves: MemoryReserves
+    host_link: HostLinkSpec | None = None
     measured: Bool = False
 
     @model_validator(mode="after")

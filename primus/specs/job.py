@@ -127,6 +127,24 @@ class KernelOptions(Spec):
         return self
 
 
+class CpuOffloadOptions(Spec):
+    """Megatron-Core's CPU offloading (`cpu_offloading`, `cpu_offloading_num_layers`,
+    `cpu_offloading_activations`, `cpu_offloading_weights`): Transformer Engine copies the saved
+    activations of the first `num_layers` decoder layers to host memory during the forward and brings
+    them back for the backward. Weight offloading has no effect in Transformer Engine ("Offloading
+    weights is deprecated. Using offload_weights=True does not have any effect", TE
+    `cpu_offload.get_cpu_offload_context`), so only activations count. 0 layers: off."""
+
+    num_layers: NonNegInt = 0
+    activations: Bool = True
+    weights: Bool = False
+
+    @property
+    def offloaded_layers(self) -> int:
+        """Decoder layers whose activations leave the device (0 unless activations are offloaded)."""
+        return self.num_layers if self.activations else 0
+
+
 class JobSpec(Spec):
     model: str | dict[str, Any]
     hardware: str | dict[str, Any]
@@ -146,6 +164,7 @@ class JobSpec(Spec):
     moe: MoeOptions = MoeOptions()
     overlap: OverlapOptions = OverlapOptions()
     kernels: KernelOptions = KernelOptions()
+    cpu_offloading: CpuOffloadOptions = CpuOffloadOptions()
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
     free: list[Literal["schedule", "recompute_num_layers"]] = Field(default_factory=list)
     notes: Text | None = None

@@ -67,6 +67,7 @@ class Stack:
     release_source: str = field(compare=False, default="")
     note: str | None = field(compare=False, default=None)
     recipes: tuple[Recipe, ...] = field(compare=False, default=())
+    requested: str | None = field(compare=False, default=None)  # the release asked for, when not described
 
     @property
     def label(self) -> str:
@@ -91,13 +92,17 @@ class Stack:
         return out
 
     def recipe_for(self, model: str, gpu: str, precision: str) -> Recipe | None:
-        """The framework's recipe for this model, GPU and precision, if it ships one for this release."""
-        mine = _key(self.release)
+        """The framework's recipe for this model, GPU and precision, if it ships one for this release (the
+        release asked for: presets change in releases whose stack-wide settings do not)."""
+        mine = _key(self.requested or self.release)
         for r in self.recipes:
             if (r.model, r.gpu, r.precision) != (model, gpu, precision):
                 continue
             since = _key(r.since) if r.since else None
             if since is not None and mine is not None and mine < since:
+                continue
+            until = _key(r.until) if r.until else None
+            if until is not None and mine is not None and mine > until:
                 continue
             return r
         return None
@@ -144,7 +149,8 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
             values[key] = setting.value
             sources[key] = setting.source
     rel = spec.releases[chosen]
-    return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes))
+    return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes),
+                 release if note else None)
 
 
 def stack_of_source(source: str, published: str | None = None) -> Stack:

@@ -43,8 +43,9 @@ def render() -> str:
                 lines.append(f"| `{key}` | `{_cell(setting.value)}` | {_cell(setting.source)} |")
             lines.append("")
         for r in spec.recipes:
-            since = f" (releases {r.since} on)" if r.since else ""
-            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}{since}: "
+            span = (f" (releases {r.since or '…'} to {r.until or '…'})" if r.until
+                    else f" (releases {r.since} on)" if r.since else "")
+            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}{span}: "
                          f"{_cell(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
         if spec.recipes:
             lines.append("")

@@ -79,6 +79,7 @@ class RecipeSettings(Spec):
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_modules: Annotated[tuple[RecomputeModule, ...], Field(min_length=1, max_length=5)] | None = None
     vp: PosInt | None = None
+    cpu_offloading_num_layers: PosInt | None = None  # activations of the first N decoder layers to host memory
 
 
 class Recipe(Spec):
@@ -88,6 +89,7 @@ class Recipe(Spec):
     gpu: Annotated[str, Field(min_length=1, max_length=200)]
     precision: Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
     since: Label | None = None
+    until: Label | None = None  # the last release whose preset this is (a later one changed or split it)
     settings: RecipeSettings
     source: Source
 

@@ -1,0 +1,138 @@
+"""CPU activation offloading (Megatron-Core `cpu_offloading`, Transformer Engine's offload handler) in the
+byte ledger, the rules and the step time; Megatron-Bridge 25.11's Llama 3 70B FP8 presets on GB200/GB300
+offload 40 and 20 of 80 layers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from primus.errors import InputError
+from primus.fidelity.jobs import build
+from primus.fidelity.runs import bundled_runs_path, read_runs
+from primus.job import job_from_mapping
+from primus.memory.evaluate import MemoryModel, pinned_layout
+from primus.memory.offload import resident_layers
+from primus.projection.cost import HOST, N_CAT
+from primus.projection.offload import with_offload
+from primus.projection.project import project
+from primus.projection.stages import ChunkWork
+from primus.solver.api import Question
+from primus.stacks.core import resolve_stack
+
+ROWS = {r.run_id: r for r in read_runs(bundled_runs_path())}
+# Megatron-Bridge 25.11 preset LLAMA3_70B_GB200_FP8_CS: 64 GPUs, MBS 2, Megatron-FSDP, 8192 tokens
+GB200_70B = {"stack": "megatron-bridge@25.11", "model": "llama3-70b", "hardware": "gb200", "gpus": 64,
+             "seq_len": 8192, "global_batch_size": 256, "precision": "fp8",
+             "parallel": {"tp": 1, "pp": 1, "cp": 1, "mbs": 2, "sp": False, "recompute": "none", "sharding": "fsdp"}}
+# One Llama 3 70B layer at 16,384 tokens (MBS 2), TP 1, FP8 (tensorwise): norm input 2 B + fp32 statistic +
+# FP8 normalised output, q/k/v 2 B (64 + 8 + 8 heads of 128), attention output 2 B + its FP8 copy for the
+# projection, fp32 log-sum-exp per head, MLP norm (2 B + fp32 + FP8), FC1 output 2 B (2 x 28672), SwiGLU
+# output in FP8 (28672).
+T = 16384
+LAYER = (T * 8192 * 2 + T * 4 + T * 8192 + T * (8192 + 1024 + 1024) * 2 + T * 8192 * 2 + T * 8192 + T * 64 * 4
+         + T * 8192 * 2 + T * 4 + T * 8192 + T * 57344 * 2 + T * 28672)
+
+
+def _memory(offloaded: int, **extra: Any) -> Any:
+    job = job_from_mapping({**GB200_70B, "cpu_offloading": {"num_layers": offloaded}, **extra}, "t")
+    return MemoryModel(job).evaluate(pinned_layout(job))
+
+
+def test_transformer_engine_keeps_the_layers_after_the_offloaded_ones_and_the_last_one_still_copying() -> None:
+    # TE <= 2.9 (cpu_offload_v1.py): offload group i must be gone by layer (L // K)(i + 1) - 1, so the last
+    # offloaded layer (K - 1) is still on the device while layer L - 1 runs
+    assert resident_layers(tuple(range(80)), 40) == tuple(range(39, 80))
+    assert resident_layers(tuple(range(80)), 0) == tuple(range(80))
+
+
+@pytest.mark.parametrize(("offloaded", "resident"), [(0, 80), (20, 61), (40, 41)])
+def test_offloading_k_of_80_layers_leaves_81_minus_k_layers_of_activations(offloaded: int, resident: int) -> None:
+    assert LAYER == 3_896_639_488
+    report = _memory(offloaded)
+    assert report.stages[0].terms["activations.dense_layers"] == resident * LAYER
+
+
+def test_weight_offloading_alone_moves_nothing() -> None:
+    # TE get_cpu_offload_context: "Offloading weights is deprecated. Using offload_weights=True does not
+    # have any effect"
+    plain = _memory(0)
+    weights_only = _memory(40, cpu_offloading={"num_layers": 40, "activations": False, "weights": True})
+    assert weights_only.peak_bytes == plain.peak_bytes
+
+
+def test_megatron_core_offloads_fewer_layers_than_the_model_has_and_only_at_pp_1_without_recompute() -> None:
+    with pytest.raises(InputError, match="not below the model's 80"):
+        _memory(80)
+    with pytest.raises(InputError, match="only without pipeline parallelism"):
+        _memory(20, parallel={**GB200_70B["parallel"], "recompute": "selective"})
+    job = job_from_mapping({"model": {"base": "llama3.1-8b", "num_layers": 8}, "hardware": "h100-80gb", "nodes": 1,
+                            "seq_len": 4096, "global_batch_size": 16, "cpu_offloading": {"num_layers": 3}}, "t")
+    layouts = Question(job).candidates.parallel_dicts()
+    assert layouts and {(d["pp"], d["recompute"]) for d in layouts} == {(1, "none")}  # rule cpu-offload
+
+
+def test_the_25_11_presets_are_carried_for_that_release_only() -> None:
+    recipe = resolve_stack("megatron-bridge@25.11").recipe_for("llama3-70b", "gb200", "fp8")
+    assert recipe is not None and recipe.settings.cpu_offloading_num_layers == 40
+    assert resolve_stack("megatron-bridge@25.09").recipe_for("llama3-70b", "gb200", "fp8") is None
+    assert resolve_stack("megatron-bridge@26.02").recipe_for("llama3-70b", "gb200", "fp8") is None  # V1 and V2
+
+
+def test_the_gb300_preset_fits_with_its_20_offloaded_layers() -> None:
+    jobs = build(ROWS["MB25.11-DGX-GB300-Llama3-70B-FP8-CS"])
+    assert jobs.escalated == () and jobs.project.spec.cpu_offloading.num_layers == 20
+    report = MemoryModel(jobs.project).evaluate(pinned_layout(jobs.project))
+    assert report.verdict == "tight" and report.stages[0].terms["activations.dense_layers"] == 61 * LAYER
+
+
+def test_the_gb200_preset_offloads_three_more_layers_and_says_so() -> None:
+    # 41 resident layers still leave the ledger 10 GiB over GB200's capacity; the escalation offloads
+    # more layers (Megatron-Core has no recompute with offloading), the fewest that fit
+    jobs = build(ROWS["MB25.11-DGX-GB200-Llama3-70B-FP8-CS"])
+    assert jobs.project.spec.cpu_offloading.num_layers == 43
+    assert jobs.escalated and jobs.escalated[0].startswith("CPU offloading 40 -> 43 layers")
+
+
+def test_a_copy_is_exposed_only_where_it_outruns_the_compute_of_its_pass() -> None:
+    zero = (0.0,) * N_CAT
+    work = ChunkWork.of((1.0, *zero[1:]), (2.0, *zero[1:]), zero, (0,) * N_CAT, (0,) * N_CAT)  # 1 s / 2 s of GEMM
+    out = with_offload(work, 1.5)
+    assert out.fwd[HOST] == 0.5 and out.bwd[HOST] == 0.0 and out.hidden[HOST] == 1.0 + 1.5
+
+
+def test_offloading_costs_no_time_over_nvlink_c2c_and_some_over_pcie() -> None:
+    gb200 = job_from_mapping({**GB200_70B, "cpu_offloading": {"num_layers": 40}}, "t")
+    plain = job_from_mapping(GB200_70B, "t")
+    layout = pinned_layout(gb200)
+    assert project(gb200, layout).step_time_s == pytest.approx(project(plain, layout).step_time_s, rel=1e-12)
+    h100 = {**GB200_70B, "hardware": "h100-80gb", "parallel": {**GB200_70B["parallel"], "mbs": 1}}
+    slow = job_from_mapping({**h100, "cpu_offloading": {"num_layers": 60}}, "t")
+    fast = job_from_mapping(h100, "t")
+    p_slow, p_fast = project(slow, pinned_layout(slow)), project(fast, pinned_layout(fast))
+    assert p_slow.breakdown["host"] > p_fast.breakdown["host"] and p_slow.step_time_s > p_fast.step_time_s
+
+
+def test_hardware_without_a_host_link_cannot_time_offloading() -> None:
+    job = job_from_mapping({**GB200_70B, "hardware": "b200", "gpus": 64, "cpu_offloading": {"num_layers": 40}}, "t")
+    with pytest.raises(InputError, match="host_link"):
+        project(job, pinned_layout(job))
+
+
+def test_cpsat_counts_the_resident_layers_to_the_byte() -> None:
+    from ortools.sat.python import cp_model
+
+    from tests.test_solver_agreement import fixed_solve, setup
+
+    job, _, structural, _, built = setup("cpu-offload")
+    rows = [i for i in range(structural.n)
+            if structural.layout(i).pp == 1 and structural.layout(i).recompute == "none"]
+    assert rows
+    for i in rows[:: max(1, len(rows) // 6)]:
+        layout = structural.layout(i)
+        report = MemoryModel(job).evaluate(layout, strict=False)
+        assert int(structural.cols["peak_bytes"][i]) == report.peak_bytes
+        solver, status = fixed_solve(built, layout, enforce_rules=False)
+        assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        assert solver.value(built.memory["peak_bytes"]) == report.peak_bytes
