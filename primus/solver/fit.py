@@ -38,13 +38,13 @@ from primus.solver.explain import (
     closest_request,
     explain_structural,
     minimal_core,
-    nearest_groups,
+    nearest_levels,
     pins_core,
 )
 from primus.solver.options import apply_options, pipeline_candidates
-from primus.solver.search import best_first
 from primus.solver.space import divisors
-from primus.solver.vector import Candidates
+from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
+from primus.solver.vector import Enumerator
 
 MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
@@ -52,25 +52,6 @@ MAX_ALTERNATIVES = 5
 SCORED_GROUPS = 4 * MAX_ALTERNATIVES
 #: Whole nodes tried above the job's size before `fit` says nothing fits (a search budget).
 MIN_NODES_SCAN = 256
-#: Projected tokens/s/GPU of a legal layout, given its peak bytes (the ranking key for completions).
-Speed = Callable[[Layout, int], float]
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """A legal layout near the request. `changed`: the pinned axes it changes and the job option paths
-    it sets (`pipeline.layout`); `options`: those options' new values (empty for an axis change)."""
-
-    layout: Layout
-    peak_bytes: int
-    headroom_bytes: int
-    changed: tuple[str, ...]
-    tokens_per_s_per_gpu: float | None = None  # when completed by projected speed
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def keeps_pins(self) -> bool:
-        return all("." in c for c in self.changed)
 
 
 @dataclass(frozen=True)
@@ -178,11 +159,8 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     request = found[0].layout(found[1]) if found is not None else None
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
-    groups = nearest_groups(asker, MAX_ALTERNATIVES if speed is None else SCORED_GROUPS)
-    alternatives = tuple(_alternative(rows, tuple(p[4:] for p in changed), capacity, speed)
-                         for rows, changed in groups)
     fixes = option_fixes(question, core, speed_for)
-    alternatives = tuple(sorted((*fixes, *alternatives), key=_rank)[:MAX_ALTERNATIVES])
+    alternatives = nearest_alternatives(asker, fixes, capacity, speed)
     min_gpus: int | None = None
     note: str | None = None
     if not alternatives:
@@ -192,11 +170,24 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
                      min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details)
 
 
-def _rank(a: Alternative) -> tuple[int, int, float]:
-    """Fixes that keep every pin first (job options only, fastest first), then fewest pins changed,
-    then fastest."""
-    pins_changed = sum(1 for c in a.changed if "." not in c)
-    return (pins_changed, len(a.changed) if pins_changed else 0, -(a.tokens_per_s_per_gpu or 0.0))
+def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
+                         speed: Speed | None) -> tuple[Alternative, ...]:
+    """The option `fixes` and the nearest pin assignments' fastest completions, at most MAX_ALTERNATIVES
+    in rank order (`rank_key`). The SCORED_GROUPS nearest assignments are the candidates (only the
+    first MAX_ALTERNATIVES without `speed`); a level of k changed pins is enumerated and scored only
+    while the list has room, since each of its fixes ranks after every fix with fewer changes."""
+    chosen = list(fixes)
+    budget = MAX_ALTERNATIVES if speed is None else SCORED_GROUPS
+    levels = nearest_levels(asker)
+    while budget > 0 and len(chosen) < MAX_ALTERNATIVES:
+        level = next(levels, None)
+        if level is None:
+            break
+        level = level[:budget]
+        budget -= len(level)
+        groups = [(rows, tuple(p[4:] for p in changed)) for rows, changed in level]
+        chosen += fastest_groups(groups, MAX_ALTERNATIVES - len(chosen), capacity, speed)
+    return tuple(sorted(chosen, key=rank_key)[:MAX_ALTERNATIVES])
 
 
 def option_fixes(question: Question, core: tuple[str, ...],
@@ -215,31 +206,9 @@ def option_fixes(question: Question, core: tuple[str, ...],
         if c.n == 0:
             continue
         speed = speed_for(variant.job) if speed_for is not None else None
-        peaks = c.cols["peak_bytes"]
-        order = np.lexsort((np.arange(c.n), peaks))  # least memory first, as for axis changes
-        alt = _alternative(c.take(order), tuple(options), capacity, speed)
-        out.append(Alternative(alt.layout, alt.peak_bytes, alt.headroom_bytes, tuple(options),
-                               alt.tokens_per_s_per_gpu, dict(options)))
+        order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
+        out += fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])
     return out
-
-
-def _alternative(rows: Candidates, changed: tuple[str, ...], capacity: int, speed: Speed | None) -> Alternative:
-    """One pin assignment's suggestion: its fastest completion when `speed` is given (ties keep the
-    least-memory order), else its least-memory one. `rows` are least memory first."""
-    best, tokens = 0, None
-    peaks = rows.cols["peak_bytes"]
-    if speed is not None:
-        layouts = [rows.layout(r) for r in range(rows.n)]
-        bound = getattr(speed, "bound", None)
-        if bound is not None:  # best-first under the projection's admissible bound: the same maximum
-            top, _, _ = best_first([bound(lay) for lay in layouts], lambda i: speed(layouts[i], int(peaks[i])), 1)
-            tokens, best = top[0]
-        else:
-            scores = [speed(layouts[r], int(peaks[r])) for r in range(rows.n)]
-            best = max(range(rows.n), key=lambda i: (scores[i], -i))
-            tokens = scores[best]
-    peak = int(peaks[best])
-    return Alternative(rows.layout(best), peak, capacity - peak, changed, tokens)
 
 
 def smallest_size(question: Question) -> tuple[int | None, str | None]:
@@ -257,9 +226,8 @@ def smallest_size(question: Question) -> tuple[int | None, str | None]:
             continue
         spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
         trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
-        trial = Question(trial_job, pins={})
-        trial.ruleset = question.ruleset  # same rules
-        if trial.count() > 0:
+        trial = question.with_job(trial_job).with_pins({})  # same rules, pins released
+        if Enumerator(trial.tables, trial.ruleset, {}).first().n > 0:  # stops at the first legal layout
             return world, None
     return None, f"no layout fits on up to {job.num_nodes + MIN_NODES_SCAN} nodes ({sizes[-1]:,} GPUs)"
 
