@@ -30,6 +30,7 @@ import numpy as np
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel, MemoryReport
 from primus.memory.ledger import Reserves
+from primus.memory.shapes import split_layout
 from primus.parallel import Layout
 from primus.solver.api import Question
 from primus.solver.core import broken_definitions, certify
@@ -41,10 +42,16 @@ from primus.solver.explain import (
     nearest_levels,
     pins_core,
 )
-from primus.solver.options import apply_options, pipeline_candidates
+from primus.solver.options import (
+    PARTIAL_RECOMPUTE_FROM,
+    apply_options,
+    partial_recompute,
+    pipeline_candidates,
+    recompute_search_job,
+)
 from primus.solver.space import divisors
 from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
-from primus.solver.vector import Enumerator
+from primus.solver.vector import Candidates, Enumerator
 
 MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
@@ -192,23 +199,64 @@ def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
 
 def option_fixes(question: Question, core: tuple[str, ...],
                  speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
-    """Job options under which the pinned axes become legal (see `primus.solver.options`): tried when
-    the refusal involves the pipeline split or memory and PP is pinned above 1."""
+    """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
+    split options when the refusal involves the pipeline split or memory and PP is pinned above 1;
+    partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
+    when it involves memory and the pinned recompute is none or selective."""
     pp = question.pins.get("pp")
-    if not isinstance(pp, int) or pp <= 1 or not ({"pipeline-split", "memory"} & set(core)):
-        return []
-    vp = question.pins.get("vp")
     capacity = question.space.reserves.capacity_bytes
     out: list[Alternative] = []
-    for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
-        variant = question.with_job(apply_options(question.job, options))
-        c = variant.candidates
-        if c.n == 0:
-            continue
-        speed = speed_for(variant.job) if speed_for is not None else None
-        order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
-        out += fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])
+    split_sets: list[dict[str, Any]] = []  # pipeline options that split the layers but do not fit alone
+    if isinstance(pp, int) and pp > 1 and ({"pipeline-split", "memory"} & set(core)):
+        vp = question.pins.get("vp")
+        for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
+            variant = question.with_job(apply_options(question.job, options))
+            c = variant.candidates
+            if c.n == 0:
+                split_sets.append(options)
+                continue
+            out += _completed(variant.job, c, options, capacity, speed_for)
+    if "memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM:
+        for base in split_sets if "pipeline-split" in core else [{}]:
+            fix = _recompute_fix(question, base, capacity, speed_for)
+            if fix:
+                out += fix
+                break
     return out
+
+
+def _completed(job: Job, c: Candidates, options: dict[str, Any], capacity: int,
+               speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """An option fix: the fastest completion of `c`, the legal layouts of `job` (the job with the options
+    set), or its least-memory one without a projection."""
+    speed = speed_for(job) if speed_for is not None else None
+    order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
+    return fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])
+
+
+def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
+                   speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """The fewest layers per virtual stage that full recompute (block method) must re-run for the pinned
+    layout (with the `base` options) to fit: one enumeration with `recompute_num_layers` searched, the
+    least count kept, then its fastest completion. Nothing when no count fits."""
+    searched = recompute_search_job(apply_options(question.job, base))
+    variant = question.with_job(searched).with_pins({**question.pins, "recompute": "full"})
+    c = variant.candidates
+    counts = c.cols["recompute_num_layers"]
+    c = c.take(counts < np.array([_widest_chunk(searched, int(p), int(v)) for p, v in
+                                  zip(c.cols["pp"], c.cols["vp"], strict=True)], dtype=np.int64))
+    if c.n == 0:  # only recomputing every layer fits: that is full recompute, an axis change
+        return []
+    counts = c.cols["recompute_num_layers"]
+    n = int(counts.min())
+    options = {**base, **partial_recompute(n)}
+    return _completed(apply_options(question.job, options), c.take(counts == n), options, capacity, speed_for)
+
+
+def _widest_chunk(job: Job, pp: int, vp: int) -> int:
+    """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
+    playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
+    return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))
 
 
 def smallest_size(question: Question) -> tuple[int | None, str | None]:
