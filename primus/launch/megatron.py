@@ -30,7 +30,7 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
-from primus.launch.launch_env import LAUNCH_ENV, megatron_env, shell_lines
+from primus.launch.launch_env import LAUNCH_ENV, allocator_env, megatron_env, shell_lines
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
 from primus.launch.shell import Command, Script, read_script
@@ -330,6 +330,7 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
              *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")))),
+             *shell_lines(allocator_env(job.spec.allocator.expandable_segments is True)),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]

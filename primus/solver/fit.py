@@ -43,6 +43,8 @@ from primus.solver.explain import (
     pins_core,
 )
 from primus.solver.options import (
+    ALLOCATOR_FIX_VENDORS,
+    EXPANDABLE_SEGMENTS,
     PARTIAL_RECOMPUTE_FROM,
     apply_options,
     partial_recompute,
@@ -202,7 +204,9 @@ def option_fixes(question: Question, core: tuple[str, ...],
     """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
     split options when the refusal involves the pipeline split or memory and PP is pinned above 1;
     partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
-    when it involves memory and the pinned recompute is none or selective."""
+    when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
+    allocator (a smaller reserve, `stacks/allocators.yaml`) when it involves memory and the job's stack
+    runs the default allocator on an NVIDIA device."""
     pp = question.pins.get("pp")
     capacity = question.space.reserves.capacity_bytes
     out: list[Alternative] = []
@@ -216,6 +220,12 @@ def option_fixes(question: Question, core: tuple[str, ...],
                 split_sets.append(options)
                 continue
             out += _completed(variant.job, c, options, capacity, speed_for)
+    job = question.job
+    if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
+        variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
+        c = variant.candidates  # the same layouts, against a smaller allocator reserve
+        if c.n:
+            out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for)
     if "memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM:
         for base in split_sets if "pipeline-split" in core else [{}]:
             fix = _recompute_fix(question, base, capacity, speed_for)

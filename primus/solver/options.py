@@ -117,16 +117,18 @@ def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any
 
 def apply_options(job: Job, options: dict[str, Any]) -> Job:
     """The job with option paths set (`pipeline.X`: the pipeline options replaced as a whole, so one
-    split mechanism is in force; `parallel.X`: one pin)."""
+    split mechanism is in force; `parallel.X`: one pin; `allocator.X`: one allocator setting)."""
     if not options:
         return job
     spec = job.spec.model_dump()
     if any(k.startswith("pipeline.") for k in options):
         spec["pipeline"] = PipelineOptions().model_dump()
+    sections = {"pipeline", "parallel"}
     for path, value in options.items():
         section, _, name = path.partition(".")
         spec[section][name] = value
-    return job.with_spec(pipeline=spec["pipeline"], parallel=spec["parallel"])
+        sections.add(section)
+    return job.with_spec(**{section: spec[section] for section in sorted(sections)})
 
 
 #: Pinned recompute settings a partial full recompute can relieve (full recompute already re-runs
@@ -145,3 +147,9 @@ def recompute_search_job(job: Job) -> Job:
     parallel = {**job.spec.parallel.model_dump(), "recompute": "full", "recompute_method": "block",
                 "recompute_num_layers": None}
     return job.with_spec(parallel=parallel, free=sorted({*job.spec.free, "recompute_num_layers"}))
+
+
+#: The allocator option fix: PyTorch's expandable segments, which PyTorch documents for CUDA
+#: (PYTORCH_CUDA_ALLOC_CONF); offered on NVIDIA devices only, where the reserve figure was measured.
+EXPANDABLE_SEGMENTS = {"allocator.expandable_segments": True}
+ALLOCATOR_FIX_VENDORS = ("nvidia",)

@@ -127,6 +127,14 @@ class KernelOptions(Spec):
         return self
 
 
+class AllocatorOptions(Spec):
+    """PyTorch's caching allocator. `expandable_segments` (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+    fragments less, so the reserve `fit` keeps free is smaller (`stacks/allocators.yaml`); None: the
+    stack's setting."""
+
+    expandable_segments: Bool | None = None
+
+
 class JobSpec(Spec):
     model: str | dict[str, Any]
     hardware: str | dict[str, Any]
@@ -146,6 +154,7 @@ class JobSpec(Spec):
     moe: MoeOptions = MoeOptions()
     overlap: OverlapOptions = OverlapOptions()
     kernels: KernelOptions = KernelOptions()
+    allocator: AllocatorOptions = AllocatorOptions()
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
     free: list[Literal["schedule", "recompute_num_layers"]] = Field(default_factory=list)
     notes: Text | None = None
