@@ -1,5 +1,6 @@
 """`fit`'s shortcuts answer exactly what the long way would: the per-group bounded search ranks groups
-as scoring every item does, and the early-stopping existence test agrees with a full enumeration."""
+as scoring every item does, the early-stopping existence test agrees with a full enumeration, and the
+model-state floor that lets the min-size search skip sizes is below every layout's peak."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from primus.job import job_from_mapping
+from primus.solver import minsize
 from primus.solver.api import Question
 from primus.solver.explain import Asker
+from primus.solver.minsize import smallest_size, state_floor_bytes
 from primus.solver.suggest import best_per_group
 from primus.solver.vector import Enumerator
 
@@ -60,3 +63,33 @@ def test_the_early_stopping_existence_test_agrees_with_a_full_enumeration(data):
         full = Enumerator(q.tables, asker._ruleset(rules), pins).run(with_memory=memory).n > 0
         early = Enumerator(q.tables, asker._ruleset(rules), pins).first(memory).n > 0
         assert early == full, active
+
+
+FLOOR_JOBS = [
+    {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64},
+    {"model": "mixtral-8x7b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 4096, "global_batch_size": 64,
+     "precision": "fp8", "fp8_param_gather": True},
+    {"model": "llama3.1-8b", "hardware": "mi300x", "gpus": 4, "seq_len": 8192, "global_batch_size": 32,
+     "optimizer": {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}},
+]
+
+
+@pytest.mark.parametrize("data", FLOOR_JOBS, ids=lambda d: f"{d['model']}-{d['hardware']}")
+def test_no_layout_holds_less_than_the_model_states_floor(data):
+    # every structurally possible layout (only the definitions in force), every sharding and recompute
+    q = Question(job_from_mapping(data, "job.yaml"))
+    asker = Asker(q)
+    c = Enumerator(q.tables, asker._ruleset([]), {}).run(with_memory=True)
+    assert c.n > 1000
+    assert int(c.cols["peak_bytes"].min()) >= state_floor_bytes(q.job, q.job.num_gpus)
+
+
+@pytest.mark.parametrize(("data", "smallest"), [
+    ({"model": "llama3.1-405b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 64}, 96),
+    ({"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 1, "seq_len": 4096, "global_batch_size": 64}, 2),
+])
+def test_the_min_size_search_answers_the_same_with_and_without_the_floor(data, smallest, monkeypatch):
+    q = Question(job_from_mapping(data, "job.yaml"))
+    assert smallest_size(q) == (smallest, None)
+    monkeypatch.setattr(minsize, "MEMORY_RULE", ("no-such-rule", ""))  # every size enumerated
+    assert smallest_size(q) == (smallest, None)

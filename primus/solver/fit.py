@@ -42,6 +42,7 @@ from primus.solver.explain import (
     nearest_levels,
     pins_core,
 )
+from primus.solver.minsize import smallest_size
 from primus.solver.options import (
     ALLOCATOR_FIX_VENDORS,
     EXPANDABLE_SEGMENTS,
@@ -51,16 +52,13 @@ from primus.solver.options import (
     pipeline_candidates,
     recompute_search_job,
 )
-from primus.solver.space import divisors
 from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
-from primus.solver.vector import Candidates, Enumerator
+from primus.solver.vector import Candidates
 
 MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
 #: next): a search budget that keeps a refusal well under a second, not a modelling constant.
 SCORED_GROUPS = 4 * MAX_ALTERNATIVES
-#: Whole nodes tried above the job's size before `fit` says nothing fits (a search budget).
-MIN_NODES_SCAN = 256
 
 
 @dataclass(frozen=True)
@@ -267,27 +265,6 @@ def _widest_chunk(job: Job, pp: int, vp: int) -> int:
     """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
     playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
     return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))
-
-
-def smallest_size(question: Question) -> tuple[int | None, str | None]:
-    """The fewest GPUs (same convergence settings, pins released) at which some layout fits: a job
-    smaller than a node tries the sub-node sizes that divide a node first (1, 2, 4 of 8), then whole
-    nodes. Returns the GPU count; `nodes_text` says it in nodes and GPUs."""
-    from primus.job import Job
-
-    job = question.job
-    gpn = job.cluster.gpus_per_node
-    sizes = [g for g in divisors(gpn) if g > job.num_gpus]
-    sizes += [n * gpn for n in range(job.num_nodes + 1, job.num_nodes + MIN_NODES_SCAN + 1)]
-    for world in sizes:
-        if not any(job.spec.global_batch_size % d == 0 for d in divisors(world)):
-            continue
-        spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
-        trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
-        trial = question.with_job(trial_job).with_pins({})  # same rules, pins released
-        if Enumerator(trial.tables, trial.ruleset, {}).first().n > 0:  # stops at the first legal layout
-            return world, None
-    return None, f"no layout fits on up to {job.num_nodes + MIN_NODES_SCAN} nodes ({sizes[-1]:,} GPUs)"
 
 
 def nodes_text(gpus: int, gpus_per_node: int) -> str:
