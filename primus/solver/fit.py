@@ -224,7 +224,8 @@ def option_fixes(question: Question, core: tuple[str, ...],
         c = variant.candidates  # the same layouts, against a smaller allocator reserve
         if c.n:
             out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for)
-    if "memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM:
+    if ("memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM
+            and job.spec.parallel.recompute_modules is None):  # a chosen selective module set stays the user's
         for base in split_sets if "pipeline-split" in core else [{}]:
             fix = _recompute_fix(question, base, capacity, speed_for)
             if fix:
