@@ -7,9 +7,11 @@ assumptions for infeasibility, shrunk by deletion until removing any member make
 feasible; plus the bytes over capacity, the nearest legal layouts (fewest pinned axes changed) and,
 when nothing at all fits, the smallest node count at which something would.
 
-When PP is pinned and the refusal involves the pipeline split or memory, job options that keep every
-pin (pipeline split accounting, first/last stage layer counts, a layout string: `primus.solver.options`)
-are tried first, and a fix that keeps every pin ranks before one that changes a pin.
+Job options that keep every parallel axis are tried first (`primus.solver.options`): when PP is pinned
+and the refusal involves the pipeline split or memory, pipeline split accounting, first/last stage
+layer counts and a layout string; when it involves memory, partial full recompute (the fewest layers
+per virtual stage, Megatron's block method) and PyTorch's expandable-segments allocator. A fix that
+keeps every pin ranks before one that changes a pin (`primus.solver.suggest.rank_key`).
 
 A nearest layout changes some pins; the axes the job leaves free are then completed. Least memory is
 the wrong completion to suggest (it picks CP 32 over DP 32 for a 70B model), so when the caller gives a
