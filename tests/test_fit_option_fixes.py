@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from primus.job import job_from_mapping
+from primus.launch import import_launch
 from primus.memory.evaluate import MemoryModel
 from primus.projection.complete import speed_of
 from primus.solver.api import Question
@@ -125,3 +126,14 @@ def test_the_same_job_fits_when_it_runs_expandable_segments():
     job = job_from_mapping({**FP8_SELECTIVE, "allocator": {"expandable_segments": True}}, "job.yaml")
     result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
     assert result.fits  # 72.53 GiB within the 73.50 GiB expandable segments leave
+
+
+def test_the_exported_allocator_fix_reads_back_as_the_same_job(run_cli, write_job, tmp_path):
+    code, out, err = run_cli("export", write_job(FP8_SELECTIVE), "--to", "megatron", "--fix", "1")
+    assert code == 0, err
+    line = tmp_path / "launch.sh"
+    line.write_text(out.split("\n", 4)[-1])  # drop the comments, the primus-job header among them
+    config = import_launch("megatron", line, hardware="h100-80gb")
+    assert config.job["allocator"] == {"expandable_segments": True}
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in item for item in config.unmodelled)
+    assert fit(Question(job_from_mapping(config.job, "launch.sh"))).fits
