@@ -1,11 +1,13 @@
 """Frontier-scale answers as whole processes: `fit`, `project` (free axes) and `enumerate --count` on the
 five jobs of issue 16, with wall time and peak resident memory of each process.
 
-Run: python benchmarks/bench_frontier.py [--repeat N] [--timeout S] [--only NAME]
-Prints a Markdown table (median wall seconds over the repeats, the largest peak RSS) and the load
-average before and after, since the development machine is shared. Each command runs as its own child
-process, so interpreter start-up and imports are counted, as a user would see them; peak RSS is the
-child's `ru_maxrss` (resource.getrusage(RUSAGE_CHILDREN) of a one-child wrapper).
+Run: python benchmarks/bench_frontier.py [--repeat N] [--timeout S] [--only NAME] [--command NAME]
+Prints a Markdown table (median wall seconds over the repeats, the median CPU seconds (user + system)
+of the child, the largest peak RSS) and the load average before and after, since the development
+machine is shared and wall time there counts the waiting too. `--command fit` runs one command only.
+Each command runs as its own child process, so interpreter start-up and imports are counted, as a
+user would see them; peak RSS is the child's `ru_maxrss` (resource.getrusage(RUSAGE_CHILDREN) of a
+one-child wrapper).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ try:
 except subprocess.TimeoutExpired:
     code = 'timeout'
 wall = time.perf_counter() - start
-rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
-print(json.dumps({"code": code, "wall_s": wall, "rss_kib": rss_kib}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"code": code, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "rss_kib": usage.ru_maxrss}))  # ru_maxrss: KiB on Linux
 """
 
 
@@ -60,19 +63,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--only", default=None, help="run only jobs whose file name contains this")
+    ap.add_argument("--command", default=None, choices=[name for name, _ in COMMANDS], help="run only this command")
     opts = ap.parse_args()
     print(f"load average before: {load()}")
-    print("| job | command | exit | wall s (median) | wall s (max) | peak RSS GiB |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| job | command | exit | wall s (median) | wall s (max) | CPU s (median) | peak RSS GiB |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for title, path in JOBS:
         if opts.only and opts.only not in path.name:
             continue
         for name, args in COMMANDS:
+            if opts.command and name != opts.command:
+                continue
             runs = [run_once([*args, str(path)], opts.timeout) for _ in range(opts.repeat)]
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
+            cpus = [float(r["cpu_s"]) for r in runs]  # type: ignore[arg-type]
             rss = max(int(r["rss_kib"]) for r in runs) / 2**20  # type: ignore[call-overload]
             print(f"| {title} | {name} | {runs[0]['code']} | {statistics.median(walls):.2f} | {max(walls):.2f} | "
-                  f"{rss:.2f} |", flush=True)
+                  f"{statistics.median(cpus):.2f} | {rss:.2f} |", flush=True)
     print(f"load average after: {load()}")
 
 

@@ -58,6 +58,13 @@ class Job:
     def num_nodes(self) -> int:
         return -(-self.num_gpus // self.cluster.gpus_per_node)
 
+    @property
+    def expandable_segments(self) -> bool:
+        """Whether PyTorch's allocator runs with expandable segments: the job's `allocator` setting,
+        else its stack's."""
+        own = self.spec.allocator.expandable_segments
+        return bool(self.resolved_stack["allocator_expandable_segments"]) if own is None else own
+
     def with_spec(self, **updates: Any) -> Job:
         """A copy with top-level job fields replaced (re-validated)."""
         data = self.spec.model_dump()

@@ -38,6 +38,36 @@ def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool) -> tuple[E
     return ()
 
 
+#: PyTorch's allocator setting the export writes when the job runs expandable segments ("CUDA
+#: semantics: Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF", pytorch.org/docs/stable/notes/cuda.html).
+ALLOCATOR_ENV: Final = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+#: The names PyTorch reads its allocator configuration from (CUDA, ROCm, and the device-generic one).
+ALLOCATOR_VARS: Final = frozenset({ALLOCATOR_ENV, "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
+
+
+def expandable_segments_of(name: str, value: str) -> bool | None:
+    """What an allocator variable says of expandable segments (`key:value` pairs, comma-separated), or
+    None when `name` is not one or the value does not set it."""
+    if name not in ALLOCATOR_VARS:
+        return None
+    for item in value.split(","):
+        key, _, setting = item.partition(":")
+        if key.strip() == "expandable_segments" and setting.strip() in ("True", "False"):
+            return setting.strip() == "True"
+    return None
+
+
+def allocator_env(expandable_segments: bool) -> tuple[EnvSetting, ...]:
+    """The allocator configuration the job's memory verdict assumed, when it is not PyTorch's default."""
+    if not expandable_segments:
+        return ()
+    return (EnvSetting(ALLOCATOR_ENV, "expandable_segments:True",
+                       "the job runs PyTorch's allocator with expandable segments (allocator.expandable_segments): "
+                       "fit's allocator reserve assumes it (stacks/allocators.yaml)"),)
+
+
 def shell_lines(settings: tuple[EnvSetting, ...]) -> list[str]:
     """The settings as bash lines, each after a comment with its reason."""
     lines: list[str] = []

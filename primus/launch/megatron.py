@@ -30,7 +30,7 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
-from primus.launch.launch_env import LAUNCH_ENV, megatron_env, shell_lines
+from primus.launch.launch_env import LAUNCH_ENV, allocator_env, expandable_segments_of, megatron_env, shell_lines
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
 from primus.launch.shell import Command, Script, read_script
@@ -55,6 +55,7 @@ class ParsedLine:
     nproc: int | None = None
     script: str | None = None  # the training script the launcher runs (pretrain_gpt.py)
     launched: bool = True  # False: a file of argument definitions with no launch line
+    expandable_segments: bool | None = None  # PyTorch's allocator setting, when the file sets it
     variables: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +68,8 @@ def _commands(text: str, where: str, out: Collector) -> tuple[list[str], bool, S
     for env_name, env_value in script.exported:
         if env_name in LAUNCH_ENV:
             out.note(f"{env_name}={env_value}: a launch requirement of Megatron-LM, read (no effect on memory)")
+        elif expandable_segments_of(env_name, env_value) is not None:
+            out.note(f"{env_name}={env_value}: read as allocator.expandable_segments (the allocator reserve)")
         else:
             out.skip(f"env {env_name}={env_value}")
     for item in script.unresolved:
@@ -102,9 +105,18 @@ def _options(words: tuple[str, ...] | list[str]) -> int:
 def parse_line(text: str, where: str, out: Collector) -> ParsedLine:
     words, launched, script = _commands(text, where, out)
     parsed = ParsedLine(launched=launched, variables=dict(script.variables))
+    for env_name, env_value in script.exported:
+        setting = expandable_segments_of(env_name, env_value)
+        parsed.expandable_segments = setting if setting is not None else parsed.expandable_segments
     i = 0
     while i < len(words) and _ASSIGN.match(words[i]):
-        out.skip(f"env {words[i]}")
+        name, value = words[i].split("=", 1)
+        setting = expandable_segments_of(name, value)
+        if setting is None:
+            out.skip(f"env {words[i]}")
+        else:
+            out.note(f"{words[i]}: read as allocator.expandable_segments (the allocator reserve)")
+            parsed.expandable_segments = setting
         i += 1
     i = _launcher(words, i, parsed, where, out)
     _check_kind(parsed.script, words[i:], where)
@@ -254,6 +266,8 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               file_nnodes=parsed.nnodes, file_nproc=parsed.nproc, base_dir=base_dir)
     job, consumed = job_from_args(parsed.ns, _context(parsed, header, where, cluster.gpus), out)
+    if parsed.expandable_segments is not None:
+        job["allocator"] = {"expandable_segments": parsed.expandable_segments}
     _skip_unread(parsed, consumed, out)
     return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
 
@@ -330,6 +344,7 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
              *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")))),
+             *shell_lines(allocator_env(job.spec.allocator.expandable_segments is True)),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from primus.errors import InputError
 from primus.job import Job
 from primus.memory.evaluate import pinned_layout
@@ -20,6 +22,7 @@ from primus.projection.project import Projection, Projector, projector_for
 from primus.projection.timer import KernelTimer
 from primus.solver.api import LegalLayout, Question
 from primus.solver.search import best_first
+from primus.solver.vector import Candidates
 
 RESIMULATE = 8  # candidates re-timed by simulation after the fast ranking
 #: Step times within this fraction of the fastest are ties for this model (it is calibrated against data
@@ -90,6 +93,11 @@ class Speed:
 
     def bound(self, layout: Layout) -> float:
         return self.bounds.upper_bound(layout)
+
+    def compute_bounds(self, cands: Candidates) -> np.ndarray:
+        """A looser bound for every row at once (compute alone, one evaluation per shape context), the
+        first level of a bounded search before `bound` refines it."""
+        return self.bounds.compute_bounds(cands)
 
 
 def speed_of(job: Job, profile: Profile | None = None) -> Speed | None:

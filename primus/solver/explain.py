@@ -5,8 +5,8 @@ for DeepSeek-V3 on 1,024 GPUs, a minute and gigabytes before the first answer. H
 asked of the staged enumerator instead, which applies each active rule and pin as soon as the axes it
 reads are bound, so a trial with the pins in force never builds the layouts the pins exclude:
 
-- `exists(active rules, active pins)`: one enumeration per pipeline size, stopping at the first that
-  has a layout (a feasible trial rarely needs all of them);
+- `exists(active rules, active pins)`: the enumeration grown from a few (TP, CP, PP) seeds at a time,
+  stopping at the first batch that has a layout (`Enumerator.first`);
 - the minimal core: the same deletion as the matrix's (non-memory rules, then pins, memory last), so
   the same core, each test one `exists`;
 - the nearest legal layouts: the legal layouts with k pins released, k = 1, 2, ... (every rule in
@@ -19,7 +19,7 @@ construction, as they hold in every row of the matrix, so both answer the same q
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import combinations
 from typing import Any
 
@@ -47,10 +47,8 @@ class Asker:
         keep = set(rule_ids) | set(DEFINITIONAL)
         return RuleSet(tuple(r for r in self.q.ruleset.rules if r.id in keep))
 
-    def enumerate(self, rule_ids: Iterable[str], pins: dict[str, Any], memory: bool,
-                  first_only: bool = False) -> Candidates:
-        """Layouts passing the rules and pins (memory columns when `memory`); with `first_only`, those of
-        the first pipeline size that has any."""
+    def enumerate(self, rule_ids: Iterable[str], pins: dict[str, Any], memory: bool) -> Candidates:
+        """Layouts passing the rules and pins (memory columns when `memory`), one pipeline size at a time."""
         ruleset = self._ruleset(rule_ids)
         pps = [pins["pp"]] if "pp" in pins else self.q.space.pp_values
         parts = []
@@ -58,19 +56,23 @@ class Asker:
             c = Enumerator(self.q.tables, ruleset, {**pins, "pp": pp}).run(with_memory=memory)
             if c.n:
                 parts.append(c)
-                if first_only:
-                    break
         if not parts:
             return Enumerator(self.q.tables, ruleset, {**pins, "pp": pps[0]}).run(with_memory=memory)
         return Candidates({k: np.concatenate([p.cols[k] for p in parts]) for k in parts[0].cols})
 
     def feasible(self, active: Iterable[str]) -> bool:
+        """Whether some layout passes every active rule and pin. Answers are monotone (more rules and
+        pins, fewer layouts), so a subset of a feasible set is feasible and a superset of an
+        infeasible one is not: those are answered from the memo without enumerating."""
         key = frozenset(active)
         if key not in self._memo:
+            for known, value in self._memo.items():
+                if (value and key <= known) or (not value and known <= key):
+                    return value
             rules = [n for n in key if not n.startswith("pin:")]
             pins = {n[4:]: self.pins[n[4:]] for n in key if n.startswith("pin:")}
             memory = bool(self.memory_ids & set(rules))
-            self._memo[key] = self.enumerate(rules, pins, memory, first_only=True).n > 0
+            self._memo[key] = Enumerator(self.q.tables, self._ruleset(rules), pins).first(memory).n > 0
         return self._memo[key]
 
 
@@ -133,9 +135,19 @@ def nearest_groups(asker: Asker, limit: int) -> list[tuple[Candidates, list[str]
     fewest pins changed first, then the group's least memory, then canonical order. Each group holds
     every legal completion of the free axes for that assignment (least memory first) and the pins it
     changes."""
+    out: list[tuple[Candidates, list[str]]] = []
+    for level in nearest_levels(asker):
+        out.extend(level[: max(0, limit - len(out))])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def nearest_levels(asker: Asker) -> Iterator[list[tuple[Candidates, list[str]]]]:
+    """`nearest_groups` one level at a time (k = 1, 2, ... pins changed, each level ranked), so a caller
+    that has enough suggestions after level k never enumerates level k + 1."""
     q = asker.q
     axes = list(asker.pins)
-    out: list[tuple[Candidates, list[str]]] = []
     is_moe = q.job.model.is_moe
     for k in range(1, len(axes) + 1):
         level: dict[tuple[int, ...], tuple[Candidates, list[str]]] = {}
@@ -156,12 +168,9 @@ def nearest_groups(asker: Asker, limit: int) -> list[tuple[Candidates, list[str]
                 members = c.take(inverse.reshape(-1) == g)
                 members = members.take(np.lexsort((members.canonical_order().argsort(), members.cols["peak_bytes"])))
                 level[tuple(int(x) for x in uniq[g])] = (members, [f"pin:{a}" for a in released])
-        ranked = sorted(level.values(), key=lambda item: (int(item[0].cols["peak_bytes"][0]),
-                                                          _canon_key(item[0], 0)))
-        out.extend(ranked[: max(0, limit - len(out))])
-        if len(out) >= limit:
-            break
-    return out
+        if level:
+            yield sorted(level.values(), key=lambda item: (int(item[0].cols["peak_bytes"][0]),
+                                                           _canon_key(item[0], 0)))
 
 
 def _canon_key(c: Candidates, i: int) -> tuple[int, ...]:

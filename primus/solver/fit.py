@@ -7,9 +7,11 @@ assumptions for infeasibility, shrunk by deletion until removing any member make
 feasible; plus the bytes over capacity, the nearest legal layouts (fewest pinned axes changed) and,
 when nothing at all fits, the smallest node count at which something would.
 
-When PP is pinned and the refusal involves the pipeline split or memory, job options that keep every
-pin (pipeline split accounting, first/last stage layer counts, a layout string: `primus.solver.options`)
-are tried first, and a fix that keeps every pin ranks before one that changes a pin.
+Job options that keep every parallel axis are tried first (`primus.solver.options`): when PP is pinned
+and the refusal involves the pipeline split or memory, pipeline split accounting, first/last stage
+layer counts and a layout string; when it involves memory, partial full recompute (the fewest layers
+per virtual stage, Megatron's block method) and PyTorch's expandable-segments allocator. A fix that
+keeps every pin ranks before one that changes a pin (`primus.solver.suggest.rank_key`).
 
 A nearest layout changes some pins; the axes the job leaves free are then completed. Least memory is
 the wrong completion to suggest (it picks CP 32 over DP 32 for a 70B model), so when the caller gives a
@@ -30,6 +32,7 @@ import numpy as np
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel, MemoryReport
 from primus.memory.ledger import Reserves
+from primus.memory.shapes import split_layout
 from primus.parallel import Layout
 from primus.solver.api import Question
 from primus.solver.core import broken_definitions, certify
@@ -38,39 +41,26 @@ from primus.solver.explain import (
     closest_request,
     explain_structural,
     minimal_core,
-    nearest_groups,
+    nearest_levels,
     pins_core,
 )
-from primus.solver.options import apply_options, pipeline_candidates
-from primus.solver.search import best_first
-from primus.solver.space import divisors
+from primus.solver.minsize import smallest_size
+from primus.solver.options import (
+    ALLOCATOR_FIX_VENDORS,
+    EXPANDABLE_SEGMENTS,
+    PARTIAL_RECOMPUTE_FROM,
+    apply_options,
+    partial_recompute,
+    pipeline_candidates,
+    recompute_search_job,
+)
+from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
 from primus.solver.vector import Candidates
 
 MAX_ALTERNATIVES = 5
 #: Pin assignments projected before the fastest MAX_ALTERNATIVES are shown (nearest first, least memory
 #: next): a search budget that keeps a refusal well under a second, not a modelling constant.
 SCORED_GROUPS = 4 * MAX_ALTERNATIVES
-#: Whole nodes tried above the job's size before `fit` says nothing fits (a search budget).
-MIN_NODES_SCAN = 256
-#: Projected tokens/s/GPU of a legal layout, given its peak bytes (the ranking key for completions).
-Speed = Callable[[Layout, int], float]
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """A legal layout near the request. `changed`: the pinned axes it changes and the job option paths
-    it sets (`pipeline.layout`); `options`: those options' new values (empty for an axis change)."""
-
-    layout: Layout
-    peak_bytes: int
-    headroom_bytes: int
-    changed: tuple[str, ...]
-    tokens_per_s_per_gpu: float | None = None  # when completed by projected speed
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def keeps_pins(self) -> bool:
-        return all("." in c for c in self.changed)
 
 
 @dataclass(frozen=True)
@@ -178,11 +168,8 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     request = found[0].layout(found[1]) if found is not None else None
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
-    groups = nearest_groups(asker, MAX_ALTERNATIVES if speed is None else SCORED_GROUPS)
-    alternatives = tuple(_alternative(rows, tuple(p[4:] for p in changed), capacity, speed)
-                         for rows, changed in groups)
     fixes = option_fixes(question, core, speed_for)
-    alternatives = tuple(sorted((*fixes, *alternatives), key=_rank)[:MAX_ALTERNATIVES])
+    alternatives = nearest_alternatives(asker, fixes, capacity, speed)
     min_gpus: int | None = None
     note: str | None = None
     if not alternatives:
@@ -192,76 +179,95 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
                      min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details)
 
 
-def _rank(a: Alternative) -> tuple[int, int, float]:
-    """Fixes that keep every pin first (job options only, fastest first), then fewest pins changed,
-    then fastest."""
-    pins_changed = sum(1 for c in a.changed if "." not in c)
-    return (pins_changed, len(a.changed) if pins_changed else 0, -(a.tokens_per_s_per_gpu or 0.0))
+def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
+                         speed: Speed | None) -> tuple[Alternative, ...]:
+    """The option `fixes` and the nearest pin assignments' fastest completions, at most MAX_ALTERNATIVES
+    in rank order (`rank_key`). The SCORED_GROUPS nearest assignments are the candidates (only the
+    first MAX_ALTERNATIVES without `speed`); a level of k changed pins is enumerated and scored only
+    while the list has room, since each of its fixes ranks after every fix with fewer changes."""
+    chosen = list(fixes)
+    budget = MAX_ALTERNATIVES if speed is None else SCORED_GROUPS
+    levels = nearest_levels(asker)
+    while budget > 0 and len(chosen) < MAX_ALTERNATIVES:
+        level = next(levels, None)
+        if level is None:
+            break
+        level = level[:budget]
+        budget -= len(level)
+        groups = [(rows, tuple(p[4:] for p in changed)) for rows, changed in level]
+        chosen += fastest_groups(groups, MAX_ALTERNATIVES - len(chosen), capacity, speed)
+    return tuple(sorted(chosen, key=rank_key)[:MAX_ALTERNATIVES])
 
 
 def option_fixes(question: Question, core: tuple[str, ...],
                  speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
-    """Job options under which the pinned axes become legal (see `primus.solver.options`): tried when
-    the refusal involves the pipeline split or memory and PP is pinned above 1."""
+    """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
+    split options when the refusal involves the pipeline split or memory and PP is pinned above 1;
+    partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
+    when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
+    allocator (a smaller reserve, `stacks/allocators.yaml`) when it involves memory and the job's stack
+    runs the default allocator on an NVIDIA device."""
     pp = question.pins.get("pp")
-    if not isinstance(pp, int) or pp <= 1 or not ({"pipeline-split", "memory"} & set(core)):
-        return []
-    vp = question.pins.get("vp")
     capacity = question.space.reserves.capacity_bytes
     out: list[Alternative] = []
-    for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
-        variant = question.with_job(apply_options(question.job, options))
-        c = variant.candidates
-        if c.n == 0:
-            continue
-        speed = speed_for(variant.job) if speed_for is not None else None
-        peaks = c.cols["peak_bytes"]
-        order = np.lexsort((np.arange(c.n), peaks))  # least memory first, as for axis changes
-        alt = _alternative(c.take(order), tuple(options), capacity, speed)
-        out.append(Alternative(alt.layout, alt.peak_bytes, alt.headroom_bytes, tuple(options),
-                               alt.tokens_per_s_per_gpu, dict(options)))
+    split_sets: list[dict[str, Any]] = []  # pipeline options that split the layers but do not fit alone
+    if isinstance(pp, int) and pp > 1 and ({"pipeline-split", "memory"} & set(core)):
+        vp = question.pins.get("vp")
+        for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
+            variant = question.with_job(apply_options(question.job, options))
+            c = variant.candidates
+            if c.n == 0:
+                split_sets.append(options)
+                continue
+            out += _completed(variant.job, c, options, capacity, speed_for)
+    job = question.job
+    if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
+        variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
+        c = variant.candidates  # the same layouts, against a smaller allocator reserve
+        if c.n:
+            out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for)
+    if ("memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM
+            and job.spec.parallel.recompute_modules is None):  # a chosen selective module set stays the user's
+        for base in split_sets if "pipeline-split" in core else [{}]:
+            fix = _recompute_fix(question, base, capacity, speed_for)
+            if fix:
+                out += fix
+                break
     return out
 
 
-def _alternative(rows: Candidates, changed: tuple[str, ...], capacity: int, speed: Speed | None) -> Alternative:
-    """One pin assignment's suggestion: its fastest completion when `speed` is given (ties keep the
-    least-memory order), else its least-memory one. `rows` are least memory first."""
-    best, tokens = 0, None
-    peaks = rows.cols["peak_bytes"]
-    if speed is not None:
-        layouts = [rows.layout(r) for r in range(rows.n)]
-        bound = getattr(speed, "bound", None)
-        if bound is not None:  # best-first under the projection's admissible bound: the same maximum
-            top, _, _ = best_first([bound(lay) for lay in layouts], lambda i: speed(layouts[i], int(peaks[i])), 1)
-            tokens, best = top[0]
-        else:
-            scores = [speed(layouts[r], int(peaks[r])) for r in range(rows.n)]
-            best = max(range(rows.n), key=lambda i: (scores[i], -i))
-            tokens = scores[best]
-    peak = int(peaks[best])
-    return Alternative(rows.layout(best), peak, capacity - peak, changed, tokens)
+def _completed(job: Job, c: Candidates, options: dict[str, Any], capacity: int,
+               speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """An option fix: the fastest completion of `c`, the legal layouts of `job` (the job with the options
+    set), or its least-memory one without a projection."""
+    speed = speed_for(job) if speed_for is not None else None
+    order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
+    return fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])
 
 
-def smallest_size(question: Question) -> tuple[int | None, str | None]:
-    """The fewest GPUs (same convergence settings, pins released) at which some layout fits: a job
-    smaller than a node tries the sub-node sizes that divide a node first (1, 2, 4 of 8), then whole
-    nodes. Returns the GPU count; `nodes_text` says it in nodes and GPUs."""
-    from primus.job import Job
+def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
+                   speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """The fewest layers per virtual stage that full recompute (block method) must re-run for the pinned
+    layout (with the `base` options) to fit: one enumeration with `recompute_num_layers` searched, the
+    least count kept, then its fastest completion. Nothing when no count fits."""
+    searched = recompute_search_job(apply_options(question.job, base))
+    variant = question.with_job(searched).with_pins({**question.pins, "recompute": "full"})
+    c = variant.candidates
+    counts = c.cols["recompute_num_layers"]
+    c = c.take(counts < np.array([_widest_chunk(searched, int(p), int(v)) for p, v in
+                                  zip(c.cols["pp"], c.cols["vp"], strict=True)], dtype=np.int64))
+    if c.n == 0:  # only recomputing every layer fits: that is full recompute, an axis change
+        return []
+    counts = c.cols["recompute_num_layers"]
+    n = int(counts.min())
+    options = {**base, **partial_recompute(n)}
+    return _completed(apply_options(question.job, options), c.take(counts == n), options, capacity, speed_for)
 
-    job = question.job
-    gpn = job.cluster.gpus_per_node
-    sizes = [g for g in divisors(gpn) if g > job.num_gpus]
-    sizes += [n * gpn for n in range(job.num_nodes + 1, job.num_nodes + MIN_NODES_SCAN + 1)]
-    for world in sizes:
-        if not any(job.spec.global_batch_size % d == 0 for d in divisors(world)):
-            continue
-        spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
-        trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
-        trial = Question(trial_job, pins={})
-        trial.ruleset = question.ruleset  # same rules
-        if trial.count() > 0:
-            return world, None
-    return None, f"no layout fits on up to {job.num_nodes + MIN_NODES_SCAN} nodes ({sizes[-1]:,} GPUs)"
+
+def _widest_chunk(job: Job, pp: int, vp: int) -> int:
+    """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
+    playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
+    return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))
 
 
 def nodes_text(gpus: int, gpus_per_node: int) -> str:

@@ -13,6 +13,11 @@ layout. Candidates, each a mapping of option paths to new values (Megatron-Core'
 
 Each candidate is checked by building Megatron's split for the pinned (PP, VP); the solver then
 answers the same question (same rules, same pins) for the job with the option set.
+
+When the pinned layout is over memory with recompute none or selective, partial full recompute keeps
+every parallel axis: Megatron's `--recompute-granularity full --recompute-method block
+--recompute-num-layers N` re-runs the first N decoder layers of each virtual stage from their inputs
+and keeps the rest (`primus.memory.recompute`). The fix names the fewest N that fits.
 """
 
 from __future__ import annotations
@@ -112,13 +117,39 @@ def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any
 
 def apply_options(job: Job, options: dict[str, Any]) -> Job:
     """The job with option paths set (`pipeline.X`: the pipeline options replaced as a whole, so one
-    split mechanism is in force; `parallel.X`: one pin)."""
+    split mechanism is in force; `parallel.X`: one pin; `allocator.X`: one allocator setting)."""
     if not options:
         return job
     spec = job.spec.model_dump()
     if any(k.startswith("pipeline.") for k in options):
         spec["pipeline"] = PipelineOptions().model_dump()
+    sections = {"pipeline", "parallel"}
     for path, value in options.items():
         section, _, name = path.partition(".")
         spec[section][name] = value
-    return job.with_spec(pipeline=spec["pipeline"], parallel=spec["parallel"])
+        sections.add(section)
+    return job.with_spec(**{section: spec[section] for section in sorted(sections)})
+
+
+#: Pinned recompute settings a partial full recompute can relieve (full recompute already re-runs
+#: every layer under the uniform method, the least memory there is).
+PARTIAL_RECOMPUTE_FROM = ("none", "selective")
+
+
+def partial_recompute(n: int) -> dict[str, Any]:
+    """The option paths for full recompute of the first `n` layers of each virtual stage (block method)."""
+    return {"parallel.recompute": "full", "parallel.recompute_method": "block", "parallel.recompute_num_layers": n}
+
+
+def recompute_search_job(job: Job) -> Job:
+    """The job with full recompute by the block method and `recompute_num_layers` searched (every count
+    the `recompute-layers` rule allows), so one enumeration answers for every N."""
+    parallel = {**job.spec.parallel.model_dump(), "recompute": "full", "recompute_method": "block",
+                "recompute_num_layers": None}
+    return job.with_spec(parallel=parallel, free=sorted({*job.spec.free, "recompute_num_layers"}))
+
+
+#: The allocator option fix: PyTorch's expandable segments, which PyTorch documents for CUDA
+#: (PYTORCH_CUDA_ALLOC_CONF); offered on NVIDIA devices only, where the reserve figure was measured.
+EXPANDABLE_SEGMENTS = {"allocator.expandable_segments": True}
+ALLOCATOR_FIX_VENDORS = ("nvidia",)

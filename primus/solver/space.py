@@ -97,7 +97,7 @@ class Space:
 
     @cached_property
     def reserves(self) -> Reserves:
-        return Reserves.of(self.job.cluster, bool(self.job.resolved_stack["allocator_expandable_segments"]))
+        return Reserves.of(self.job.cluster, self.job.expandable_segments)
 
     @cached_property
     def facts(self) -> dict[str, int | bool]:

@@ -128,6 +128,29 @@ class Enumerator:
     # ---- stages ----
 
     def run(self, with_memory: bool = True) -> Candidates:
+        return self._grow(self._seeds(), with_memory)
+
+    def first(self, with_memory: bool = True) -> Candidates:
+        """Some legal layouts if there are any, else none: an existence test that stops early. The
+        (TP, CP, PP) seeds are grown in batches of 1, 2, 4, ... (most model parallelism first, the
+        likeliest to fit), so a feasible question is answered from a few seeds and an infeasible one
+        costs at most about twice a full run. (`rejected` then counts only the batches grown.)"""
+        seeds = self._seeds()
+        c = seeds.cols
+        order = np.argsort(-(c["tp"] * c["cp"] * c["pp"]), kind="stable")
+        start, size = 0, 1
+        out = seeds
+        while start < seeds.n:
+            fork = object.__new__(Enumerator)
+            fork.__dict__.update(self.__dict__, pending=list(self.pending), pending_pins=list(self.pending_pins))
+            out = fork._grow(seeds.take(order[start:start + size]), with_memory)
+            if out.n:
+                return out
+            start, size = start + size, 2 * size
+        return out if seeds.n else self._grow(seeds, with_memory)
+
+    def _seeds(self) -> Candidates:
+        """(TP, CP, PP, DP) that divide the world, with the pins and rules that read only them applied."""
         s = self.space
         world = s.world
         tp, cp, pp = (a.reshape(-1) for a in np.meshgrid(s.tp_values, s.cp_values, s.pp_values, indexing="ij"))
@@ -135,7 +158,10 @@ class Enumerator:
         cands = Candidates({"tp": tp[ok], "cp": cp[ok], "pp": pp[ok]})
         cands.cols["dp"] = world // (cands.cols["tp"] * cands.cols["cp"] * cands.cols["pp"])
         cands = self._pins(cands)
-        cands = self._apply_rules(cands)
+        return self._apply_rules(cands)
+
+    def _grow(self, cands: Candidates, with_memory: bool) -> Candidates:
+        """The remaining stages from (TP, CP, PP) seeds to complete layouts."""
         cands = self._stage_vp(cands)
         cands = self._stage_experts(cands)
         cands = self._stage_mbs(cands)

@@ -145,6 +145,14 @@ class CpuOffloadOptions(Spec):
         return self.num_layers if self.activations else 0
 
 
+class AllocatorOptions(Spec):
+    """PyTorch's caching allocator. `expandable_segments` (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+    fragments less, so the reserve `fit` keeps free is smaller (`stacks/allocators.yaml`); None: the
+    stack's setting."""
+
+    expandable_segments: Bool | None = None
+
+
 class JobSpec(Spec):
     model: str | dict[str, Any]
     hardware: str | dict[str, Any]
@@ -165,6 +173,7 @@ class JobSpec(Spec):
     overlap: OverlapOptions = OverlapOptions()
     kernels: KernelOptions = KernelOptions()
     cpu_offloading: CpuOffloadOptions = CpuOffloadOptions()
+    allocator: AllocatorOptions = AllocatorOptions()
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
     free: list[Literal["schedule", "recompute_num_layers"]] = Field(default_factory=list)
     notes: Text | None = None

@@ -117,8 +117,16 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
         ref_entry = _entry(req_p, None, False, list(ref_fit.violated_rules))
         if ref_fit.alternatives:
             near = ref_fit.alternatives[0]
-            ref_p = tuner.projector.project(near.layout, "simulate", peak=(near.peak_bytes, True))
-            ref_entry["nearest_legal"] = {**_entry(ref_p, None, True, []), "changed": list(near.changed)}
+            proj = tuner.projector
+            if near.options:  # a fix that sets job options (a pipeline split, partial recompute): its own job
+                from primus.projection.project import projector_for
+                from primus.solver.options import apply_options
+
+                proj = projector_for(apply_options(tuner.job, near.options), tuner.projector.profile,
+                                     tuner.projector.timer)
+            ref_p = proj.project(near.layout, "simulate", peak=(near.peak_bytes, True))
+            ref_entry["nearest_legal"] = {**_entry(ref_p, None, True, []), "changed": list(near.changed),
+                                          "options": dict(near.options)}
     ref_entry["origin"] = reference.origin
     if reference.claim is not None:
         ref_entry["claim"] = dict(reference.claim)

@@ -1,0 +1,139 @@
+"""Fixes that keep the user's layout (issue 16): partial full recompute, Megatron's
+`--recompute-granularity full --recompute-method block --recompute-num-layers N`, re-runs the first N
+decoder layers of each virtual stage and keeps every parallel axis the user pinned."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from primus.job import job_from_mapping
+from primus.launch import import_launch
+from primus.memory.evaluate import MemoryModel
+from primus.projection.complete import speed_of
+from primus.solver.api import Question
+from primus.solver.fit import fit
+from primus.solver.options import apply_options, partial_recompute
+
+GIB = 2**30
+# Llama 3.1 70B in bf16 on 64 H100 at Megatron-Bridge's 70B layout (TP4 PP8 VP5 CP1 MBS1), the
+# distributed optimizer and no recompute: 80 layers in 40 chunks of 2, stage 0 over by about 7 GiB.
+BASE = {"model": "llama3.1-70b", "hardware": "h100-80gb", "nodes": 8, "seq_len": 8192, "global_batch_size": 128}
+PINS = {"tp": 4, "pp": 8, "vp": 5, "cp": 1, "mbs": 1, "sp": True, "recompute": "none", "sharding": "dist_opt"}
+KEPT = ("tp", "pp", "vp", "cp", "mbs", "sp", "sharding")
+
+
+def _fit(parallel):  # type: ignore[no-untyped-def]
+    job = job_from_mapping({**BASE, "parallel": parallel}, "job.yaml")
+    return job, fit(Question(job), speed=speed_of(job), speed_for=speed_of)
+
+
+@pytest.fixture(scope="module")
+def pp8_vp5():  # type: ignore[no-untyped-def]
+    return _fit(PINS)
+
+
+def test_a_70b_layout_7_gib_over_is_fixed_first_by_recomputing_one_layer_per_virtual_stage(pp8_vp5):
+    job, result = pp8_vp5
+    capacity = Question(job).space.reserves.capacity_bytes
+    assert not result.fits and "memory" in result.violated_rules
+    assert result.report is not None and 6 * GIB < result.report.peak_bytes - capacity < 8 * GIB
+    first = result.alternatives[0]
+    assert first.options == {"parallel.recompute": "full", "parallel.recompute_method": "block",
+                             "parallel.recompute_num_layers": 1}
+    assert first.changed == tuple(first.options) and first.keeps_pins
+    parallel = first.layout.as_parallel()
+    assert {k: parallel[k] for k in KEPT} == {k: PINS[k] for k in KEPT}
+    assert first.layout.recompute == "full" and first.layout.recompute_num_layers == 1
+    assert first.peak_bytes <= capacity
+
+
+def test_the_fix_is_the_ledgers_bytes_for_the_job_with_the_options_set(pp8_vp5):
+    job, result = pp8_vp5
+    first = result.alternatives[0]
+    fixed = apply_options(job, first.options)
+    assert fixed.spec.parallel.recompute_method == "block"
+    assert MemoryModel(fixed).evaluate(first.layout, strict=False).peak_bytes == first.peak_bytes
+
+
+def test_the_fewest_recomputed_layers_that_fit_are_named():
+    # at PP4 VP5 (4 layers a chunk) recomputing 1 layer a chunk is still over; 2 fit
+    job, result = _fit({**PINS, "pp": 4})
+    first = result.alternatives[0]
+    assert first.keeps_pins and first.options["parallel.recompute_num_layers"] == 2
+    capacity = Question(job).space.reserves.capacity_bytes
+    one = apply_options(job, partial_recompute(1))
+    layout = replace(first.layout, recompute_num_layers=1)
+    assert MemoryModel(one).evaluate(layout, strict=False).peak_bytes > capacity >= first.peak_bytes
+
+
+def test_recomputing_every_layer_of_a_chunk_is_not_offered_as_an_option():
+    # TP2 PP8 MBS4 fits only when all 10 layers of each stage are recomputed: that is full recompute,
+    # a change of the recompute pin, listed as such
+    _, result = _fit({**PINS, "tp": 2, "vp": 1, "mbs": 4})
+    assert not any("parallel.recompute_num_layers" in a.options for a in result.alternatives)
+    assert any(a.changed == ("recompute",) and a.layout.recompute == "full" for a in result.alternatives)
+
+
+def test_the_recompute_fix_exported_to_megatron_carries_the_block_method(run_cli, write_job):
+    code, out, err = run_cli("export", write_job({**BASE, "parallel": PINS}), "--to", "megatron", "--fix", "1")
+    assert code == 0, err
+    assert "--recompute-granularity full" in out and "--recompute-method block" in out
+    assert "--recompute-num-layers 1" in out and "--num-virtual-stages-per-pipeline-rank 5" in out
+
+
+# The same 70B layout in FP8 with selective recompute: 1.41 GiB over the 71.15 GiB the default allocator's
+# 9% reserve leaves (stacks/allocators.yaml); PyTorch's expandable segments (6% reserve) leaves 73.50 GiB.
+FP8_SELECTIVE = {**BASE, "precision": "fp8", "parallel": {**PINS, "recompute": "selective"}}
+
+
+@pytest.fixture(scope="module")
+def fp8_selective():  # type: ignore[no-untyped-def]
+    job = job_from_mapping(FP8_SELECTIVE, "job.yaml")
+    return job, fit(Question(job), speed=speed_of(job), speed_for=speed_of)
+
+
+def test_a_layout_within_the_allocator_reserve_is_fixed_first_by_expandable_segments(fp8_selective):
+    job, result = fp8_selective
+    default = Question(job).space.reserves.capacity_bytes
+    assert result.report is not None and 0 < result.report.peak_bytes - default < 2 * GIB
+    first = result.alternatives[0]
+    assert first.options == {"allocator.expandable_segments": True} and first.keeps_pins
+    assert first.layout == result.layout  # the very layout asked for, unchanged
+    expandable = Question(apply_options(job, first.options)).space.reserves
+    assert expandable.allocator == "expandable_segments"
+    assert first.headroom_bytes == expandable.capacity_bytes - first.peak_bytes > 0
+
+
+def test_fixes_that_keep_every_pin_rank_fastest_first(fp8_selective):
+    _, result = fp8_selective
+    kept = [a for a in result.alternatives if a.keeps_pins]
+    assert [set(a.options) for a in kept[:2]] == [{"allocator.expandable_segments"},
+                                                  {"parallel.recompute", "parallel.recompute_method",
+                                                   "parallel.recompute_num_layers"}]
+    speeds = [a.tokens_per_s_per_gpu for a in kept]
+    assert speeds == sorted(speeds, reverse=True)  # no recompute beats recomputing a layer per stage
+
+
+def test_the_allocator_fix_exported_to_megatron_sets_pytorchs_allocator(run_cli, write_job):
+    code, out, err = run_cli("export", write_job(FP8_SELECTIVE), "--to", "megatron", "--fix", "1")
+    assert code == 0, err
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+
+
+def test_the_same_job_fits_when_it_runs_expandable_segments():
+    job = job_from_mapping({**FP8_SELECTIVE, "allocator": {"expandable_segments": True}}, "job.yaml")
+    result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
+    assert result.fits  # 72.57 GiB within the 73.50 GiB expandable segments leave
+
+
+def test_the_exported_allocator_fix_reads_back_as_the_same_job(run_cli, write_job, tmp_path):
+    code, out, err = run_cli("export", write_job(FP8_SELECTIVE), "--to", "megatron", "--fix", "1")
+    assert code == 0, err
+    line = tmp_path / "launch.sh"
+    line.write_text(out.split("\n", 4)[-1])  # drop the comments, the primus-job header among them
+    config = import_launch("megatron", line, hardware="h100-80gb")
+    assert config.job["allocator"] == {"expandable_segments": True}
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in item for item in config.unmodelled)
+    assert fit(Question(job_from_mapping(config.job, "launch.sh"))).fits
