@@ -20,6 +20,10 @@ inside the block are exposed except where a named overlap hides them:
 A hidden collective is not free: its kernels occupy SMs and HBM bandwidth while they run, so the
 compute it overlaps slows by `profile.overlap.interference` × its duration (charged to the
 collective's own category, so the breakdown still adds up).
+
+The host issues every kernel, so a pass takes at least its launches × `profile.host.kernel_launch_us`;
+a GEMM counts `Gemm.launches` kernels per pass and per quantisation (one per local expert for
+Transformer Engine's GroupedLinear, `primus.projection.ops.OpContext.per_expert_launches`).
 """
 
 from __future__ import annotations
@@ -107,10 +111,11 @@ class _Tally:
         self.calls = [0] * N_CAT
         self.measured = [0] * N_CAT
 
-    def add(self, cat: int, seconds: float, measured: bool, times: float = 1.0) -> float:
+    def add(self, cat: int, seconds: float, measured: bool, times: float = 1.0, launches: int = 1) -> float:
+        """Add `times` × `seconds` to category `cat`; `launches`: the kernels the host issued for it."""
         t = seconds * times
         self.v[cat] += t
-        self.calls[cat] += 1
+        self.calls[cat] += launches
         self.measured[cat] += int(measured)
         return t
 
@@ -135,25 +140,25 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         w_in = s.low_width if low and s.low_width is not None else ACT
         cat = GEMM if g.cat == "gemm" else ATTN
         t, m = timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT))
-        f.add(cat, t, m)
+        f.add(cat, t, m, launches=g.launches)
         op_recompute += g.op_recompute * t
         if g.module in mods:
             modules += t
         t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
-        dgrad += b.add(cat, t, m)
+        dgrad += b.add(cat, t, m, launches=g.launches)
         out = 2 * s.grad_width if g.weight else ACT
         t, m = timer.gemm(GemmCall(fmt, g.k, g.n, g.m, g.count, w_in, out))
-        b.add(cat, t, m)
+        b.add(cat, t, m, launches=g.launches)
         if low and s.low_width is not None:
             quant = ACT + 2 * s.low_width
             if g.cast_input:
                 t, m = timer.memory(MemoryCall(g.m * g.k * g.count * quant))
-                f.add(MEM, t, m)
+                f.add(MEM, t, m, launches=g.launches)
                 if g.module in mods:
                     modules += t
             if g.weight:
                 t, m = timer.memory(MemoryCall(g.m * g.n * g.count * quant))
-                b.add(MEM, t, m)
+                b.add(MEM, t, m, launches=g.launches)
     for a in block.attention:
         t, m = timer.attention(AttentionCall(a, False))
         f.add(ATTN, t, m)

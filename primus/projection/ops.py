@@ -49,6 +49,7 @@ class Gemm:
     cat: str = "gemm"  # breakdown category: "gemm", or "attention" for unfused score/context BMMs
     op_recompute: float = 0.0  # share of its forward that torchtitan's op-level selective checkpointing re-runs
     module: str | None = None  # the recompute module that re-runs it (primus.memory.recompute)
+    launches: int = 1  # kernels the host issues per pass (and per quantisation pass): see `OpContext`
 
     @property
     def flops(self) -> int:
@@ -132,6 +133,13 @@ class OpContext:
     padded_vocab: int
     low_precision: bool  # linear layers run in a low-precision format (FP8 / NVFP4)
     dispatcher: str = "alltoall"  # MoE token dispatcher: alltoall, allgather or flex (deduplicating)
+    #: the experts' grouped GEMM is Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP),
+    #: which issues one cuBLAS GEMM per local expert (`multi_stream_cublas_gemm` loops over the GEMMs on
+    #: 4 compute streams) and quantises each expert's slice with its own kernel (`split_quantize` ->
+    #: `multi_tensor_quantize` loops over the tensors): NVIDIA/TransformerEngine v2.9
+    #: transformer_engine/common/gemm/cublaslt_gemm.cu and common/util/cast.cu. The legacy GroupedMLP
+    #: (grouped_gemm's `gmm`) and torch's grouped_mm run one kernel for all experts.
+    per_expert_launches: bool = False
 
     @property
     def T(self) -> int:
@@ -324,9 +332,12 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     ffn = model.moe_ffn_hidden_size or 0
     fc1 = (2 * ffn if model.swiglu else ffn) // a.etp
     low = a.experts_low  # the legacy GroupedMLP runs its grouped GEMMs in bf16 whatever the job's format
+    launches = local if ctx.per_expert_launches else 1
     gemms = [Gemm("mlp.router", Tn, experts, h, low=False),
-             Gemm("mlp.experts.linear_fc1", per_expert, fc1, h, count=local, low=low, cast_input=low),
-             Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, low=low, cast_input=low)]
+             Gemm("mlp.experts.linear_fc1", per_expert, fc1, h, count=local, low=low, cast_input=low,
+                  launches=launches),
+             Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, low=low, cast_input=low,
+                  launches=launches)]
     copies = Tn * topk
     mem = [
         norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False, module="layernorm"),

@@ -138,8 +138,10 @@ class Projector:
         return offloaded_bytes(self.model, au, offloaded) / (float(link.bandwidth_gb_s) * 1e9)
 
     def context(self, layout: Layout) -> OpContext:
+        spec = self.job.spec
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
-                         self.low, self.job.spec.moe.token_dispatcher)
+                         self.low, spec.moe.token_dispatcher,
+                         per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te")
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
         # block costs differ only between FSDP (per-block gathers) and everything else
