@@ -45,6 +45,9 @@ JOBS = {
     # CPU activation offloading: the stage shapes keep the layers the offload handler leaves on the device
     "cpu-offload": {"model": {"base": "llama3.1-8b", "num_layers": 8}, "hardware": "gb200", "nodes": 2,
                     "seq_len": 8192, "global_batch_size": 32, "cpu_offloading": {"num_layers": 3}},
+    # MaxText's remat policy: its kept bytes per layer and the rebuilt layer in the backward working set
+    "maxtext-remat": {"stack": "maxtext", "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2,
+                      "seq_len": 8192, "global_batch_size": 32, "parallel": {"recompute": "selective"}},
 }
 
 
@@ -109,6 +112,18 @@ def test_cpsat_bytes_equal_the_ledger_and_it_accepts_iff_the_rules_do(name, pick
     assert legal == (tuple(structural.take(np.array([i])).parallel_dicts()[0].items()) in legal_keys)
     _, status = fixed_solve(built, layout, enforce_rules=True)
     assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == legal
+
+
+def test_cpsat_bytes_equal_the_ledger_under_a_maxtext_remat_policy():
+    job, _, structural, _, built = setup("maxtext-remat")
+    assert job.spec.selective_recompute == "save_dot_except_mlp"
+    for i in range(0, structural.n, max(1, structural.n // 12)):
+        layout = structural.layout(i)
+        report = MemoryModel(job).evaluate(layout, strict=False)
+        assert int(structural.cols["peak_bytes"][i]) == report.peak_bytes
+        solver, status = fixed_solve(built, layout, enforce_rules=False)
+        assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        assert solver.value(built.memory["peak_bytes"]) == report.peak_bytes
 
 
 def test_enumerator_and_cpsat_agree_on_the_most_headroom():

@@ -101,9 +101,10 @@ class SourceRule:
         return keys
 
 
-def rule_for(source: str, published: str | None = None) -> SourceRule:
-    """The stack release a source ran on (`primus.stacks.stack_of_source`)."""
-    return SourceRule(stack_of_source(source, published))
+def rule_for(source: str, published: str | None = None, flags: frozenset[str] = frozenset()) -> SourceRule:
+    """The stack release a source (or, by its flags, a recipe of a collection) ran on
+    (`primus.stacks.stack_of_source`)."""
+    return SourceRule(stack_of_source(source, published, flags))
 
 
 def all_rules() -> list[SourceRule]:

@@ -171,7 +171,7 @@ def _sizes(row: RunRow) -> tuple[int, int, int, int, str, str | None]:
 
 def build(row: RunRow) -> RowJobs:
     """Both jobs of a row (Unprojectable with the reason when the row cannot be built)."""
-    rule = rule_for(row.source, row.published)
+    rule = rule_for(row.source, row.published, row.flags)
     assumed: list[str] = []
     gpus, gbs, seq, mbs, precision, recipe = _sizes(row)
     stated_recipe = [r for r in ("tensorwise", "delayed", "blockwise", "mxfp8") if f"fp8_recipe_{r}" in row.flags]
@@ -243,6 +243,10 @@ def build(row: RunRow) -> RowJobs:
         offload = shipped.settings.cpu_offloading_num_layers
         base["cpu_offloading"] = {"num_layers": offload}
         assumed.append(f"CPU activation offloading of {offload} layers (the stack's recipe: {shipped.source})")
+    if shipped is not None and shipped.settings.selective_recompute:
+        base["selective_recompute"] = shipped.settings.selective_recompute
+        assumed.append(f"selective recompute keeps what {shipped.settings.selective_recompute} keeps "
+                       f"(the stack's recipe: {shipped.source})")
     stated_layout = row.pipeline_layout if pp > 1 else None
     pipeline = ({"layout": stated_layout} if stated_layout
                 else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
@@ -278,7 +282,7 @@ def completion(row: RunRow, jobs: RowJobs, values: dict[str, int]) -> Job:
 def published_job(row: RunRow) -> dict[str, Any]:
     """The job file a user would type for a published run: its layout and the settings its source
     states, and `stack:` of its source. Everything else comes from the stack when the file is read."""
-    rule = rule_for(row.source, row.published)
+    rule = rule_for(row.source, row.published, row.flags)
     gpus, gbs, seq, mbs, precision, recipe = _sizes(row)
     model, _ = model_ref(row)
     tp, pp, cp = (_int(row, k) or 1 for k in ("tp", "pp", "cp"))

@@ -13,12 +13,14 @@ share of top-k routed tokens, all-gathered across ETP), each expert's FC1/activa
 routing probability per token copy (current Megatron-Core applies it inside the weighted SwiGLU, so
 the expert output is not kept); shared experts act like a TP-split dense MLP.
 
-Recompute: `selective` re-runs the modules of the job's `recompute_modules` (Megatron's default: the
-core attention, `core_attn`), dropping what each frees (`primus.memory.recompute.RECOMPUTE_MODULES`;
-every saved tensor names the module whose recompute frees it); `full` keeps only each recomputed
-layer's input and rebuilds the rest during backward (a transient, counted separately). Selective
-recompute rebuilds one layer's dropped tensors at a time during its backward, counted in the backward
-working set.
+Recompute: `selective` re-runs what the job's selective mode (`ActContext.selective_mode`) says: for
+Megatron-Core (`core_attention`, the default) the modules of the job's `recompute_modules` (Megatron's
+default: the core attention, `core_attn`), dropping what each frees
+(`primus.memory.recompute.RECOMPUTE_MODULES`; every saved tensor names the module whose recompute frees
+it); else torchtitan's op-level policy or a MaxText remat policy (`maxtext_remat`). `full` keeps only
+each recomputed layer's input and rebuilds the rest during backward (a transient, counted separately).
+Selective recompute (but torchtitan's) rebuilds one layer's dropped tensors at a time during its
+backward, counted in the backward working set.
 
 Every term is an integer number of bytes per layer per microbatch, so the ledger is exact.
 """
@@ -53,6 +55,12 @@ class Saved:
         return nbytes(self.elements, self.width)
 
 
+def implied_selective(framework: str) -> str:
+    """What `recompute: selective` keeps when a job does not say (`selective_recompute` unset): the
+    framework's own mode (a stack sets the job key only where its mode differs from this)."""
+    return "op_level" if framework == "torchtitan" else "core_attention"
+
+
 @dataclass(frozen=True, slots=True)
 class ActContext:
     """Everything activations depend on: the layout axes that matter and the job's fixed settings."""
@@ -72,6 +80,12 @@ class ActContext:
     framework: str = "megatron"
     recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
     experts_low: bool = True  # expert GEMMs (and their saved inputs) in the job's format; False: legacy GroupedMLP
+    #: what selective recompute keeps (`SELECTIVE_MODES`); None: by framework (torchtitan: op_level)
+    selective: str | None = None
+
+    @property
+    def selective_mode(self) -> str:
+        return self.selective if self.selective is not None else implied_selective(self.framework)
 
     @property
     def tokens(self) -> int:
@@ -241,14 +255,85 @@ def checkpoint_bytes(model: ModelSpec, ctx: ActContext) -> int:
     return nbytes(ctx.tokens // ctx.sp_div * model.hidden_size, ctx.numerics.activation)
 
 
+#: MaxText's remat policies (`remat_policy`), each as the checkpoint names JAX may keep for the backward
+#: pass; every other value of a decoder layer is recomputed. AI-Hypercomputer/maxtext MaxText/layers/
+#: models.py at 02a8f5c19b16a7b9395716beac2d3feb41567111 (2024-12-08; NVIDIA's jax:maxtext-2024-12-09
+#: container): `save_only_these_names(...)`. NVIDIA/dgxc-benchmarking 35a9aec maxtext/configure.sh
+#: spells the same sets as `remat_policy=custom` with those names `=device` (fp8 and bf16 recipes).
+MAXTEXT_POLICIES: dict[str, frozenset[str]] = {
+    "save_dot_except_mlp": frozenset({"query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj"}),
+    "save_dot_except_mlpwi": frozenset({"query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj",
+                                        "mlpwo"}),
+}
+#: What selective recompute can keep: Megatron-Core's core-attention recompute, torchtitan's op-level
+#: policy, or a MaxText remat policy.
+SELECTIVE_MODES: tuple[str, ...] = ("core_attention", "op_level", *MAXTEXT_POLICIES)
+#: Each mode as Megatron-Core `--recompute-modules` names: the modules whose internals it recomputes
+#: (MaxText's policies recompute both norms, the attention kernel and the MLP's FC1 and activation; the
+#: boundary tensors they keep differ from Megatron's, see `maxtext_remat`).
+RECOMPUTED_MODULES: dict[str, tuple[str, ...]] = {
+    "core_attention": ("core_attn",),
+    "save_dot_except_mlp": ("layernorm", "core_attn", "mlp"),
+    "save_dot_except_mlpwi": ("layernorm", "core_attn", "mlp"),
+}
+
+
+def maxtext_remat(model: ModelSpec, ctx: ActContext, policy: str) -> list[Saved]:
+    """What a dense decoder layer keeps under a MaxText remat policy (standard attention; MaxText's
+    llama2 decoder layer, MaxText/layers/llama2.py). JAX's `jax.checkpoint` keeps only residuals the
+    backward reads, and only those the policy names; everything else is recomputed from them:
+
+    - `decoder_layer_input`, the scanned layer's carry, always kept (MaxText's base.yml: "cannot be
+      rematerialized"); split across TP like the other tensors outside the TP region;
+    - `query_proj`, `key_proj`, `value_proj`: q (after RoPE), k (after RoPE) and v, the inputs the
+      recomputed attention kernel reads (its `context` output and softmax statistics are recomputed);
+    - `out_proj`: the attention output projection, read to rebuild the residual that the
+      post-attention norm's backward needs;
+    - `mlpwo` (save_dot_except_mlpwi only): the MLP output projection's output is read by no backward
+      computation unless a norm follows it (sandwich norms), so JAX keeps it only then: for Llama 2
+      the two policies keep the same bytes (and recompute the same work: the norms, the attention
+      kernel, FC1 and the activation; FC2's input is rebuilt, its output never needed).
+
+    All in the activation dtype (the projections' outputs are bf16 also under MaxText's fp8)."""
+    saved = MAXTEXT_POLICIES[policy]
+    t = ctx.tp
+    T = ctx.tokens
+    Tn = T // ctx.sp_div
+    h = model.hidden_size
+    d = model.head_dim
+    heads = model.num_attention_heads // t
+    groups = max(model.query_groups // t, 1)
+    act = ctx.numerics.activation
+    out = [Saved("decoder_layer_input", Tn * h, act)]
+    if saved & {"query_proj", "qkv_proj"}:
+        out.append(Saved("query_proj", T * heads * d, act))
+    if saved & {"key_proj", "qkv_proj"}:
+        out.append(Saved("key_proj", T * groups * d, act))
+    if saved & {"value_proj", "qkv_proj"}:
+        out.append(Saved("value_proj", T * groups * d, act))
+    if "out_proj" in saved:
+        out.append(Saved("out_proj", Tn * h, act))
+    if "mlpwo" in saved and model.norm_placement == "sandwich":
+        out.append(Saved("mlpwo", Tn * h, act))
+    return out
+
+
+def _maxtext_applies(model: ModelSpec, kind: str, ctx: ActContext) -> bool:
+    """MaxText's policies are modelled for dense layers with standard attention (MLA and MoE layers keep
+    the core-attention selective inventory)."""
+    return ctx.selective_mode in MAXTEXT_POLICIES and kind == "dense" and not model.multi_latent_attention
+
+
 @lru_cache(maxsize=4096)
 def layer_bytes(model: ModelSpec, kind: str, ctx: ActContext, recompute: str) -> int:
     """Bytes one layer keeps per in-flight microbatch under a recompute mode ("none"/"selective" keep
-    the inventory, less core-attention tensors for selective; "ckpt" = a fully recomputed layer)."""
+    the inventory, less what the selective mode recomputes; "ckpt" = a fully recomputed layer)."""
     if recompute == "ckpt":
         return checkpoint_bytes(model, ctx)
-    if recompute == "selective" and ctx.framework == "torchtitan" and kind == "dense":
+    if recompute == "selective" and ctx.selective_mode == "op_level" and kind == "dense":
         return sum(s.bytes for s in torchtitan_op_sac(model, ctx))
+    if recompute == "selective" and _maxtext_applies(model, kind, ctx):
+        return sum(s.bytes for s in maxtext_remat(model, ctx, ctx.selective_mode))
     inv = layer_inventory(model, kind, ctx)
     if recompute != "selective":
         return sum(s.bytes for s in inv)

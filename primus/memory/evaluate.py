@@ -110,6 +110,7 @@ class MemoryModel:
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
             framework=spec.framework, recompute_modules=selective_modules(spec.parallel.recompute_modules),
             experts_low=spec.moe.grouped_gemm != "legacy",
+            selective=spec.selective_recompute,
         )
 
     def pipeline_key(self, layout: Layout) -> PipelineKey:
@@ -182,11 +183,9 @@ class MemoryModel:
                    f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
         out.append("flash attention: q, k, v, output and fp32 log-sum-exp kept, no s×s scores"
                    if spec.kernels.flash_attention else "unfused attention: s×s softmax (and dropout) kept")
-        selective = ("torchtitan op-level selective checkpointing (block input, every other matmul output and "
-                     "the attention outputs kept)" if spec.framework == "torchtitan"
-                     else "selective recompute of "
-                     + ", ".join(sorted(selective_modules(spec.parallel.recompute_modules)))
-                     + " (what each frees: primus.memory.recompute)")
+        mode = self.act_context(layout).selective_mode
+        selective = _SELECTIVE_TEXT.get(mode, "selective recompute of " + ", ".join(sorted(selective_modules(
+            spec.parallel.recompute_modules))) + " (what each frees: primus.memory.recompute)")
         rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}
@@ -222,6 +221,18 @@ class MemoryModel:
         out.insert(0, f"stack {stack.label}: settings the job leaves out follow {stack.title}"
                    + (f" ({stack.note})" if stack.note else ""))
         return tuple(out)
+
+
+#: How each selective mode reads in an assumption list.
+_SELECTIVE_TEXT = {
+    "op_level": "torchtitan op-level selective checkpointing (block input, every other matmul output and the "
+                "attention outputs kept)",
+    "save_dot_except_mlp": "MaxText remat policy save_dot_except_mlp: layer input, q, k, v and the attention "
+                           "output projection kept; norms, attention kernel and MLP recomputed in backward",
+    "save_dot_except_mlpwi": "MaxText remat policy save_dot_except_mlpwi: layer input, q, k, v and the attention "
+                             "output projection kept (the MLP output too after a post-MLP norm); norms, attention "
+                             "kernel and MLP FC1 recomputed in backward",
+}
 
 
 def pinned_layout(job: Job) -> Layout:

@@ -116,8 +116,9 @@ def act_units(model: ModelSpec, ctx: ActContext, recompute: str, padded_vocab: i
     loss = loss_bytes(model, ctx, padded_vocab)
     work_dense = layer_working_bytes(model, "dense", ctx) if has_dense else 0
     work_moe = layer_working_bytes(model, "moe", ctx) if has_moe else 0
-    if kept == "selective" and ctx.framework != "torchtitan":
-        # Megatron's selective recompute rebuilds one layer's dropped tensors during its backward
+    if kept == "selective" and ctx.selective_mode != "op_level":
+        # selective recompute (Megatron's modules, a MaxText remat policy) rebuilds one layer's dropped
+        # tensors during its backward
         work_dense += dense_full - dense
         work_moe += moe_full - moe
     mtp = 0

@@ -68,6 +68,7 @@ class BlockCost:
     calls: tuple[int, ...]
     measured: tuple[int, ...]
     selective_op: float = 0.0
+    selective_remat: float = 0.0  # what a MaxText remat policy re-runs (`MAXTEXT_REMAT_SKIPS`)
 
     @property
     def fwd_total(self) -> float:
@@ -120,6 +121,14 @@ class _Tally:
         return t
 
 
+#: Under a MaxText remat policy (primus.memory.activations.maxtext_remat) a dense layer's backward re-runs
+#: the attention kernel (and its CP exchange), the norms, the attention residual, FC1 and the activation;
+#: not the q/k/v and output projections (kept), RoPE (q and k are kept after it), FC2 (its output is read
+#: by no backward computation) nor the MLP residual. These are the ops it does not re-run.
+MAXTEXT_REMAT_SKIPS = frozenset({"rotary", "mlp.bias_dropout_add"})
+MAXTEXT_REMAT_GEMMS = frozenset({"mlp.linear_fc1"})
+
+
 def _switched_on(overlap: str, s: CostSettings) -> bool:
     """Whether the named overlap model that could hide this collective is enabled for the job."""
     return (overlap == "tp" and s.tp_overlap is not None) or (overlap == "ep" and s.ep_overlap is not None)
@@ -134,6 +143,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     op_recompute = 0.0
     modules = 0.0  # forward seconds of the ops the job's selective recompute modules re-run
     mods = s.recompute_modules
+    remat = 0.0
     for g in block.gemms:
         low = g.low and s.low_width is not None
         fmt = s.fmt if low else s.high_fmt
@@ -144,6 +154,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         op_recompute += g.op_recompute * t
         if g.module in mods:
             modules += t
+        remat += t if g.name in MAXTEXT_REMAT_GEMMS else 0.0
         t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
         dgrad += b.add(cat, t, m, launches=g.launches)
         out = 2 * s.grad_width if g.weight else ACT
@@ -170,6 +181,7 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
         f.add(cat, t, m)
         if cat == MEM:
             op_recompute += t
+            remat += t if op.name not in MAXTEXT_REMAT_SKIPS else 0.0
         if op.module in mods:
             modules += t
         t, m = timer.memory(MemoryCall(op.bwd_bytes))
@@ -240,4 +252,4 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
     core_attn = attn_f + cp_exposed_f if "core_attn" in mods else 0.0
     return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), core_attn + modules, calls, measured,
-                     op_recompute)
+                     op_recompute, attn_f + cp_exposed_f + remat)

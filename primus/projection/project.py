@@ -24,6 +24,7 @@ from typing import Any
 
 from primus.errors import InputError
 from primus.job import Job
+from primus.memory.activations import implied_selective
 from primus.memory.evaluate import MemoryModel
 from primus.memory.ledger import StateWidths
 from primus.memory.offload import offload_applies
@@ -105,7 +106,9 @@ class Projector:
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
             recompute_modules=selective_modules(spec.parallel.recompute_modules),
         )
-        self.op_sac = spec.framework == "torchtitan"
+        # what selective recompute keeps and re-runs: the ledger's own mode
+        self.selective = spec.selective_recompute or implied_selective(spec.framework)
+        self.op_sac = self.selective == "op_level"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._blocks: dict[tuple[str, int], Block] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
@@ -231,7 +234,7 @@ class Projector:
             ck = (kid, ctx_id, gid, layout.sharding == "fsdp", rec, mask)
             w = self._chunks.get(ck)
             if w is None:
-                w = chunk_work(ks, cost, layout.recompute, mask, op_sac=self.op_sac)
+                w = chunk_work(ks, cost, layout.recompute, mask, selective=self.selective)
                 self._chunks[ck] = w
             chunks.append(w)
         offloaded = self.memory.offloaded_layers if offload_applies(layout.pp, layout.recompute) else 0

@@ -127,7 +127,12 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append(f"overlap on: {', '.join(on) or 'none'}; DP buckets of max(40M, 1M×DP×CP) parameters, gradients "
                f"reduced in {spec.optimizer.main_grads_dtype}")
     modules = ", ".join(sorted(p.cost_settings.recompute_modules))
-    rec = {"none": "no recompute", "selective": f"selective recompute re-runs {modules} in backward",
+    selective = {"op_level": "torchtitan op-level selective checkpointing re-runs the matmuls and memory-bound ops "
+                             "it does not keep in backward",
+                 "core_attention": f"selective recompute re-runs {modules} in backward"}.get(
+        p.selective, f"MaxText remat policy {p.selective} re-runs the norms, attention kernel, MLP FC1 and "
+                     "activation in backward")
+    rec = {"none": "no recompute", "selective": selective,
            "full": f"full recompute ({p.recompute_method}) re-runs the layer forward in backward"}
     out.append(rec[layout.recompute])
     offloaded = p.memory.offloaded_layers if offload_applies(layout.pp, layout.recompute) else 0

@@ -67,12 +67,14 @@ def item_key(model: ModelSpec, item: Item) -> str:
 
 
 def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recompute: str,
-               recomputed: tuple[bool, ...] = (), op_sac: bool = False) -> ChunkWork:
+               recomputed: tuple[bool, ...] = (), selective: str = "core_attention") -> ChunkWork:
     """Sum the block costs of one chunk (its item keys in order) and add the recompute forward.
     `recomputed`: under full recompute, which of the chunk's decoder layers are re-run
     (`primus.memory.recompute.recomputed_mask`, the ledger's own definition).
-    `op_sac`: selective recompute is torchtitan's op-level policy (dense layers re-run the matmuls and
-    memory-bound ops it does not keep) instead of Megatron's core-attention recompute."""
+    `selective`: what selective recompute re-runs in dense layers (`primus.memory.activations`
+    SELECTIVE_MODES, the ledger's own mode): Megatron's core attention, torchtitan's op-level policy (the
+    matmuls and memory-bound ops it does not keep) or a MaxText remat policy (the attention kernel,
+    norms, FC1 and activation); MoE layers re-run their core attention."""
     counts = Counter(keys)
     costs = {key: cost(key) for key in counts}
     n = len(ZERO)
@@ -91,12 +93,17 @@ def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recomput
             measured[i] += c.measured[i]
     decoder = [key for key in keys if key.startswith(("dense", "moe"))]
     if recompute == "selective":
-        bwd[RECOMP] += sum(costs[key].selective_op if op_sac and key.startswith("dense") else costs[key].selective
-                           for key in decoder)
+        bwd[RECOMP] += sum(_selective_seconds(costs[key], key, selective) for key in decoder)
     elif recompute == "full":
         decoder = [key for key, on in zip(decoder, recomputed, strict=True) if on]
         bwd[RECOMP] += sum(costs[key].fwd_total for key in decoder)
     return ChunkWork.of(tuple(fwd), tuple(bwd), tuple(hidden), tuple(calls), tuple(measured))
+
+
+def _selective_seconds(cost: BlockCost, key: str, mode: str) -> float:
+    if not key.startswith("dense") or mode == "core_attention":
+        return cost.selective
+    return cost.selective_op if mode == "op_level" else cost.selective_remat
 
 
 def chunk_keys(model: ModelSpec, layout: PipelineLayout) -> tuple[tuple[str, ...], ...]:

@@ -23,6 +23,9 @@ Precision = Literal["bf16", "fp16", "fp8", "nvfp4"]
 Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
 Schedule = Literal["auto", "1f1b", "interleaved"]
 Dtype = Literal["fp32", "bf16", "fp16"]
+#: What selective recompute keeps (primus.memory.activations.SELECTIVE_MODES): Megatron-Core's core
+#: attention, torchtitan's op-level policy, or a MaxText remat policy.
+SelectiveMode = Literal["core_attention", "op_level", "save_dot_except_mlp", "save_dot_except_mlpwi"]
 
 AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
 FREE_EXTRAS = ("schedule", "recompute_num_layers")
@@ -164,6 +167,8 @@ class JobSpec(Spec):
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: Bool = False
     framework: Literal["megatron", "torchtitan"] = "megatron"
+    #: what `recompute: selective` keeps; None: by framework (torchtitan op_level, else core_attention)
+    selective_recompute: SelectiveMode | None = None
     stack: Annotated[str, Field(min_length=1, max_length=120)] | None = None
     parallel: ParallelPins = ParallelPins()
     schedule: Schedule = "auto"

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus.errors import InputError
+from primus.memory.activations import implied_selective
 from primus.stacks.core import Stack
 
 ACCOUNTED = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
@@ -41,6 +42,9 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
                     "eager_cross_entropy": ce == "eager"},
         "moe": {"token_dispatcher": dispatcher(stack, scaleup_domain)},
     }
+    selective = v["selective_recompute"]  # set only where it is not the framework's own mode
+    if selective != implied_selective(str(v["framework"])):
+        keys["selective_recompute"] = selective
     if precision == "fp8":
         keys["fp8_recipe"] = v["fp8_recipe"]
         keys["fp8_param_gather"] = bool(v["fp8_param_gather"])

@@ -153,12 +153,19 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
                  release if note else None)
 
 
-def stack_of_source(source: str, published: str | None = None) -> Stack:
-    """The stack a published run's `source` ran on: the stack whose `validate_sources` names the
-    source's prefix; the release is the one the stack file pins for that prefix, else the version at
-    the end of the source name (`megatron-bridge-26.04.01`), else the month it was published, else
-    the newest. A source no stack names gets the default stack."""
+def stack_of_source(source: str, published: str | None = None, flags: frozenset[str] = frozenset()) -> Stack:
+    """The stack a published run's `source` ran on: the stack whose `validate_flags` names one of the
+    row's flags (a collection's recipe on another framework, e.g. DGX Cloud's MaxText recipe, flag
+    `maxtext_jax`), else the stack whose `validate_sources` names the source's prefix; the release is
+    the one the stack file pins for that flag or prefix, else the version at the end of the source name
+    (`megatron-bridge-26.04.01`), else the month it was published, else the newest. A source no stack
+    names gets the default stack."""
     s = source.lower()
+    for name in catalog_stacks():
+        spec = load_stack_file(name)
+        for flag, pinned in spec.validate_flags.items():
+            if flag in flags:
+                return _lenient(name, pinned or _release_in(s, published))
     for name in catalog_stacks():
         spec = load_stack_file(name)
         for prefix, pinned in spec.validate_sources.items():

@@ -32,6 +32,10 @@ def render() -> str:
             lines += ["`validate` reads the published runs whose source starts with "
                       + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
                                   spec.validate_sources.items()) + " on this stack.", ""]
+        if spec.validate_flags:
+            lines += ["`validate` reads the published runs flagged "
+                      + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
+                                  spec.validate_flags.items()) + " on this stack, whatever their source.", ""]
         for rel in spec.releases:
             lines += [f"**`{name}@{rel.release}`** — {_cell(rel.source)}", ""]
             given = rel.settings.given()

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import Field
 
 from primus.specs.base import Bool, PosInt, Spec, Text
-from primus.specs.job import Dtype, Fp8Recipe, Recompute, RecomputeModule, Sharding
+from primus.specs.job import Dtype, Fp8Recipe, Recompute, RecomputeModule, SelectiveMode, Sharding
 
 T = TypeVar("T")
 Source = Annotated[str, Field(min_length=3, max_length=2000)]
@@ -46,7 +46,7 @@ class StackSettings(Spec):
     sharding: Sourced[Sharding] | None = None
     sharding_choices: Sourced[list[Sharding]] | None = None
     recompute: Sourced[Recompute] | None = None
-    selective_recompute: Sourced[Literal["core_attention", "op_level"]] | None = None
+    selective_recompute: Sourced[SelectiveMode] | None = None
     vp: Sourced[PosInt] | None = None
     sequence_parallel: Sourced[Literal["tp>1", "off"]] | None = None
     expert_tp: Sourced[Literal["tp", "1"]] | None = None
@@ -78,6 +78,7 @@ class RecipeSettings(Spec):
     recompute_num_layers: PosInt | None = None
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_modules: Annotated[tuple[RecomputeModule, ...], Field(min_length=1, max_length=5)] | None = None
+    selective_recompute: SelectiveMode | None = None
     vp: PosInt | None = None
     cpu_offloading_num_layers: PosInt | None = None  # activations of the first N decoder layers to host memory
 
@@ -105,5 +106,8 @@ class StackFile(Spec):
     title: Text
     homepage: Text
     validate_sources: dict[SourcePrefix, Label | None] = Field(default_factory=dict)
+    #: ground-truth flags that put a row on this stack whatever its source prefix (a benchmark
+    #: collection such as DGX Cloud's ships recipes on more than one framework), with a pinned release
+    validate_flags: dict[SourcePrefix, Label | None] = Field(default_factory=dict)
     releases: list[ReleaseSpec] = Field(min_length=1, max_length=200)
     recipes: list[Recipe] = Field(default_factory=list, max_length=2000)
