@@ -265,14 +265,15 @@ def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Seque
          rule_files: Sequence[str | PathLike[str]] = (), without: Sequence[str] = (),
          exhaustive_limit: int = 200_000, llm: str | None = None, llm_model: str = "gpt-4o-mini",
          llm_calls: int = 4, llm_timeout_s: float = 60.0, api_key: str | None = None,
-         allow: Sequence[str] = (), workers: int | None = None,
+         allow: Sequence[str] = (), workers: int | None = None, stack: str | None = None,
          progress: Callable[[str], None] | None = None) -> TuneAnswer:
     """The fastest legal layout, its proof and why it beats the reference, written to the run directory
     `out` (which must be new, empty, or a run directory of tune's own). `llm` is an OpenAI-compatible
-    base URL (None: no LLM; nothing is read from the environment here)."""
+    base URL (None: no LLM; nothing is read from the environment here). `stack` (NAME[@RELEASE], as
+    `--stack`) replaces the job's `stack:`."""
     from primus.tuning.agent import TuneSettings
     from primus.tuning.llm import LlmSettings
-    from primus.tuning.run import WORKERS_RANGE, check_options, default_workers, run_tune
+    from primus.tuning.run import WORKERS_RANGE, check_options, default_workers, job_text_with_stack, run_tune
     from primus.yamlio import read_text
 
     if not isinstance(out, str | PathLike):
@@ -283,16 +284,16 @@ def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Seque
         raise InputError("<arguments>", "api_key", "a string")
     if progress is not None and not callable(progress):
         raise InputError("<arguments>", "progress", f"a function of one string, not {shown(progress)}")
-    check_options({"job_file": None, "rule_texts": list(_texts(rules, "rules")),
+    check_options({"job_file": None, "stack": stack, "rule_texts": list(_texts(rules, "rules")),
                    "rule_files": [str(f) for f in _texts(rule_files, "rule_files", paths=True)],
                    "without": list(_texts(without, "without")), "exhaustive_limit": exhaustive_limit,
                    "llm_mode": "none", "llm_base_url": llm, "llm_model": llm_model, "llm_calls": llm_calls,
                    "llm_timeout": llm_timeout_s, "allow": list(_texts(allow, "allow"))}, "<arguments>")
-    j = load_job(job)
+    j = load_job(job, stack=stack)
     path = Path(job) if isinstance(job, (str, PathLike)) else Path(j.where) if Path(j.where).is_file() else None
-    text = read_text(path) if path is not None else yaml.safe_dump(
+    text = job_text_with_stack(read_text(path), stack) if path is not None else yaml.safe_dump(
         j.spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
-    options = {"job_file": str(path.resolve()) if path is not None else None, "rule_texts": list(rules),
+    options = {"job_file": str(path.resolve()) if path is not None else None, "stack": stack, "rule_texts": list(rules),
                "rule_files": [str(Path(f).resolve()) for f in rule_files], "without": list(without),
                "exhaustive_limit": exhaustive_limit, "llm_mode": "auto" if llm else "none", "llm_base_url": llm,
                "llm_model": llm_model, "llm_calls": llm_calls, "llm_timeout": llm_timeout_s, "allow": list(allow)}

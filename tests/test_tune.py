@@ -171,3 +171,26 @@ def test_precision_changes_only_when_allowed(run_cli, write_job, tmp_path):
     assert set(tried) == {"bf16", "fp8"}
     assert doc["job"]["precision"] == doc["allowed_changes"]["precision"]["chosen"] == max(tried, key=tried.get)
     assert run_cli("audit", "verify", str(tmp_path / "b"))[0] == 0
+
+
+def test_stack_option_replaces_the_files_stack_and_the_run_records_it(run_cli, write_job, tmp_path):
+    # --stack NAME[@RELEASE] means what it means on every command that reads a job: the file's `stack:`
+    # is replaced; torchtitan shards with FSDP only, so every layout tune ranks is FSDP
+    path = write_job({**SMALL, "stack": "megatron-lm"})
+    out = tmp_path / "tt"
+    code, stdout, _ = run_cli("tune", path, "--stack", "torchtitan@2024.12", "--llm", "none", "--out", str(out),
+                              "--format", "json")
+    assert code == 0
+    doc = json.loads(stdout)
+    assert doc["job"]["stack"] == "torchtitan@2024.12"
+    assert doc["assumptions"][0].startswith("stack torchtitan@2024.12")
+    assert {t["parallel"]["sharding"] for t in doc["top"]} == {"fsdp"}
+    assert "stack: torchtitan@2024.12" in (out / "inputs" / "job.yaml").read_text()
+    assert "stack torchtitan@2024.12" in (out / "report.md").read_text()
+    assert run_cli("audit", "verify", str(out))[0] == 0
+
+
+def test_an_unknown_stack_option_is_one_line_and_exit_2(run_cli, write_job, tmp_path):
+    code, stdout, stderr = run_cli("tune", write_job(SMALL), "--stack", "maxtxt", "--llm", "none",
+                                   "--out", str(tmp_path / "x"))
+    assert code == 2 and stdout == "" and len(stderr.strip().splitlines()) == 1 and "maxtext" in stderr

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from primus.cli.common import Negative, format_option, guarded
+from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import _layout_text, rule_options
 from primus.errors import InputError
@@ -27,6 +27,7 @@ from primus.tuning.run import (
     WORKERS_RANGE,
     check_state,
     default_workers,
+    job_text_with_stack,
     run_tune,
 )
 from primus.yamlio import read_text
@@ -38,7 +39,8 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     con = stdout_console()
     j = doc["job"]
     con.print(f"[bold]tune[/]: {lit(j['model'])} on {j['gpus']} x {lit(j['hardware'])} ({j['nodes']} nodes), "
-              f"seq {j['seq_len']}, global batch {j['global_batch_size']}, {lit(j['precision'])}", markup=True)
+              f"seq {j['seq_len']}, global batch {j['global_batch_size']}, {lit(j['precision'])}, stack "
+              f"{lit(j.get('stack', ''))}", markup=True)
     con.print(f"{doc['legal_count']:,} legal layouts; {doc['scored_count']:,} scored ({doc['mode']})")
     bar = f" ± {doc['uncertainty_pct']:.0f}%" if doc.get("uncertainty_pct") is not None else ""
     best = doc["best"]
@@ -109,22 +111,25 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
 @click.option("--workers", type=click.IntRange(*WORKERS_RANGE), default=None,
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")
+@stack_option
 @format_option("table", "json")
 @click.pass_context
 @guarded
 def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ...], rule_files: tuple[str, ...],
              without: tuple[str, ...], out_dir: str, resume_dir: str | None, exhaustive_limit: int, llm_mode: str,
              llm_base_url: str | None, llm_model: str, llm_calls: int, llm_timeout: float,
-             allow: tuple[str, ...], workers: int | None, fmt: str) -> None:
+             allow: tuple[str, ...], workers: int | None, stack: str | None, fmt: str) -> None:
     """Find the fastest legal layout for a job (default: the seed paper's Mixtral 8x22B case study on
     4 nodes of MI355X), prove it legal, say why it wins, and write a report (report.html, report.md) with
     an auditable search log. A killed run can be continued with --resume DIR.
 
     Sequence length, global batch size and precision never change (precision only with --allow precision).
+    --stack NAME[@RELEASE] replaces the job file's `stack:` (recorded in the run's inputs/job.yaml).
 
     Example: primus tune examples/llama3.1-70b-mi300x-free.yaml --llm none --out run1
     """
-    opts: dict[str, Any] = {"job_file": job_file, "rule_texts": list(rule_texts), "rule_files": list(rule_files),
+    opts: dict[str, Any] = {"job_file": job_file, "stack": stack, "rule_texts": list(rule_texts),
+                            "rule_files": list(rule_files),
                             "without": list(without), "exhaustive_limit": exhaustive_limit, "llm_mode": llm_mode,
                             "llm_base_url": llm_base_url, "llm_model": llm_model, "llm_calls": llm_calls,
                             "llm_timeout": llm_timeout, "allow": list(allow)}
@@ -145,14 +150,14 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
         opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
     path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
-    job = load_job(path)
+    job = load_job(path, opts["stack"])
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
                       max_calls=opts["llm_calls"], timeout_s=opts["llm_timeout"])
     err = stderr_console()
     off = [] if llm.enabled else ["LLM off: " + ("--llm none" if opts["llm_mode"] == "none" else
                                                  "no endpoint configured (--llm-base-url or OPENAI_BASE_URL)")]
     settings = TuneSettings(exhaustive_limit=opts["exhaustive_limit"], llm=llm, workers=workers or default_workers())
-    answer = run_tune(job, read_text(path), target, settings, options=opts,
+    answer = run_tune(job, job_text_with_stack(read_text(path), opts["stack"]), target, settings, options=opts,
                       resume_state=state if resume_dir is not None else None, say=err.print, notes=off)
     if fmt == "json":
         emit_json(answer.to_json())

@@ -51,6 +51,7 @@ def build_context(run: RunDir) -> dict[str, Any]:
             "model": j["model"], "hardware": j["hardware"], "hardware_name": job.cluster.display_name or j["hardware"],
             "gpus": f"{j['gpus']:,}", "nodes": f"{j['nodes']:,}", "seq_len": f"{j['seq_len']:,}",
             "global_batch_size": f"{j['global_batch_size']:,}", "precision": j["precision"],
+            "stack": j.get("stack", job.resolved_stack.label),
             "job_text": run.input_text("job.yaml").rstrip("\n"),
         },
         "mode": doc["mode"], "legal_count": f"{doc['legal_count']:,}", "scored_count": f"{doc['scored_count']:,}",

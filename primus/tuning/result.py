@@ -88,7 +88,8 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
     doc: dict[str, Any] = {
         "job": {"model": tuner.job.model.name, "hardware": tuner.job.cluster.name, "gpus": tuner.job.num_gpus,
                 "nodes": tuner.job.num_nodes, "seq_len": tuner.job.spec.seq_len,
-                "global_batch_size": tuner.job.spec.global_batch_size, "precision": tuner.job.spec.precision},
+                "global_batch_size": tuner.job.spec.global_batch_size, "precision": tuner.job.spec.precision,
+                "stack": tuner.job.resolved_stack.label},
         "job_spec": job_spec(tuner.job),
         "mode": mode,
         "legal_count": tuner.base_space.count,

@@ -25,7 +25,7 @@ from primus.tuning.llm import LlmSettings
 from primus.tuning.output import input_texts, write_run_dir
 
 #: What `--resume` takes from the interrupted run's checkpoint rather than from the command line.
-RESUMED_FROM_STATE = ("job_file", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
+RESUMED_FROM_STATE = ("job_file", "stack", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
                       "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
 #: Convergence settings tuning may change when the user allows it (never GBS, sequence or data order).
 ALLOWABLE = ("precision",)
@@ -38,7 +38,7 @@ LLM_CALLS_RANGE = (0, 100)
 LLM_TIMEOUT_RANGE = (0.1, 600.0)
 WORKERS_RANGE = (1, 256)
 _LISTS = ("rule_texts", "rule_files", "without", "allow")
-_OPTIONAL_TEXT = ("job_file", "llm_base_url")
+_OPTIONAL_TEXT = ("job_file", "stack", "llm_base_url")
 _NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {  # option: (range, whole numbers only)
     "exhaustive_limit": (EXHAUSTIVE_LIMIT_RANGE, True), "llm_calls": (LLM_CALLS_RANGE, True),
     "llm_timeout": (LLM_TIMEOUT_RANGE, False)}
@@ -58,7 +58,9 @@ def check_state(state: dict[str, Any], where: str) -> dict[str, Any]:
 
 def check_options(options: dict[str, Any], where: str) -> dict[str, Any]:
     """The options a run records (RESUMED_FROM_STATE), each of the type and in the range the CLI accepts;
-    an InputError names the first that is not (a hand-edited checkpoint, a wrong API argument)."""
+    an InputError names the first that is not (a hand-edited checkpoint, a wrong API argument). A
+    checkpoint written before `--stack` existed ran on its job file's own stack."""
+    options = {"stack": None, **options}
     for key in RESUMED_FROM_STATE:
         if key not in options:
             raise InputError(where, key, "missing")
@@ -86,6 +88,16 @@ def check_options(options: dict[str, Any], where: str) -> dict[str, Any]:
         raise InputError(where, "allow", f"{', '.join(unknown)} cannot be changed by tuning (only "
                          f"{', '.join(ALLOWABLE)})")
     return {k: options[k] for k in RESUMED_FROM_STATE}
+
+
+def job_text_with_stack(text: str, stack: str | None) -> str:
+    """The job file as the run records it (`inputs/job.yaml`): with `--stack`, the file's `stack:`
+    replaced, so that the report, `--resume` and `primus report --verify` read the stack tuning used."""
+    if stack is None:
+        return text
+    data = yaml.safe_load(text)
+    data["stack"] = stack
+    return f"# stack set by `primus tune --stack {stack}`\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 def default_workers() -> int:
