@@ -53,8 +53,8 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
 
 
 #: The stack a launch format implies: a Primus experiment YAML runs on AMD Primus, a torchtitan TOML
-#: on torchtitan (newest release: the TOML does not name one); a Megatron-LM argument line keeps the
-#: default stack.
+#: on torchtitan (the importer dates the release from the file's keys,
+#: `primus.launch.torchtitan_release`); a Megatron-LM argument line keeps the default stack.
 IMPORT_STACKS: dict[str, str] = {"primus": "primus", "torchtitan": "torchtitan"}
 
 

@@ -34,6 +34,7 @@ from primus.launch.common import (
 )
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
+from primus.launch.torchtitan_release import torchtitan_release
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -73,6 +74,7 @@ class _Toml:
     def __init__(self, doc: dict[str, Any], where: str) -> None:  # a parsed TOML, or a registry's TOML-shaped keys
         self.flat: dict[str, Any] = {}
         self._walk(doc, "")
+        self.written = frozenset(self.flat)  # the keys as the file spells them (they date it)
         self.used: set[str] = set()
         self.renamed: list[str] = []
         self.chunked_loss = False  # a registry config's ChunkedLossWrapper
@@ -153,6 +155,9 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         raise InputError(where, "training.global_batch_size", f"{gbs} is not a multiple of local batch × DP")
     job["global_batch_size"] = gbs
     job["framework"] = "torchtitan"
+    if "stack" not in header:  # a `# primus-job:` header's stack wins
+        job["stack"], how = torchtitan_release(t.written, where)
+        out.note(how)
     job["parallel"] = par
     if par["pp"] > 1:
         first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", 1, where, low=0)

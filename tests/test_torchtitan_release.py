@@ -1,0 +1,96 @@
+"""`import --from torchtitan` dates a TOML by the keys it uses and sets the `torchtitan@YYYY.MM` stack
+release it ran on (issue 15). The fixtures are written here in the shape of each JobConfig era; the
+dates are the pytorch/torchtitan merges that renamed, removed or added the keys (#980 2025-03-18,
+#1238 2025-06-05, #1608 2025-08-20, #1701 2025-09-26, #1763 2025-09-30)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from primus.job import job_from_mapping
+
+MODEL = '[model]\nname = "llama3"\nflavor = "8B"\n'
+# early 2025: batch size and parallel degrees under [training], the loss compiled with the model flag
+EARLY_2025 = MODEL + """
+[training]
+batch_size = 2
+seq_len = 8192
+tensor_parallel_degree = 1
+data_parallel_shard_degree = -1
+compile = true
+"""
+# mid 2025 (v0.1 line): [parallelism] and local/global batch, still training.compile and [float8]
+MID_2025 = MODEL + """
+[training]
+local_batch_size = 2
+seq_len = 8192
+compile = true
+
+[parallelism]
+data_parallel_shard_degree = -1
+
+[float8]
+enable_fsdp_float8_all_gather = true
+"""
+# v0.2 line: [compile] with components, [quantize.linear.float8]
+V02 = MODEL + """
+[training]
+local_batch_size = 2
+seq_len = 8192
+
+[parallelism]
+data_parallel_shard_degree = -1
+
+[compile]
+enable = true
+components = ["model", "loss"]
+
+[quantize.linear.float8]
+recipe_name = "tensorwise"
+"""
+UNDATED = MODEL + "\n[training]\nseq_len = 8192\n"
+CONTRADICTORY = MODEL + '\n[training]\nbatch_size = 2\nseq_len = 8192\n\n[compile]\nenable = true\n'
+
+
+def _import(run_cli, tmp_path: Path, text: str) -> tuple[int, dict, str]:  # type: ignore[no-untyped-def]
+    path = tmp_path / "train.toml"
+    path.write_text(text)
+    code, out, err = run_cli("import", "--from", "torchtitan", str(path), "--hardware", "h100-80gb", "--nodes", "1",
+                             "--format", "json")
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def test_an_early_2025_file_runs_on_the_release_with_the_eager_loss(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, doc, _ = _import(run_cli, tmp_path, EARLY_2025)
+    assert code == 0 and doc["job"]["stack"] == "torchtitan@2024.12"
+    assert any("training.tensor_parallel_degree" in n and "2025-03-18" in n for n in doc["notes"])
+    # before pytorch/torchtitan PR #1033 only the blocks were compiled: the stack gives the eager loss
+    job = job_from_mapping(doc["job"], "imported")
+    assert "kernels" not in doc["job"] and "kernels" in job.assumed and job.spec.kernels.eager_cross_entropy
+
+
+def test_a_file_that_still_uses_training_compile_is_dated_before_its_move(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # training.compile until 2025-08-20: the newest described release not after 2025.08 is 2025.04
+    code, doc, _ = _import(run_cli, tmp_path, MID_2025)
+    assert code == 0 and doc["job"]["stack"] == "torchtitan@2025.04"
+    assert any("training.compile" in n and "2025-08-20" in n for n in doc["notes"])
+    assert not job_from_mapping(doc["job"], "imported").spec.kernels.eager_cross_entropy
+
+
+def test_a_v0_2_file_gets_the_newest_release_and_says_which_key_allows_it(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, doc, _ = _import(run_cli, tmp_path, V02)
+    assert code == 0 and doc["job"]["stack"] == "torchtitan@2025.04"
+    assert any("quantize.linear" in n and "since 2025-09-30" in n for n in doc["notes"])
+
+
+def test_a_file_no_key_dates_keeps_the_bare_name_and_says_so(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, doc, _ = _import(run_cli, tmp_path, UNDATED)
+    assert code == 0 and doc["job"]["stack"] == "torchtitan"
+    assert any("no key that dates it" in n for n in doc["notes"])
+
+
+def test_keys_that_never_coexisted_are_one_line_and_exit_2(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = _import(run_cli, tmp_path, CONTRADICTORY)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "training.batch_size" in err and "compile" in err and "never coexisted" in err
