@@ -164,3 +164,15 @@ def test_the_stack_pins_the_container_month() -> None:
     stack = resolve_stack("maxtext")
     assert stack.release == "2024.12" and stack["recompute"] == "full"  # MaxText base.yml remat_policy 'full'
     assert stack.recipe_for("llama2-70b", "h100-80gb", "bf16") is not None
+
+
+def test_mla_layers_keep_core_attention_selective_in_the_ledger_and_the_projection() -> None:
+    # MaxText's policies are modelled for standard attention; a dense MLA layer keeps Megatron's
+    # core-attention inventory and re-runs its core attention, in both engines alike
+    job = job_from_mapping({"model": {"base": "deepseek-v3", "num_layers": 4, "moe_layer_freq": "([0]*1+[1]*3)",
+                                      "mtp_num_layers": 0}, "hardware": "h100-80gb", "nodes": 4, "seq_len": 4096,
+                            "global_batch_size": 64, "selective_recompute": "save_dot_except_mlp"}, "t")
+    ctx = replace(CTX, mbs=1)
+    assert layer_bytes(job.model, "dense", ctx, "selective") == layer_bytes(job.model, "dense",
+                                                                            replace(ctx, selective=None), "selective")
+    assert Projector(job, load_profile(job.cluster)).selective == "core_attention"

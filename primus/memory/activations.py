@@ -318,10 +318,15 @@ def maxtext_remat(model: ModelSpec, ctx: ActContext, policy: str) -> list[Saved]
     return out
 
 
-def _maxtext_applies(model: ModelSpec, kind: str, ctx: ActContext) -> bool:
+def maxtext_policy_applies(model: ModelSpec, kind: str, mode: str) -> bool:
     """MaxText's policies are modelled for dense layers with standard attention (MLA and MoE layers keep
-    the core-attention selective inventory)."""
-    return ctx.selective_mode in MAXTEXT_POLICIES and kind == "dense" and not model.multi_latent_attention
+    the core-attention selective inventory, and re-run the core attention): one definition for the
+    ledger and the projection."""
+    return mode in MAXTEXT_POLICIES and kind == "dense" and not model.multi_latent_attention
+
+
+def _maxtext_applies(model: ModelSpec, kind: str, ctx: ActContext) -> bool:
+    return maxtext_policy_applies(model, kind, ctx.selective_mode)
 
 
 @lru_cache(maxsize=4096)

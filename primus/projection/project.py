@@ -24,7 +24,7 @@ from typing import Any
 
 from primus.errors import InputError
 from primus.job import Job
-from primus.memory.activations import implied_selective
+from primus.memory.activations import MAXTEXT_POLICIES, implied_selective, maxtext_policy_applies
 from primus.memory.evaluate import MemoryModel
 from primus.memory.ledger import StateWidths
 from primus.memory.offload import offload_applies
@@ -108,6 +108,8 @@ class Projector:
         )
         # what selective recompute keeps and re-runs: the ledger's own mode
         self.selective = spec.selective_recompute or implied_selective(spec.framework)
+        if self.selective in MAXTEXT_POLICIES and not maxtext_policy_applies(self.model, "dense", self.selective):
+            self.selective = "core_attention"  # as the ledger keeps it (MLA)
         self.op_sac = self.selective == "op_level"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._blocks: dict[tuple[str, int], Block] = {}
