@@ -268,9 +268,10 @@ MAXTEXT_POLICIES: dict[str, frozenset[str]] = {
 #: What selective recompute can keep: Megatron-Core's core-attention recompute, torchtitan's op-level
 #: policy, or a MaxText remat policy.
 SELECTIVE_MODES: tuple[str, ...] = ("core_attention", "op_level", *MAXTEXT_POLICIES)
-#: Each mode as Megatron-Core `--recompute-modules` names: the modules whose internals it recomputes
-#: (MaxText's policies recompute both norms, the attention kernel and the MLP's FC1 and activation; the
-#: boundary tensors they keep differ from Megatron's, see `maxtext_remat`).
+#: Each mode as Megatron-Core `--recompute-modules` names (megatron/core/transformer/transformer_config.py):
+#: the modules whose work it re-runs. MaxText's policies re-run both norms, the attention kernel and the
+#: MLP's FC1 and activation, but keep the attention output projection's output where Megatron keeps the
+#: attention output and the MLP's input (`maxtext_remat`), so no Megatron list keeps the same bytes.
 RECOMPUTED_MODULES: dict[str, tuple[str, ...]] = {
     "core_attention": ("core_attn",),
     "save_dot_except_mlp": ("layernorm", "core_attn", "mlp"),

@@ -7,7 +7,7 @@ from typing import Any
 
 from primus.errors import InputError
 from primus.job import Job
-from primus.memory.activations import ActContext
+from primus.memory.activations import MAXTEXT_POLICIES, RECOMPUTED_MODULES, ActContext
 from primus.memory.ledger import Reserves, StageMemory, StateWidths, combine, communicators
 from primus.memory.numerics import numerics_for
 from primus.memory.offload import offload_applies
@@ -186,6 +186,10 @@ class MemoryModel:
         mode = self.act_context(layout).selective_mode
         selective = _SELECTIVE_TEXT.get(mode, "selective recompute of " + ", ".join(sorted(selective_modules(
             spec.parallel.recompute_modules))) + " (what each frees: primus.memory.recompute)")
+        if mode in MAXTEXT_POLICIES:
+            selective += (" (in Megatron-Core --recompute-modules terms " + ", ".join(RECOMPUTED_MODULES[mode])
+                          + ", keeping the attention output projection's output instead of the attention output "
+                            "and the MLP input)")
         rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}
