@@ -257,8 +257,9 @@ def checkpoint_bytes(model: ModelSpec, ctx: ActContext) -> int:
 
 #: MaxText's remat policies (`remat_policy`), each as the checkpoint names JAX may keep for the backward
 #: pass; every other value of a decoder layer is recomputed. AI-Hypercomputer/maxtext MaxText/layers/
-#: models.py at 02a8f5c19b16a7b9395716beac2d3feb41567111 (2024-12-08; NVIDIA's jax:maxtext-2024-12-09
-#: container): `save_only_these_names(...)`. NVIDIA/dgxc-benchmarking 35a9aec maxtext/configure.sh
+#: models.py at 02a8f5c19b16a7b9395716beac2d3feb41567111 (2024-12-08, the last commit before NVIDIA's
+#: jax:maxtext-2024-12-09 container; the same sets at ab90e07, 2024-10, and 67aa0a6, 2025-01):
+#: `save_only_these_names(...)`. NVIDIA/dgxc-benchmarking 35a9aec maxtext/configure.sh
 #: spells the same sets as `remat_policy=custom` with those names `=device` (fp8 and bf16 recipes).
 MAXTEXT_POLICIES: dict[str, frozenset[str]] = {
     "save_dot_except_mlp": frozenset({"query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj"}),
