@@ -7,8 +7,10 @@ each tensor named with MaxText's checkpoint names (decoder_layer_input, query_pr
 value_proj, out_proj, mlpwi_0, mlpwi_1, mlpwo), and checkpointed with
 `jax.checkpoint_policies.save_only_these_names` over each policy's names (MaxText/layers/models.py,
 AI-Hypercomputer/maxtext 02a8f5c), alone and scanned over layers as MaxText does; `--sandwich` adds a
-norm after the MLP. `jax.ad_checkpoint.saved_residuals` lists what JAX saves; the script prints both
-lists (element counts per layer) and exits 1 when they differ.
+norm after the MLP. `jax.ad_checkpoint.print_saved_residuals` lists what JAX saves; the script prints
+both lists (element counts per layer), and the matmuls the backward re-runs (dot_generals in the
+gradient's program beyond those with everything saved) beside the projection's, and exits 1 when any
+differ.
 
 Needs jax (not a primus dependency): `pip install jax`, then
 `PYTHONPATH=. python benchmarks/maxtext_remat_residuals.py`.
@@ -27,11 +29,11 @@ POLICIES = {"save_dot_except_mlp": ("query_proj", "value_proj", "key_proj", "qkv
             "save_dot_except_mlpwi": ("query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwo")}
 
 
-def jax_saved(policy: str, sandwich: bool, layers: int) -> list[int]:
-    """Element counts per layer of every residual JAX keeps that is not a parameter, sorted."""
+def _layer(sandwich: bool) -> Any:
+    """The decoder layer as a scan step (x, params) -> (x, None)."""
     import jax
     import jax.numpy as jnp
-    from jax.ad_checkpoint import checkpoint_name, print_saved_residuals
+    from jax.ad_checkpoint import checkpoint_name
 
     def rms(x: Any, w: Any) -> Any:
         return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * w
@@ -52,13 +54,28 @@ def jax_saved(policy: str, sandwich: bool, layers: int) -> list[int]:
         mlp = checkpoint_name((jax.nn.silu(gate) * up) @ p["w2"], "mlpwo")
         return r + (rms(mlp, p["n3"]) if sandwich else mlp), None
 
+    return layer
+
+
+def _inputs(layers: int) -> tuple[Any, dict[str, Any]]:
+    import jax
+    import jax.numpy as jnp
+
     keys = iter(jax.random.split(jax.random.PRNGKey(0), 8))
     shapes = {"wq": (H, HEADS, D), "wk": (H, KV, D), "wv": (H, KV, D), "wo": (HEADS, D, H), "w0": (H, F),
               "w1": (H, F), "w2": (F, H)}
     params = {k: 0.02 * jax.random.normal(next(keys), (layers, *s)) for k, s in shapes.items()}
     params.update({n: jnp.ones((layers, H)) for n in ("n1", "n2", "n3")})
-    step = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names(*POLICIES[policy]))
-    x = jax.random.normal(next(keys), (B, S, H))
+    return jax.random.normal(next(keys), (B, S, H)), params
+
+
+def jax_saved(policy: str, sandwich: bool, layers: int) -> list[int]:
+    """Element counts per layer of every residual JAX keeps that is not a parameter, sorted."""
+    import jax
+    from jax.ad_checkpoint import print_saved_residuals
+
+    step = jax.checkpoint(_layer(sandwich), policy=jax.checkpoint_policies.save_only_these_names(*POLICIES[policy]))
+    x, params = _inputs(layers)
     text = io.StringIO()  # jax's public report of the residuals: "f32[3,2,16,64] output of scan from ..."
     with contextlib.redirect_stdout(text):
         print_saved_residuals(lambda x, p: jax.lax.scan(step, x, p)[0], x, params)
@@ -72,6 +89,24 @@ def jax_saved(policy: str, sandwich: bool, layers: int) -> list[int]:
             per_layer *= int(n)
         counts.append(per_layer)
     return sorted(counts)
+
+
+def jax_rerun_matmuls(policy: str) -> int:
+    """Matmuls the backward of one layer re-runs: dot_generals in the gradient's program under the policy,
+    less those with every value saved."""
+    import jax
+    import jax.numpy as jnp
+
+    x, params = _inputs(1)
+    one = {k: v[0] for k, v in params.items()}
+
+    def dots(pol: Any) -> int:
+        step = jax.checkpoint(_layer(False), policy=pol)
+        grad = jax.grad(lambda p, x: jnp.sum(jnp.sin(step(x, p)[0])))
+        return str(jax.make_jaxpr(grad)(one, x)).count("dot_general")
+
+    named = jax.checkpoint_policies.save_only_these_names(*POLICIES[policy])
+    return dots(named) - dots(jax.checkpoint_policies.everything_saveable)
 
 
 def ledger_saved(policy: str, sandwich: bool) -> list[int]:
@@ -106,6 +141,11 @@ def main() -> int:
                 ok &= same
                 print(f"{policy:22s} sandwich={sandwich!s:5s} layers={layers}: jax {got} ledger {want} "
                       f"{'same' if same else 'DIFFERENT'}")
+        # the projection re-runs the attention kernel (scores and context: 2) and FC1 (gate and up: 2)
+        # and no projection nor FC2 (primus.projection.cost.MAXTEXT_REMAT_GEMMS)
+        rerun = jax_rerun_matmuls(policy)
+        ok &= rerun == 4
+        print(f"{policy:22s} matmuls re-run in backward: jax {rerun}, projection 4 (attention 2, FC1 2)")
     return 0 if ok else 1
 
 
