@@ -234,9 +234,11 @@ def build(row: RunRow) -> RowJobs:
             if getattr(shipped.settings, key) is not None:
                 value = getattr(shipped.settings, key)
                 pins[key] = list(value) if isinstance(value, tuple) else value
-        assumed.append(f"recompute {stack_recompute} " + " ".join(
-            f"{k}={list(pins[k]) if k == 'recompute_modules' else pins[k]}" for k in recipe_keys if k in pins)
-            + f" (the stack's recipe: {shipped.source})")
+        named = [f"{k}={list(pins[k]) if k == 'recompute_modules' else pins[k]}" for k in recipe_keys if k in pins]
+        if shipped.settings.selective_recompute:
+            named.append(f"selective_recompute={shipped.settings.selective_recompute}")
+        assumed.append(" ".join([f"recompute {stack_recompute}", *named])
+                       + f" (the stack's recipe: {shipped.source})")
     base: dict[str, Any] = {"stack": rule.stack.label, "model": model, "hardware": hardware, "gpus": gpus,
                             "seq_len": seq, "global_batch_size": gbs, "precision": precision, **keys}
     if shipped is not None and shipped.settings.cpu_offloading_num_layers and not recompute:
@@ -245,8 +247,9 @@ def build(row: RunRow) -> RowJobs:
         assumed.append(f"CPU activation offloading of {offload} layers (the stack's recipe: {shipped.source})")
     if shipped is not None and shipped.settings.selective_recompute:
         base["selective_recompute"] = shipped.settings.selective_recompute
-        assumed.append(f"selective recompute keeps what {shipped.settings.selective_recompute} keeps "
-                       f"(the stack's recipe: {shipped.source})")
+        if recompute:  # the row states recompute; what selective keeps is still the recipe's
+            assumed.append(f"selective_recompute={shipped.settings.selective_recompute} (the stack's recipe: "
+                           f"{shipped.source})")
     stated_layout = row.pipeline_layout if pp > 1 else None
     pipeline = ({"layout": stated_layout} if stated_layout
                 else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
