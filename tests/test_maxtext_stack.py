@@ -73,6 +73,18 @@ def test_the_layer_being_rebuilt_holds_what_the_policy_did_not_keep() -> None:
     assert au.work_dense - layer_working_bytes(LLAMA2_70B, "dense", CTX) == inventory - 436_207_616
 
 
+def test_the_nearest_megatron_module_list_keeps_the_norm_output_and_attention_output_more() -> None:
+    # Megatron-Core recompute_modules [core_attn, mlp] (RECOMPUTED_MODULES) also keeps input_layernorm's
+    # output (T x 8192 bf16) and statistics (T fp32) and the attention output (T x 8192 bf16), and keeps
+    # the MLP's input where MaxText keeps out_proj (both T x 8192): 2 x T x 8192 x 2 + T x 4 B more
+    from primus.memory.activations import RECOMPUTED_MODULES
+
+    mods = frozenset(RECOMPUTED_MODULES["save_dot_except_mlp"])
+    megatron = layer_bytes(LLAMA2_70B, "dense", replace(CTX, selective=None, recompute_modules=mods), "selective")
+    assert megatron == 704_675_840
+    assert megatron - 436_207_616 == 2 * T * 8192 * 2 + T * 4
+
+
 def test_the_job_key_takes_exactly_the_ledgers_modes() -> None:
     from typing import get_args
 
@@ -92,7 +104,7 @@ def test_the_maxtext_stack_sets_its_policy_and_the_ledger_reads_it() -> None:
     assert job.spec.optimizer.main_grads_dtype == "fp32"  # fp32 parameters (MaxText weight_dtype float32)
     report = MemoryModel(job).evaluate(pinned_layout(job))
     assert report.fits
-    assert any("save_dot_except_mlp" in a and "layernorm, core_attn, mlp" in a for a in report.assumptions)
+    assert any("save_dot_except_mlp" in a and "recompute_modules: core_attn, mlp" in a for a in report.assumptions)
     # 80 layers x 436,207,616 B kept, one microbatch in flight
     assert report.stages[0].terms["activations.dense_layers"] == 80 * 436_207_616
 

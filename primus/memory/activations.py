@@ -269,14 +269,14 @@ MAXTEXT_POLICIES: dict[str, frozenset[str]] = {
 #: What selective recompute can keep: Megatron-Core's core-attention recompute, torchtitan's op-level
 #: policy, or a MaxText remat policy.
 SELECTIVE_MODES: tuple[str, ...] = ("core_attention", "op_level", *MAXTEXT_POLICIES)
-#: Each mode as Megatron-Core `--recompute-modules` names (megatron/core/transformer/transformer_config.py):
-#: the modules whose work it re-runs. MaxText's policies re-run both norms, the attention kernel and the
-#: MLP's FC1 and activation, but keep the attention output projection's output where Megatron keeps the
-#: attention output and the MLP's input (`maxtext_remat`), so no Megatron list keeps the same bytes.
+#: Each MaxText policy as its nearest Megatron-Core `--recompute-modules` list (`parallel.recompute_modules`,
+#: primus.memory.recompute): both re-run the attention kernel and the MLP, and Llama's norms are fused into
+#: QKV and FC1, where `layernorm` does not apply. Megatron's list keeps more: the input norm's output and
+#: statistics and the attention output, where MaxText keeps only the output projection's output (the same
+#: size as Megatron's MLP input): 2 x tokens x hidden activations more per layer (`maxtext_remat`).
 RECOMPUTED_MODULES: dict[str, tuple[str, ...]] = {
-    "core_attention": ("core_attn",),
-    "save_dot_except_mlp": ("layernorm", "core_attn", "mlp"),
-    "save_dot_except_mlpwi": ("layernorm", "core_attn", "mlp"),
+    "save_dot_except_mlp": ("core_attn", "mlp"),
+    "save_dot_except_mlpwi": ("core_attn", "mlp"),
 }
 
 

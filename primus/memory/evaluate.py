@@ -187,9 +187,8 @@ class MemoryModel:
         selective = _SELECTIVE_TEXT.get(mode, "selective recompute of " + ", ".join(sorted(selective_modules(
             spec.parallel.recompute_modules))) + " (what each frees: primus.memory.recompute)")
         if mode in MAXTEXT_POLICIES:
-            selective += (" (in Megatron-Core --recompute-modules terms " + ", ".join(RECOMPUTED_MODULES[mode])
-                          + ", keeping the attention output projection's output instead of the attention output "
-                            "and the MLP input)")
+            selective += (" (nearest Megatron-Core recompute_modules: " + ", ".join(RECOMPUTED_MODULES[mode])
+                          + ", which keeps the input norm's output and the attention output as well)")
         rec = {"none": "no recompute", "selective": selective,
                "full": f"full recompute ({self.recompute_method}, {layout.recompute_num_layers or 1} layer(s) "
                        "per checkpoint unit): layer inputs kept, one unit rematerialised in backward"}

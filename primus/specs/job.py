@@ -23,8 +23,9 @@ Precision = Literal["bf16", "fp16", "fp8", "nvfp4"]
 Fp8Recipe = Literal["tensorwise", "delayed", "blockwise", "mxfp8"]
 Schedule = Literal["auto", "1f1b", "interleaved"]
 Dtype = Literal["fp32", "bf16", "fp16"]
-#: What selective recompute keeps (primus.memory.activations.SELECTIVE_MODES): Megatron-Core's core
-#: attention, torchtitan's op-level policy, or a MaxText remat policy.
+#: What selective recompute keeps (primus.memory.activations.SELECTIVE_MODES): Megatron-Core's
+#: (`core_attention`: the modules of `parallel.recompute_modules`, default core_attn), torchtitan's op-level
+#: policy, or a MaxText remat policy.
 SelectiveMode = Literal["core_attention", "op_level", "save_dot_except_mlp", "save_dot_except_mlpwi"]
 
 AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
