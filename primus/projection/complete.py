@@ -94,10 +94,11 @@ class Speed:
     def bound(self, layout: Layout) -> float:
         return self.bounds.upper_bound(layout)
 
-    def compute_bounds(self, cands: Candidates) -> np.ndarray:
-        """A looser bound for every row at once (compute alone, one evaluation per shape context), the
-        first level of a bounded search before `bound` refines it."""
-        return self.bounds.compute_bounds(cands)
+    def coarse_bounds(self, cands: Candidates) -> np.ndarray:
+        """A looser bound for every row at once (one evaluation per group of rows that differ only in
+        MBS, sharding, DP and PP: `SpeedBound.group_bounds`), the first level of a bounded search
+        before `bound` refines it."""
+        return self.bounds.group_bounds(cands)
 
 
 def speed_of(job: Job, profile: Profile | None = None) -> Speed | None:
