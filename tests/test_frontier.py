@@ -54,7 +54,7 @@ def test_the_bound_is_never_below_the_projection(data):
     speed = speed_of(job)
     assert speed is not None
     bounds = SpeedBound(projector_for(job))
-    coarse = bounds.compute_bounds(cands)
+    coarse = bounds.group_bounds(cands)
     for i in range(0, cands.n, max(1, cands.n // 300)):
         layout = cands.layout(i)
         fine = bounds.upper_bound(layout)

@@ -2,25 +2,48 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
 import click
 
 from primus import __version__
-from primus.cli.catalog_cmds import hardware_group, job_group, models_group, schema_group
 from primus.cli.common import EXIT_INPUT
-from primus.cli.fidelity_cmds import calibrate_cmd, validate_cmd
-from primus.cli.launch_cmds import export_cmd, import_cmd
-from primus.cli.measure_cmd import measure_cmd
-from primus.cli.memory_cmd import memory_cmd
-from primus.cli.project_cmd import project_cmd
-from primus.cli.report_cmds import audit_group, report_cmd
-from primus.cli.solver_cmds import enumerate_cmd, fit_cmd, schema_rule
-from primus.cli.stacks_cmd import stacks_group
-from primus.cli.trace_cmd import trace_cmd
-from primus.cli.tune_cmd import tune_cmd
 from primus.safe_text import one_line
+
+#: Every command, by name: the module that defines it and its attribute. A command's module is imported
+#: when the command runs (or help lists it), so `primus project` does not pay for `tune`, `report` or
+#: `measure` at start-up.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("primus.cli.catalog_cmds", "models_group"),
+    "hardware": ("primus.cli.catalog_cmds", "hardware_group"),
+    "job": ("primus.cli.catalog_cmds", "job_group"),
+    "stacks": ("primus.cli.stacks_cmd", "stacks_group"),
+    "schema": ("primus.cli.catalog_cmds", "schema_group"),
+    "memory": ("primus.cli.memory_cmd", "memory_cmd"),
+    "fit": ("primus.cli.solver_cmds", "fit_cmd"),
+    "enumerate": ("primus.cli.solver_cmds", "enumerate_cmd"),
+    "trace-memory": ("primus.cli.trace_cmd", "trace_cmd"),
+    "project": ("primus.cli.project_cmd", "project_cmd"),
+    "measure": ("primus.cli.measure_cmd", "measure_cmd"),
+    "tune": ("primus.cli.tune_cmd", "tune_cmd"),
+    "export": ("primus.cli.launch_cmds", "export_cmd"),
+    "import": ("primus.cli.launch_cmds", "import_cmd"),
+    "report": ("primus.cli.report_cmds", "report_cmd"),
+    "audit": ("primus.cli.report_cmds", "audit_group"),
+    "validate": ("primus.cli.fidelity_cmds", "validate_cmd"),
+    "calibrate": ("primus.cli.fidelity_cmds", "calibrate_cmd"),
+}
+
+
+def _load(name: str) -> click.Command:
+    module, attr = COMMANDS[name]
+    cmd: click.Command = getattr(importlib.import_module(module), attr)
+    if name == "schema" and isinstance(cmd, click.Group) and "rule" not in cmd.commands:
+        from primus.cli.solver_cmds import schema_rule
+        cmd.add_command(schema_rule)
+    return cmd
 
 
 class PrimusGroup(click.Group):
@@ -45,6 +68,14 @@ class PrimusGroup(click.Group):
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(_load(cmd_name), cmd_name)
+        return self.commands.get(cmd_name)
+
 
 @click.group(name="primus", cls=PrimusGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -54,27 +85,6 @@ def cli() -> None:
 
     Example: primus models show llama3.1-70b
     """
-
-
-cli.add_command(models_group)
-cli.add_command(hardware_group)
-cli.add_command(job_group)
-cli.add_command(stacks_group)
-cli.add_command(schema_group)
-cli.add_command(memory_cmd)
-cli.add_command(fit_cmd)
-cli.add_command(enumerate_cmd)
-schema_group.add_command(schema_rule)
-cli.add_command(trace_cmd)
-cli.add_command(project_cmd)
-cli.add_command(measure_cmd)
-cli.add_command(tune_cmd)
-cli.add_command(export_cmd)
-cli.add_command(import_cmd)
-cli.add_command(report_cmd)
-cli.add_command(audit_group)
-cli.add_command(validate_cmd)
-cli.add_command(calibrate_cmd)
 
 
 def main() -> None:

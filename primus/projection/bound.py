@@ -1,42 +1,73 @@
-"""An admissible upper bound on a layout's projected tokens/s/GPU, and the bounded search built on it.
+"""Admissible upper bounds on a layout's projected tokens/s/GPU, and the bounded search built on them.
 
 A step on pipeline rank r lasts at least that rank's own work: M microbatches of its chunks' exposed
 time (compute, exposed communication, recompute) plus its tail (`project.py`: step >= end_r + tail_r >=
 work_r + tail_r). The busiest rank works at least the average, so
 
-    step >= M / PP x (sum over every block of the model (embedding, layers, MTP, loss) of its exposed
-            forward and backward time for one microbatch + the forward recompute re-runs)
+    step >= M / PP x S,  S = the sum over every block of the model (embedding, layers, MTP, loss) of
+                             its exposed forward and backward time for one microbatch + the forward
+                             recompute re-runs
 
-with each block costed by the projection's own (cached) block costs. Block costs depend on the shape
-context and the group placement, not on VP or the schedule, so the bound needs one evaluation per
-distinct (TP, CP, SP, MBS, EP, ETP, PP, DP, sharding, recompute): far fewer than the legal layouts.
-It leaves out the bubble, the tail and the imbalance between ranks, so it is never below the
-projection's step time (tested on every legal layout of small jobs): tokens/s/GPU <= `upper_bound`.
+with each block costed by the projection's own (cached) block costs. With M = GBS / (MBS x DP) and
+world = TP x CP x DP x PP this gives tokens/s/GPU <= seq x MBS / (TP x CP x S) (`upper_bound`): it
+leaves out the bubble, the tail and the imbalance between ranks, so it is never below the projection
+(tested on every legal layout of small jobs). S depends on the shape context (TP, CP, SP, MBS, EP,
+ETP), the placement of the groups the blocks talk on, FSDP and recompute; not on VP, the schedule or,
+under Megatron's default rank order, on DP and PP.
 
-`primus.solver.search.best_first` scores layouts in decreasing order of the bound and stops when the
-bound falls below the k-th best score found: the same k best an exhaustive scoring would return (ties
-keep the given order), having projected only the layouts the bound cannot rule out. `primus project`
-(free axes) and `fit`'s suggestions use it; `tune` can share it.
+A coarser bound (`group_bounds`) covers every micro-batch size at once. Under the analytic kernel timer
+a block's cost per microbatch is sub-homogeneous in MBS: at k x MBS (k a whole number) it is at most k
+times the cost at MBS, because every kernel's work and bytes scale by k or less (token counts exactly
+when MBS x seq is divisible by CP and the rank's tokens by the SP divisor, routed tokens and tokens per
+expert are rounded up, ceil(k x) <= k x ceil(x)), every time is an affine function of work with a
+non-negative intercept (GEMM roofline plus its per-problem cost, memory-bound passes, alpha-beta
+collectives), and exposed communication, hiding (TP, MoE, CP, FSDP overlap, with fractions <= 1) and
+the kernel-launch floor are non-decreasing, positively homogeneous functions of those times. So the
+bound at MBS is at most the bound at any multiple of it, and the largest bound over the micro-batch
+sizes that divide no other candidate's covers every layout of the same (TP, CP, SP, EP, ETP,
+recompute). FSDP's gathers only add exposed time, so a bound without them covers FSDP layouts too.
+That costs one block evaluation per group of layouts instead of one per shape context; a property test
+checks the scaling on many contexts and models. (A layout whose MBS divides several maximal ones takes
+the smallest of their bounds: each covers it.)
+
+ZeRO-2 reduce-scatters gradients on every microbatch's backward (`tail.py`), which is part of each
+rank's work; `_zero2` adds a floor on it (under the analytic timer), so a layout that waits seconds on
+its gradients is ruled out without projecting it.
+
+`primus.solver.search.best_first` scores layouts in decreasing order of the coarse bound, refines a
+layout to its own bound before projecting it, and stops when every remaining bound falls below the
+k-th best score found: the same k best an exhaustive scoring would return (ties keep the given
+order). `primus project` (free axes) and `fit`'s suggestions use it; `tune` shares it (`speed_of`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from primus.memory.shapes import balanced_layout
-from primus.parallel import Layout, normalise
-from primus.projection.cost import block_cost
-from primus.projection.ops import OpContext
+from primus.memory.units import param_units
+from primus.parallel import RECOMPUTES, SHARDINGS, Layout, normalise
+from primus.projection.placement import DEFAULT_ORDER
 from primus.projection.project import Projector
-from primus.projection.stages import chunk_keys
+from primus.projection.stages import RankParams, chunk_keys, rank_params
+from primus.projection.timer import AnalyticTimer, CollectiveCall
 from primus.solver.vector import Candidates
 
-#: Candidate columns the compute bound depends on: the shape context (TP, CP, SP, MBS, EP, ETP) and
-#: recompute; M / PP = GBS x TP x CP / (MBS x world) needs nothing else.
-COMPUTE_COLUMNS = ("tp", "cp", "sp", "mbs", "ep", "etp", "recompute")
+#: Candidate columns a layout's shape context is made of.
+CONTEXT_COLUMNS = ("tp", "cp", "sp", "mbs", "ep", "etp")
+#: Columns the group placement depends on beyond the context when the rank order is not Megatron's
+#: default (tp-cp-ep-dp-pp puts the TP, CP, EP and ETP groups innermost, so DP and PP cannot move them).
+PLACEMENT_COLUMNS = ("dp", "pp")
+#: Shardings whose bound depends on where the data-parallel groups sit: FSDP's per-block gathers and
+#: ZeRO-2's per-microbatch gradient reduce-scatter.
+PLACED = ("fsdp", "zero2")
+#: Relative slack on the coarse bound for floating-point rounding: the scaling argument is exact in real
+#: arithmetic, and sums of floats taken in a different order can differ by a few units in the last place.
+ROUNDING = 1e-9
 
 
 class SpeedBound:
@@ -49,18 +80,30 @@ class SpeedBound:
         flat = balanced_layout(model.num_layers, 1, 1, model.mtp_num_layers)
         self.items = Counter(k for keys in chunk_keys(model, flat) for k in keys)
         self.decoder = {k: n for k, n in self.items.items() if k.startswith(("dense", "moe"))}
-        self._sum_cache: dict[tuple[int, ...], tuple[float, float, float]] = {}
-        self._compute_cache: dict[tuple[str, OpContext], float] = {}
-        self._fwd_cache: dict[tuple[str, OpContext], float] = {}
-        job = proj.job
-        self.tokens = job.spec.global_batch_size * job.spec.seq_len
-        self.gpus = job.num_gpus
+        self._sum_cache: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
+        self._params: dict[tuple[int, int, int], RankParams] = {}
+        self._zero2_cache: dict[tuple[int, ...], float] = {}
+        self.flat = flat
+        self.seq = proj.job.spec.seq_len
+        self.default_order = proj.order == DEFAULT_ORDER
+        #: the scaling argument (module docstring) holds for the analytic timer's formulas only; a
+        #: measured table can time any call, so then every micro-batch size is bounded on its own
+        self.scalable = isinstance(proj.timer, AnalyticTimer)
 
-    def _sums(self, layout: Layout) -> tuple[float, float, float]:
+    # ---- one layout ----
+
+    def _key(self, layout: Layout, shardings: tuple[str, ...] = PLACED) -> tuple[int, ...]:
+        """What a layout's bound depends on: its context, and DP and PP where `shardings` (or a rank
+        order other than Megatron's) make the placement of the data-parallel groups matter."""
+        placed = layout.sharding in shardings
+        key = (layout.tp, layout.cp, int(layout.sp), layout.mbs, layout.ep, layout.etp,
+               SHARDINGS.index(layout.sharding) if placed else 0)
+        return (*key, layout.dp, layout.pp) if placed or not self.default_order else key
+
+    def _sums(self, layout: Layout) -> tuple[float, float, float, float]:
         """(every block's forward + backward, the decoder's forward, the decoder's selective recompute)
-        exposed seconds for one microbatch; shared by every sharding but FSDP and every recompute."""
-        key = (layout.tp, layout.cp, int(layout.sp), layout.mbs, layout.ep, layout.etp, layout.pp, layout.dp,
-               int(layout.sharding == "fsdp"))
+        exposed seconds for one microbatch of a normalised layout, and every block's backward compute."""
+        key = self._key(layout, ("fsdp",))
         sums = self._sum_cache.get(key)
         if sums is None:
             proj = self.proj
@@ -69,57 +112,146 @@ class SpeedBound:
             sums = self._sum_cache[key] = (
                 sum(n * (costs[k].fwd_total + costs[k].bwd_total) for k, n in self.items.items()),
                 sum(n * costs[k].fwd_total for k, n in self.decoder.items()),
-                sum(n * costs[k].selective for k, n in self.decoder.items()))
+                sum(n * costs[k].selective for k, n in self.decoder.items()),
+                sum(n * costs[k].compute_bwd for k, n in self.items.items()))
         return sums
+
+    def _per_microbatch(self, layout: Layout) -> float:
+        """S of the module docstring: the sums plus the forward that recompute re-runs (and ZeRO-2's
+        gradient reduce-scatter on every microbatch)."""
+        total, fwd, selective, _ = self._sums(layout)
+        if layout.recompute == "full" and self.proj.recompute_method == "uniform":
+            total += fwd
+        elif layout.recompute == "selective" and not self.proj.op_sac:
+            total += selective
+        if layout.sharding == "zero2" and self.scalable:
+            total += self._zero2(layout)
+        return total
+
+    def _zero2(self, layout: Layout) -> float:
+        """A floor on ZeRO-2's exposed gradient reduce-scatter, summed over the pipeline ranks, for one
+        microbatch (`tail.py` puts it on every microbatch's backward, so it is part of each rank's work).
+
+        A rank exposes at least its bucketed reduce-scatter time less the overlap fraction of its
+        backward compute (`rank_tail`: min(total, last + max(0, total - last - f x window)) >= total -
+        f x window). Summed over ranks: every bucket of every rank, at least one alpha-beta call of all
+        the model's gradient bytes (alpha >= 0, so calls are sub-additive: the analytic timer only),
+        less f x the backward compute of every block; the ranks hold every parameter at least once
+        (tied or MTP embeddings a second time), so the PP = 1 count is a floor."""
+        key = self._key(layout)
+        z = self._zero2_cache.get(key)
+        if z is None:
+            proj = self.proj
+            pkey = (layout.tp, layout.ep, layout.etp)
+            params = self._params.get(pkey)
+            if params is None:
+                params = self._params[pkey] = rank_params(proj.model, self.flat, param_units(proj.model, *pkey))[0]
+            groups = proj.groups(layout)
+            grad = proj.widths.grad
+            total = sum(proj.timer.collective(CollectiveCall("reduce_scatter", p * grad, groups[g])).seconds
+                        for p, g in ((params.dense, "dp_cp"), (params.expert, "edp")) if p > 0)
+            ov = proj.job.spec.overlap
+            if ov.grad_reduce:
+                total -= float(proj.profile.overlap.grad_reduce.value) * self._sums(layout)[3]
+            z = self._zero2_cache[key] = max(0.0, total) * (1 - ROUNDING)
+        return z
+
+    def _bound(self, layout: Layout) -> float:
+        per_mb = self._per_microbatch(layout)
+        return float("inf") if per_mb <= 0 else self.seq * layout.mbs / (layout.tp * layout.cp * per_mb)
 
     def step_floor(self, layout: Layout) -> float:
         """Seconds the step takes at least (see the module docstring): M / PP times one microbatch of
         every block's exposed forward and backward time, plus the forward that recompute re-runs."""
-        proj = self.proj
-        layout = normalise(layout, is_moe=proj.model.is_moe)
-        total, fwd, selective = self._sums(layout)
-        if layout.recompute == "full" and proj.recompute_method == "uniform":
-            total += fwd
-        elif layout.recompute == "selective" and not proj.op_sac:
-            total += selective
-        m = layout.num_microbatches(proj.job.spec.global_batch_size)
-        return m * total / layout.pp
+        layout = normalise(layout, is_moe=self.proj.model.is_moe)
+        m = layout.num_microbatches(self.proj.job.spec.global_batch_size)
+        return m * self._per_microbatch(layout) / layout.pp
 
     def upper_bound(self, layout: Layout) -> float:
         """tokens/s/GPU the projection cannot exceed for this layout."""
-        floor = self.step_floor(layout)
-        return float("inf") if floor <= 0 else self.tokens / floor / self.gpus
+        return self._bound(normalise(layout, is_moe=self.proj.model.is_moe))
 
-    def _compute(self, key: str, ctx: OpContext) -> float:
-        """Forward + backward compute seconds of one block (its communication left out, so no groups)."""
-        ck = (key, ctx)
-        t = self._compute_cache.get(ck)
-        if t is None:
-            block = self.proj.block(key, ctx)
-            cost = block_cost(replace(block, comms=()), self.proj.timer, {}, self.proj.cost_settings)
-            t = self._compute_cache[ck] = cost.compute_fwd + cost.compute_bwd
-            self._fwd_cache[ck] = cost.compute_fwd
-        return t
+    # ---- many layouts ----
 
-    def compute_floor(self, layout: Layout) -> float:
-        """A looser floor from compute alone (GEMM, attention, memory-bound kernels and the recomputed
-        forward), which does not depend on where the ranks sit: one evaluation per shape context."""
-        proj = self.proj
-        ctx = proj.context(layout)
-        per_mb = sum(n * self._compute(k, ctx) for k, n in self.items.items())
-        if layout.recompute == "full" and proj.recompute_method == "uniform":
-            per_mb += sum(n * self._fwd_cache[(k, ctx)] for k, n in self.decoder.items())
-        m = layout.num_microbatches(proj.job.spec.global_batch_size)
-        return m * per_mb / layout.pp
+    def _columns(self, cands: Candidates, names: tuple[str, ...]) -> np.ndarray:
+        return np.stack([np.asarray(cands.cols[c], dtype=np.int64) for c in names], axis=1)
 
-    def compute_bounds(self, cands: Candidates) -> np.ndarray:
-        """tokens/s/GPU bounds from `compute_floor` for every row, one evaluation per distinct context."""
+    @staticmethod
+    def _distinct(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """np.unique over rows (distinct rows, first index of each, each row's distinct index), with
+        the rows packed into one integer first (a mixed-radix number of the column values: much faster
+        than unique over a 2-D array, and the same grouping)."""
+        lo = cols.min(axis=0)
+        span = cols.max(axis=0) - lo + 1
+        if float(np.prod(span.astype(float))) >= 2.0**62:
+            _, first, inverse = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+            return cols[first], first, inverse.reshape(-1)
+        packed = np.zeros(len(cols), dtype=np.int64)
+        for j in range(cols.shape[1]):
+            packed = packed * span[j] + (cols[:, j] - lo[j])
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return cols[first], first, inverse.reshape(-1)
+
+    def row_bounds(self, cands: Candidates) -> Callable[[int], float]:
+        """`upper_bound` of row i, evaluated once per distinct bound key among the rows (lazily)."""
+        cols = self._columns(cands, (*CONTEXT_COLUMNS, "recompute", "sharding", *PLACEMENT_COLUMNS))
+        if self.default_order:  # DP and PP matter only to FSDP's gathers and ZeRO-2's reduce (`_key`)
+            cols[~np.isin(cols[:, 7], [SHARDINGS.index(x) for x in PLACED]), 8:] = 0
+        _, first, ids = self._distinct(cols)
+        values: dict[int, float] = {}
+
+        def bound(i: int) -> float:
+            j = int(ids[i])
+            v = values.get(j)
+            if v is None:
+                v = values[j] = self.upper_bound(cands.layout(int(first[j])))
+            return v
+        return bound
+
+    def group_bounds(self, cands: Candidates) -> np.ndarray:
+        """A bound on every row's tokens/s/GPU, one block evaluation per group of rows that share all
+        but the micro-batch size (and sharding, and DP and PP under the default rank order): the bound
+        at the group's micro-batch sizes that divide no other, the smallest among the multiples of the
+        row's own (module docstring)."""
         if cands.n == 0:
             return np.zeros(0)
-        keys = np.stack([np.asarray(cands.cols[c], dtype=np.int64) for c in COMPUTE_COLUMNS], axis=1)
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        floors = np.array([self.compute_floor(normalise(cands.layout(int(i)), is_moe=self.proj.model.is_moe))
-                           for i in first])
-        with np.errstate(divide="ignore"):
-            values = np.where(floors > 0, self.tokens / np.maximum(floors, 1e-300) / self.gpus, np.inf)
-        return values[inverse.reshape(-1)]
+        place = () if self.default_order else PLACEMENT_COLUMNS
+        names = CONTEXT_COLUMNS + place  # tp cp sp mbs ep etp [dp pp]
+        contexts, first, ctx_of_row = self._distinct(self._columns(cands, names))
+        groups: dict[tuple[int, ...], dict[int, int]] = {}  # group (all but mbs) -> mbs -> context row
+        for c, row in enumerate(contexts.tolist()):
+            groups.setdefault(tuple(row[:3] + row[4:]), {})[row[3]] = c
+        # per context: the contexts whose bounds each cover it (itself, or the group's maximal multiples)
+        cover: list[list[int]] = [[] for _ in range(len(contexts))]
+        for members in groups.values():
+            maximal = [e for e in members if not any(o != e and o % e == 0 for o in members)]
+            for m, c in members.items():
+                tp, cp, sp = (int(x) for x in contexts[c][:3])
+                if self._scales(m, tp, cp, sp):
+                    cover[c] = [members[e] for e in maximal if e % m == 0]
+                else:
+                    cover[c] = [c]
+        needed = sorted({e for cs in cover for e in cs})
+        model_moe = self.proj.model.is_moe
+        rec = np.asarray(cands.cols["recompute"], dtype=np.int64)
+        per_rec: dict[int, np.ndarray] = {}
+        for r in np.unique(rec).tolist():
+            values = np.full(len(contexts), -np.inf)
+            for e in needed:
+                layout = cands.layout(int(first[e]))
+                layout = normalise(replace(layout, sharding="none", recompute=RECOMPUTES[r]), is_moe=model_moe)
+                values[e] = self._bound(layout)
+            per_rec[r] = np.array([min(values[e] for e in cs) for cs in cover])
+        out = np.empty(cands.n)
+        for r, table in per_rec.items():
+            mask = rec == r
+            out[mask] = table[ctx_of_row[mask]]
+        return out * (1 + ROUNDING)
+
+    def _scales(self, mbs: int, tp: int, cp: int, sp: int) -> bool:
+        """Whether the scaling argument covers MBS: the analytic timer, and token counts that scale
+        exactly (MBS x seq divisible by CP, the rank's tokens by the SP divisor)."""
+        if not self.scalable or (mbs * self.seq) % cp:
+            return False
+        return (mbs * self.seq // cp) % (tp if sp else 1) == 0
+

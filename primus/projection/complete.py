@@ -94,10 +94,11 @@ class Speed:
     def bound(self, layout: Layout) -> float:
         return self.bounds.upper_bound(layout)
 
-    def compute_bounds(self, cands: Candidates) -> np.ndarray:
-        """A looser bound for every row at once (compute alone, one evaluation per shape context), the
-        first level of a bounded search before `bound` refines it."""
-        return self.bounds.compute_bounds(cands)
+    def coarse_bounds(self, cands: Candidates) -> np.ndarray:
+        """A looser bound for every row at once (one evaluation per group of rows that differ only in
+        MBS, sharding, DP and PP: `SpeedBound.group_bounds`), the first level of a bounded search
+        before `bound` refines it."""
+        return self.bounds.group_bounds(cands)
 
 
 def speed_of(job: Job, profile: Profile | None = None) -> Speed | None:
@@ -136,9 +137,9 @@ def complete_and_project(job: Job, profile: Profile | None = None, *, timer: Ker
         return best.with_completion(_describe(job, best.layout, 1))
     sb = SpeedBound(proj)
     top, scored, stop = best_first(
-        sb.compute_bounds(cands).tolist(),
+        sb.group_bounds(cands).tolist(),
         lambda i: proj.project(cands.layout(i), "fast", peak=(int(peaks[i]), True), explain=False).tokens_per_s_per_gpu,
-        RESIMULATE, refine=[lambda i: sb.upper_bound(cands.layout(i))])
+        RESIMULATE, refine=[sb.row_bounds(cands)])
     finals = [proj.project(cands.layout(i), "auto", peak=(int(peaks[i]), True)) for _, i in top]
     fastest = min(p.step_time_s for p in finals)
     ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]

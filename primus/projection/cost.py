@@ -29,9 +29,10 @@ Transformer Engine's GroupedLinear, `primus.projection.ops.OpContext.per_expert_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from primus.memory.recompute import DEFAULT_SELECTIVE
-from primus.projection.ops import ACT, Block
+from primus.projection.ops import ACT, Block, Gemm, MemOp
 from primus.projection.placement import GroupShape
 from primus.projection.timer import AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
 
@@ -134,58 +135,104 @@ def _switched_on(overlap: str, s: CostSettings) -> bool:
     return (overlap == "tp" and s.tp_overlap is not None) or (overlap == "ep" and s.ep_overlap is not None)
 
 
+_Entry = tuple[int, float, bool]  # (category, seconds, measured) of one kernel call
+
+
+def _gemm_calls(g: Gemm, timer: KernelTimer, s: CostSettings) -> tuple[_Entry, _Entry, _Entry, tuple[_Entry, ...],
+                                                                       tuple[_Entry, ...]]:
+    """A GEMM's forward, data-gradient and weight-gradient calls, and its quantisation passes (forward,
+    backward) under low precision."""
+    low = g.low and s.low_width is not None
+    fmt = s.fmt if low else s.high_fmt
+    w_in = s.low_width if low and s.low_width is not None else ACT
+    cat = GEMM if g.cat == "gemm" else ATTN
+    fwd = (cat, *timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT)))
+    dgrad = (cat, *timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT)))
+    out = 2 * s.grad_width if g.weight else ACT
+    wgrad = (cat, *timer.gemm(GemmCall(fmt, g.k, g.n, g.m, g.count, w_in, out)))
+    qf: tuple[_Entry, ...] = ()
+    qb: tuple[_Entry, ...] = ()
+    if low and s.low_width is not None:
+        quant = ACT + 2 * s.low_width
+        if g.cast_input:
+            qf = ((MEM, *timer.memory(MemoryCall(g.m * g.k * g.count * quant))),)
+        if g.weight:
+            qb = ((MEM, *timer.memory(MemoryCall(g.m * g.n * g.count * quant))),)
+    return fwd, dgrad, wgrad, qf, qb
+
+
+def _memop_calls(op: MemOp, timer: KernelTimer) -> tuple[_Entry, _Entry]:
+    cat = ATTN if op.name in ("attention.softmax", "attention.dropout") else MEM
+    return (cat, *timer.memory(MemoryCall(op.fwd_bytes))), (cat, *timer.memory(MemoryCall(op.bwd_bytes)))
+
+
 def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], s: CostSettings,
-               fsdp: tuple[float, float, bool] = (0.0, 0.0, False)) -> BlockCost:
+               fsdp: tuple[float, float, bool] = (0.0, 0.0, False), memo: dict[object, Any] | None = None) -> BlockCost:
     """Cost one block. `fsdp`: (forward, backward) seconds of its FSDP parameter gathers and gradient
-    reduce-scatters and whether they were measured, or zeros without FSDP."""
+    reduce-scatters and whether they were measured, or zeros without FSDP. `memo`: the calls of each
+    GEMM, attention, memory-bound op and collective already timed with this timer and these settings
+    (blocks of different contexts and placements share many ops: a projector keeps one per job)."""
+    if memo is None:
+        memo = {}
     f, b = _Tally(), _Tally()
     dgrad = 0.0
     op_recompute = 0.0
     modules = 0.0  # forward seconds of the ops the job's selective recompute modules re-run
     mods = s.recompute_modules
-    remat = 0.0
+    remat = 0.0  # forward seconds a MaxText remat policy re-runs
+    fv, fc, fm, bv, bc, bm = f.v, f.calls, f.measured, b.v, b.calls, b.measured  # the tallies, inlined
     for g in block.gemms:
-        low = g.low and s.low_width is not None
-        fmt = s.fmt if low else s.high_fmt
-        w_in = s.low_width if low and s.low_width is not None else ACT
-        cat = GEMM if g.cat == "gemm" else ATTN
-        t, m = timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT))
-        f.add(cat, t, m, launches=g.launches)
+        calls = memo.get(g)
+        if calls is None:
+            calls = memo[g] = _gemm_calls(g, timer, s)
+        (cat, t, m), dg, wg, qf, qb = calls
+        n = g.launches  # kernels per pass and per quantisation
+        fv[cat] += t
+        fc[cat] += n
+        fm[cat] += m
         op_recompute += g.op_recompute * t
-        if g.module in mods:
+        in_module = g.module in mods
+        if in_module:
             modules += t
         remat += t if g.name in MAXTEXT_REMAT_GEMMS else 0.0
-        t, m = timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT))
-        dgrad += b.add(cat, t, m, launches=g.launches)
-        out = 2 * s.grad_width if g.weight else ACT
-        t, m = timer.gemm(GemmCall(fmt, g.k, g.n, g.m, g.count, w_in, out))
-        b.add(cat, t, m, launches=g.launches)
-        if low and s.low_width is not None:
-            quant = ACT + 2 * s.low_width
-            if g.cast_input:
-                t, m = timer.memory(MemoryCall(g.m * g.k * g.count * quant))
-                f.add(MEM, t, m, launches=g.launches)
-                if g.module in mods:
-                    modules += t
-            if g.weight:
-                t, m = timer.memory(MemoryCall(g.m * g.n * g.count * quant))
-                b.add(MEM, t, m, launches=g.launches)
+        for cat, t, m in (dg, wg):
+            bv[cat] += t
+            bc[cat] += n
+            bm[cat] += m
+        dgrad += dg[1]
+        for cat, t, m in qf:
+            fv[cat] += t
+            fc[cat] += n
+            fm[cat] += m
+            if in_module:
+                modules += t
+        for cat, t, m in qb:
+            bv[cat] += t
+            bc[cat] += n
+            bm[cat] += m
     for a in block.attention:
-        t, m = timer.attention(AttentionCall(a, False))
+        calls = memo.get(a)
+        if calls is None:
+            calls = memo[a] = (timer.attention(AttentionCall(a, False)), timer.attention(AttentionCall(a, True)))
+        (t, m), (bt, bmeas) = calls
         f.add(ATTN, t, m)
-        t, m = timer.attention(AttentionCall(a, True))
-        b.add(ATTN, t, m)
+        b.add(ATTN, bt, bmeas)
     for op in block.memops:
-        cat = ATTN if op.name in ("attention.softmax", "attention.dropout") else MEM
-        t, m = timer.memory(MemoryCall(op.fwd_bytes))
-        f.add(cat, t, m)
+        calls = memo.get(op)
+        if calls is None:
+            calls = memo[op] = _memop_calls(op, timer)
+        (cat, t, m), (bcat, bt, bmeas) = calls
+        fv[cat] += t
+        fc[cat] += 1
+        fm[cat] += m
         if cat == MEM:
             op_recompute += t
             remat += t if op.name not in MAXTEXT_REMAT_SKIPS else 0.0
         if op.module in mods:
             modules += t
-        t, m = timer.memory(MemoryCall(op.bwd_bytes))
-        b.add(cat, t, m)
+        bv[bcat] += bt
+        bc[bcat] += 1
+        bm[bcat] += bmeas
 
     hf, hb = [0.0] * N_CAT, [0.0] * N_CAT
     pooled_f = {TP: 0.0, EP: 0.0}
@@ -194,7 +241,11 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
     cp_exposed_f = 0.0
     for c in block.comms:
         cat = _COMM_CAT[c.name]
-        t1, m = timer.collective(CollectiveCall(c.kind, c.nbytes, groups[c.group], c.fanout))
+        group = groups[c.group]
+        timed = memo.get((c, group))
+        if timed is None:
+            timed = memo[(c, group)] = timer.collective(CollectiveCall(c.kind, c.nbytes, group, c.fanout))
+        t1, m = timed
         if c.overlap == "cp" and c.fwd:
             steps = c.fwd  # CP - 1 ring steps; backward sends K, V and their gradients per step
             per_bwd = c.bwd / steps

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import product
+
+import numpy as np
 
 from primus.parallel import Layout
 
@@ -51,19 +52,17 @@ def _strides(sizes: dict[str, int], order: tuple[str, ...]) -> dict[str, int]:
 @lru_cache(maxsize=4096)
 def _shape(sizes_key: tuple[tuple[str, int], ...], axes: tuple[str, ...], order: tuple[str, ...],
            domain: int) -> GroupShape:
+    """The group along `axes` that holds rank 0: its size and the most of its members in one domain.
+    Its rank numbers are every sum of one multiple of each axis's stride (built with numpy, since a
+    world group of a frontier cluster has tens of thousands of members)."""
     sizes = dict(sizes_key)
     strides = _strides(sizes, order)
-    dims = [(strides[a], sizes.get(a, 1)) for a in axes]
-    size = 1
-    for _, n in dims:
-        size *= n
-    if size == 1:
+    ranks = np.zeros(1, dtype=np.int64)
+    for a in axes:
+        ranks = np.add.outer(ranks, np.arange(sizes.get(a, 1), dtype=np.int64) * strides[a]).reshape(-1)
+    if ranks.size == 1:
         return SINGLE
-    counts: dict[int, int] = {}
-    for coords in product(*(range(n) for _, n in dims)):
-        rank = sum(c * s for c, (s, _) in zip(coords, dims, strict=True))
-        counts[rank // domain] = counts.get(rank // domain, 0) + 1
-    return GroupShape(size, max(counts.values()))
+    return GroupShape(int(ranks.size), int(np.bincount(ranks // domain).max()))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ can call it thousands of times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +48,15 @@ from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
 
 __all__ = ["Projection", "Projector", "project"]
+
+
+#: Block kinds whose ops read neither EP nor ETP (`ops.py`, `ends.py`: only MoE layers, and the MTP
+#: module through its inner layer, route tokens to experts).
+EXPERT_FREE = frozenset({"embedding", "loss", "dense"})
+#: The groups blocks' collectives run on (`ops.py`, `ends.py`; tested on every block kind).
+BLOCK_GROUPS: tuple[str, ...] = ("tp", "cp", "ep", "etp")
+#: The groups FSDP's per-block parameter gathers and gradient reduce-scatters run on (dense, expert).
+FSDP_GROUPS: tuple[str, ...] = ("dp_cp", "edp")
 
 
 @lru_cache(maxsize=1024)
@@ -112,13 +121,14 @@ class Projector:
             self.selective = "core_attention"  # as the ledger keeps it (MLA)
         self.op_sac = self.selective == "op_level"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
-        self._blocks: dict[tuple[str, int], Block] = {}
+        self._blocks: dict[tuple[str, int], tuple[Block, tuple[str, ...], int]] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
         self._groups: dict[Layout, dict[str, GroupShape]] = {}
         self._params: dict[tuple[int, ...], tuple[RankParams, ...]] = {}
         self._ids: dict[Any, int] = {}
         self._tails: dict[tuple[Any, ...], RankTail] = {}
+        self._op_calls: dict[object, Any] = {}  # timed kernel calls per op (`cost.block_cost`'s memo)
 
     # ---- cached pieces ----
 
@@ -149,12 +159,15 @@ class Projector:
                          per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te")
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
-        # block costs differ only between FSDP (per-block gathers) and everything else
-        ck = (key, self._intern(ctx), self.group_id(groups), layout.sharding == "fsdp")
+        # a block's cost depends on its shape context and on the placement of the groups it talks on
+        # (its collectives' groups; with FSDP also the gather groups), not on the rest of the layout
+        block, names, cid = self._block_entry(key, ctx, self._intern(ctx))
+        fsdp_on = layout.sharding == "fsdp"
+        names += FSDP_GROUPS if fsdp_on else ()
+        ck = (key, cid, self._intern(tuple(groups[g] for g in names)), fsdp_on)
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
-        block = self.block(key, ctx)
         fsdp = (0.0, 0.0, False)
         if layout.sharding == "fsdp":  # per block: gather bf16 weights (forward and backward), scatter grads
             pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
@@ -166,17 +179,27 @@ class Projector:
             gather = sum(t.seconds for t in gathers)
             measured = bool(shards) and all(t.measured for t in gathers + scatters)
             fsdp = (gather, gather + sum(t.seconds for t in scatters), measured)
-        cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp)
+        cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp, self._op_calls)
         self._costs[ck] = cost
         return cost
 
     def block(self, key: str, ctx: OpContext) -> Block:
         """The ops of one block kind in one shape context (cached: every placement of that context
         shares them)."""
-        bk = (key, self._intern(ctx))
-        block = self._blocks.get(bk)
-        if block is None:
+        return self._block_entry(key, ctx, self._intern(ctx))[0]
+
+    def _block_entry(self, key: str, ctx: OpContext, cid: int) -> tuple[Block, tuple[str, ...], int]:
+        """The block, the names of the groups its collectives run on (sorted) and the interned id of the
+        context it was built in, cached per context (`cid`: the context's interned id). Blocks without
+        experts do not read EP or ETP, so they are built once for all of them (in EP = ETP = 1)."""
+        bk = (key, cid)
+        entry = self._blocks.get(bk)
+        if entry is None:
             kind, _, windowed = key.partition(":")
+            if kind in EXPERT_FREE and (ctx.ep != 1 or ctx.act.etp != 1):
+                plain = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+                entry = self._blocks[bk] = self._block_entry(key, plain, self._intern(plain))
+                return entry
             if kind == "embedding":
                 block = embedding_block(self.model, ctx)
             elif kind == "loss":
@@ -185,8 +208,8 @@ class Projector:
                 block = mtp_block(self.model, ctx)
             else:
                 block = layer_block(self.model, kind, ctx, self.model.window_size if windowed else None)
-            self._blocks[bk] = block
-        return block
+            entry = self._blocks[bk] = (block, tuple(sorted({c.group for c in block.comms})), cid)
+        return entry
 
     def chunk_keys(self, pp: int, vp: int) -> Any:
         """(pipeline layout, Megatron can split it, per chunk (interned id, item keys))."""
@@ -231,9 +254,12 @@ class Projector:
             return self.block_cost(key, layout, ctx, groups)
 
         chunks: list[ChunkWork] = []
+        fsdp_on = layout.sharding == "fsdp"
         ctx_id, gid = self._intern(ctx), self.group_id(groups)
+        # a chunk's work is its blocks' costs: the same wherever the groups blocks do not talk on sit
+        bid = self._intern(tuple(groups[g] for g in BLOCK_GROUPS + (FSDP_GROUPS if fsdp_on else ())))
         for (kid, ks), mask in zip(keys, masks, strict=True):
-            ck = (kid, ctx_id, gid, layout.sharding == "fsdp", rec, mask)
+            ck = (kid, ctx_id, bid, fsdp_on, rec, mask)
             w = self._chunks.get(ck)
             if w is None:
                 w = chunk_work(ks, cost, layout.recompute, mask, selective=self.selective)

@@ -72,7 +72,7 @@ def fastest_groups(groups: Sequence[tuple[Candidates, tuple[str, ...]]], need: i
         return speed(layout(i), int(rows.cols["peak_bytes"][int(local[i])]))
 
     bound = getattr(speed, "bound", None)
-    coarse = getattr(speed, "compute_bounds", None)
+    coarse = getattr(speed, "coarse_bounds", None)
     levels: list[Callable[[int], float]] = [score]
     if bound is None:  # no bound: every completion is scored
         first = [score(i) for i in range(len(owner))]

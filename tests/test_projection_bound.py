@@ -1,0 +1,158 @@
+"""The step-time bounds behind `primus project`'s bounded search (issue 16): the coarse bound per group of
+layouts covers every layout's own bound, because a block's cost per microbatch grows at most linearly
+with the micro-batch size; and the placement the bounds key on is what the blocks talk on."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+import pytest
+
+from primus.job import job_from_mapping
+from primus.parallel import Layout, normalise
+from primus.projection.bound import ROUNDING, SpeedBound
+from primus.projection.ends import embedding_block, loss_block, mtp_block
+from primus.projection.ops import layer_block
+from primus.projection.placement import Placement
+from primus.projection.project import BLOCK_GROUPS, EXPERT_FREE, Projector, projector_for
+from primus.projection.timer import AnalyticTimer, MeasuredTimer
+from primus.solver.api import Question
+
+# Jobs chosen to exercise every rounding and overlap the scaling argument has to survive: micro-batch
+# sizes with factors 3 and 5, MoE capacity factors and imbalance (rounded-up routed tokens), the
+# allgather and flex dispatchers, TP and MoE all-to-all overlap, MLA, sliding windows, unfused
+# attention, torchtitan's op-level recompute, FP8, and a full-mesh (MI300X) scale-up domain.
+JOBS = {
+    "mixtral-flex-overlap": {"model": "mixtral-8x7b", "hardware": "h100-80gb", "nodes": 4, "seq_len": 4096,
+                             "global_batch_size": 96,
+                             "moe": {"token_dispatcher": "flex", "capacity_factor": 1.25},
+                             "overlap": {"tp_comm": True, "moe_a2a": True}},
+    "deepseek-lite-fp8-allgather": {"model": "deepseek-v2-lite", "hardware": "h100-80gb", "nodes": 2,
+                                    "seq_len": 4096, "global_batch_size": 80, "precision": "fp8",
+                                    "moe": {"token_dispatcher": "allgather", "imbalance": 1.3}},
+    "gpt-oss-mesh": {"model": "gpt-oss-20b", "hardware": "mi300x", "nodes": 2, "seq_len": 4096,
+                     "global_batch_size": 48},
+    "llama-unfused-torchtitan": {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 2048,
+                                 "global_batch_size": 60, "framework": "torchtitan",
+                                 "kernels": {"flash_attention": False}},
+}
+
+
+def _contexts(job):  # type: ignore[no-untyped-def]
+    """Every legal layout's shape context, grouped by all but the micro-batch size: {group: {mbs: layout}}."""
+    cands = Question(job).candidates
+    groups: dict[tuple[int, ...], dict[int, object]] = defaultdict(dict)
+    for i in range(cands.n):
+        lay = normalise(replace(cands.layout(i), sharding="none", recompute="none"), is_moe=job.model.is_moe)
+        groups[(lay.tp, lay.cp, int(lay.sp), lay.ep, lay.etp)].setdefault(lay.mbs, lay)
+    return cands, groups
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_a_blocks_cost_at_k_times_the_micro_batch_is_at_most_k_times_its_cost(name):
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    bounds = SpeedBound(projector_for(job))
+    _, groups = _contexts(job)
+    pairs = 0
+    for members in groups.values():
+        for m, small in members.items():
+            for big_mbs, big in members.items():
+                if big_mbs == m or big_mbs % m or not bounds._scales(m, small.tp, small.cp, int(small.sp)):
+                    continue
+                k = big_mbs // m
+                for at_k, at_1 in zip(bounds._sums(big), bounds._sums(small), strict=True):
+                    assert at_k <= k * at_1 * (1 + ROUNDING), (small, big_mbs)
+                pairs += 1
+    assert pairs > 0
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_the_group_bound_covers_every_layouts_own_bound(name):
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    bounds = SpeedBound(projector_for(job))
+    cands = Question(job).candidates
+    coarse = bounds.group_bounds(cands)
+    own = bounds.row_bounds(cands)
+    for i in range(cands.n):
+        assert own(i) <= coarse[i], cands.layout(i)
+    for i in range(0, cands.n, max(1, cands.n // 300)):
+        assert own(i) == bounds.upper_bound(cands.layout(i))
+
+
+def test_under_a_measured_timer_each_micro_batch_size_is_bounded_on_its_own():
+    """A measured table can time any call, so the scaling argument is not used: the coarse bound of a
+    layout is the bound of its own shape context (without FSDP's gathers)."""
+    job = job_from_mapping(JOBS["mixtral-flex-overlap"], "job.yaml")
+    proj = Projector(job, timer=MeasuredTimer(AnalyticTimer(job.cluster, projector_for(job).profile), {}))
+    bounds = SpeedBound(proj)
+    assert not bounds.scalable
+    cands = Question(job).candidates
+    coarse = bounds.group_bounds(cands)
+    for i in range(0, cands.n, max(1, cands.n // 200)):
+        layout = replace(cands.layout(i), sharding="none")
+        assert coarse[i] == bounds.upper_bound(layout) * (1 + ROUNDING)
+
+
+@pytest.mark.parametrize("domain", [8, 72])
+@pytest.mark.parametrize("tp,cp,ep,etp", [(1, 1, 8, 1), (2, 2, 4, 2), (8, 1, 16, 1), (4, 8, 64, 4), (2, 4, 32, 8)])
+def test_under_megatrons_rank_order_dp_and_pp_do_not_move_the_groups_a_block_talks_on(tp, cp, ep, etp, domain):
+    """tp-cp-ep-dp-pp numbers TP fastest, then CP, and folds experts as ETP, EP inside DP and PP: the TP,
+    CP, EP and ETP groups are the same whatever DP and PP are, so the bounds key on neither."""
+    world = 8192
+    shapes = set()
+    for pp in (1, 2, 4, 8):
+        lay = Layout(tp=tp, pp=pp, vp=1, cp=cp, ep=ep, etp=etp, dp=world // (tp * cp * pp), mbs=1, sp=tp > 1,
+                     recompute="none", sharding="dist_opt")
+        groups = Placement(lay, domain).groups()
+        shapes.add(tuple(groups[g] for g in ("tp", "cp", "ep", "etp")))
+    assert len(shapes) == 1
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_blocks_without_experts_read_neither_ep_nor_etp_and_every_block_talks_on_the_block_groups(name):
+    """The projector builds and costs embedding, loss and dense blocks once for every EP and ETP
+    (`EXPERT_FREE`), and keys chunk work on the placement of `BLOCK_GROUPS` only."""
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    proj = projector_for(job)
+    cands = Question(job).candidates
+    kinds = {"embedding", "loss", "mtp", *(("moe", "dense") if job.model.is_moe else ("dense",))}
+    checked = 0
+    for i in range(0, cands.n, max(1, cands.n // 50)):
+        ctx = proj.context(normalise(cands.layout(i), is_moe=job.model.is_moe))
+        plain = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+        for kind in kinds:
+            block = _build(job.model, kind, ctx)
+            assert {c.group for c in block.comms} <= set(BLOCK_GROUPS)
+            if kind in EXPERT_FREE:
+                assert block == _build(job.model, kind, plain)
+                checked += ctx != plain
+    assert checked > 0 or not job.model.is_moe
+
+
+def _build(model, kind, ctx):  # type: ignore[no-untyped-def]
+    if kind == "embedding":
+        return embedding_block(model, ctx)
+    if kind == "loss":
+        return loss_block(model, ctx)
+    if kind == "mtp":
+        return mtp_block(model, ctx)
+    return layer_block(model, kind, ctx, None)
+
+
+@pytest.mark.parametrize("name", ["mixtral-flex-overlap", "gpt-oss-mesh"])
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_a_layouts_own_bound_is_never_below_its_projection_under_sharded_gradients(name, sharding):
+    """ZeRO-2's per-microbatch reduce-scatter floor and FSDP's gathers enter the bound; the projection of
+    every such layout (sampled) stays at or under it."""
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    proj = projector_for(job)
+    bounds = SpeedBound(proj)
+    cands = Question(job).candidates
+    rows = [i for i in range(cands.n) if cands.layout(i).sharding == sharding]
+    assert rows
+    for i in rows[::max(1, len(rows) // 150)]:
+        layout = cands.layout(i)
+        tokens = proj.project(layout, "fast", peak=(int(cands.cols["peak_bytes"][i]), True),
+                              explain=False).tokens_per_s_per_gpu
+        assert tokens <= bounds.upper_bound(layout), layout
