@@ -423,3 +423,20 @@ def test_measure_cpu_reads_proc_files() -> None:
         pytest.skip("no /proc on this platform")
     assert mod._proc_field("/proc/meminfo", "MemTotal") > 0
     assert mod.logical_cpus() >= 1
+
+
+@pytest.mark.parametrize(("slug", "capability"), [
+    ("a100-80gb", "8.0"), ("h100-80gb", "9.0"), ("h200", "9.0"), ("b200", "10.0"), ("gb300", "10.3"),
+    # ROCm reports the gfx target's digits: MI300X/MI325X gfx942, MI355X gfx950
+    ("mi300x", "9.4"), ("mi325x", "9.4"), ("mi355x", "9.5"),
+])
+def test_compute_capability_is_what_torch_reports(slug: str, capability: str) -> None:
+    acc = resolve_hardware(slug, "test").accelerator
+    assert acc.compute_capability == capability and acc.compute_capability_source
+    assert acc.compute_major == int(capability.split(".")[0])
+
+
+def test_every_gpu_states_its_compute_capability_and_the_cpu_none() -> None:
+    for slug in catalog_hardware():
+        acc = resolve_hardware(slug, "test").accelerator
+        assert (acc.compute_capability is None) == (acc.vendor == "cpu"), slug

@@ -1,11 +1,12 @@
 """The environment a Megatron-LM launch needs, as named data with its source.
 
 Megatron-LM's ``validate_args`` (megatron/training/arguments.py, NVIDIA/Megatron-LM d98e8a6, 2026)
-asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP or CP > 1 on a device before Blackwell (Hopper,
-Ampere, and AMD's CDNA 3 report a compute capability below 10) without FSDP or the MoE all-to-all
-overlap, and asserts that it is *not* 1 with torch FSDP2 or Megatron FSDP. The export writes the
-setting the launch needs. These facts belong to the framework stack; they live here, as data, until
-the stack definitions (``stacks/``) hold them.
+asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP or CP > 1 on a device before Blackwell (its
+``get_device_arch_version()``, the major compute capability, below 10: Ampere 8, Hopper 9, and AMD's
+CDNA 3/4, which ROCm reports as 9.4/9.5) without FSDP or the MoE all-to-all overlap, and asserts that
+it is *not* 1 with torch FSDP2 or Megatron FSDP (on every device). The export writes the setting the
+launch needs; the device's compute capability is hardware data (``hardware/*.yaml``,
+``accelerator.compute_capability``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+#: Megatron-LM's get_device_arch_version() from which the CUDA_DEVICE_MAX_CONNECTIONS=1 requirement
+#: no longer holds ("no longer exists since the Blackwell architecture", validate_args).
+UNGATED_FROM_MAJOR: Final = 10
 #: Environment variables the export writes, read back on import as understood (they change no bytes).
 LAUNCH_ENV: Final = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
 SOURCE: Final = "megatron/training/arguments.py validate_args, NVIDIA/Megatron-LM d98e8a6"
@@ -27,12 +31,16 @@ class EnvSetting:
     why: str
 
 
-def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool) -> tuple[EnvSetting, ...]:
-    """What Megatron-LM's argument validation requires of CUDA_DEVICE_MAX_CONNECTIONS for a layout."""
+def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool,
+                 device_major: int | None) -> tuple[EnvSetting, ...]:
+    """What Megatron-LM's argument validation requires of CUDA_DEVICE_MAX_CONNECTIONS for a layout on a
+    device of major compute capability `device_major` (None: unknown, taken as before Blackwell, where
+    the requirement holds)."""
     if fsdp:
         return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", None,
                            f"FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset ({SOURCE})"),)
-    if (tp > 1 or cp > 1) and not moe_a2a_overlap:
+    before_blackwell = device_major is None or device_major < UNGATED_FROM_MAJOR
+    if (tp > 1 or cp > 1) and not moe_a2a_overlap and before_blackwell:
         return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", "1",
                            f"TP or CP > 1 before Blackwell requires CUDA_DEVICE_MAX_CONNECTIONS=1 ({SOURCE})"),)
     return ()

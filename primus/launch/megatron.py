@@ -343,7 +343,8 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              "# Data, tokenizer, learning-rate and checkpoint options are not written: add your own.",
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
-             *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")))),
+             *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")),
+                                       job.cluster.accelerator.compute_major)),
              *shell_lines(allocator_env(job.spec.allocator.expandable_segments is True)),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)

@@ -37,6 +37,15 @@ class AcceleratorSpec(Spec):
     hbm_bandwidth_gb_s: PosFloat
     hbm_bandwidth_source: Text
     tdp_watts: PosFloat | None = None
+    compute_capability: str | None = Field(
+        default=None, pattern=r"^\d{1,2}\.\d{1,2}$",
+        description="what torch.cuda.get_device_capability() reports (major.minor); frameworks gate options on it")
+    compute_capability_source: Text = ""
+
+    @property
+    def compute_major(self) -> int | None:
+        """The major compute capability (Megatron-LM's get_device_arch_version), None for a CPU."""
+        return None if self.compute_capability is None else int(self.compute_capability.split(".")[0])
 
     @model_validator(mode="after")
     def _has_bf16(self) -> AcceleratorSpec:
