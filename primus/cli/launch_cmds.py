@@ -20,6 +20,7 @@ from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.projection.profile import require_precision
 from primus.report.owned import check_replaceable, replace_file
@@ -182,35 +183,15 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
 # ---- primus export ---------------------------------------------------------------------------------
 
 
-#: The pipeline options that let a layer count split into PP x VP chunks (Megatron-LM's
-#: --account-for-embedding/loss-in-pipeline-split): tried when fit's only structural refusal is the split.
-_SPLIT_OPTIONS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-
-
 def _check_fits(job: Job) -> Job:
-    """Export only what `primus fit` accepts: a launch that the framework refuses (a pipeline split it
-    asserts on) or that runs out of memory is worse than none. When the pipeline split is the problem
-    and Megatron's embedding/loss accounting makes it legal, the job with those options is exported
-    (noted); otherwise exit 1 with fit's reasons."""
-    from primus.solver.api import Question
-    from primus.solver.fit import fit
-
-    try:
-        result = fit(Question(job))
-    except InputError as exc:
-        if "are free" in exc.reason:
-            return job  # export_job explains what to pin
-        raise
-    if result.fits:
-        return job
-    if "pipeline-split" in result.violated_rules and not all(getattr(job.spec.pipeline, o) for o in _SPLIT_OPTIONS):
-        data = job.spec.model_dump(mode="json", exclude_none=True)
-        data.setdefault("pipeline", {}).update(dict.fromkeys(_SPLIT_OPTIONS, True))
-        with_split = job_from_mapping(data, job.where, job.base_dir)
-        if fit(Question(with_split)).fits:
-            click.echo("primus: note: the pipeline split is legal only with the embedding and the loss counted as "
-                       "layers (--account-for-embedding/loss-in-pipeline-split): written", err=True)
-            return with_split
+    """Export only what `primus fit` accepts (`primus.launch.export_check`); otherwise exit 1 with fit's
+    reasons."""
+    check = check_for_export(job)
+    if check.split_added:
+        click.echo(f"primus: note: {SPLIT_NOTE}", err=True)
+    result = check.result
+    if result is None or result.fits:
+        return check.job
     click.echo("primus: not exported: `primus fit` refuses this job", err=True)
     if result.violated_rules:
         click.echo(f"  violated: {', '.join(result.violated_rules)}", err=True)

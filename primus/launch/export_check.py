@@ -1,0 +1,60 @@
+"""Export only what `primus fit` accepts: the check `primus export` and the import sweep share.
+
+A launch that the framework refuses (a pipeline split Megatron-LM asserts on) or that runs out of
+memory is worse than none. When the pipeline split is the only structural refusal and Megatron's
+embedding/loss accounting (``--account-for-embedding/loss-in-pipeline-split``) makes it legal, the
+job with those options is the one to export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus.errors import InputError
+from primus.job import Job, job_from_mapping
+from primus.solver.fit import FitResult
+
+#: The pipeline options that let a layer count split into PP x VP chunks (Megatron-LM's
+#: --account-for-embedding/loss-in-pipeline-split): tried when fit's only structural refusal is the split.
+SPLIT_OPTIONS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+SPLIT_NOTE = ("the pipeline split is legal only with the embedding and the loss counted as layers "
+              "(--account-for-embedding/loss-in-pipeline-split): written")
+
+
+@dataclass(frozen=True)
+class ExportCheck:
+    """The job to export (with the split options when they made it legal), fit's answer on it, and
+    whether the split options were added. ``result`` is None when axes are free (export says what
+    to pin)."""
+
+    job: Job
+    result: FitResult | None
+    split_added: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return self.result is None or self.result.fits
+
+
+def check_for_export(job: Job) -> ExportCheck:
+    """fit's verdict on a pinned job, retried with the pipeline split options when only the split is
+    refused."""
+    from primus.solver.api import Question
+    from primus.solver.fit import fit
+
+    try:
+        result = fit(Question(job))
+    except InputError as exc:
+        if "are free" in exc.reason:
+            return ExportCheck(job, None)
+        raise
+    if result.fits:
+        return ExportCheck(job, result)
+    if "pipeline-split" in result.violated_rules and not all(getattr(job.spec.pipeline, o) for o in SPLIT_OPTIONS):
+        data = job.spec.model_dump(mode="json", exclude_none=True)
+        data.setdefault("pipeline", {}).update(dict.fromkeys(SPLIT_OPTIONS, True))
+        with_split = job_from_mapping(data, job.where, job.base_dir)
+        split_result = fit(Question(with_split))
+        if split_result.fits:
+            return ExportCheck(with_split, split_result, split_added=True)
+    return ExportCheck(job, result)
