@@ -71,8 +71,10 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     return ns, notes
 
 
-def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], list[str], set[str]]:
-    """Parallelism, batch, precision, optimizer, MoE, overlap and kernel arguments."""
+def runtime_args(job: Job, layout: Layout, fsdp: str,
+                 layer_ids: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
+    """Parallelism, batch, precision, optimizer, MoE, overlap and kernel arguments. `layer_ids`: the
+    target takes AMD Primus's ``recompute_layer_ids`` (Megatron-LM does not)."""
     spec, m, where = job.spec, job.model, job.where
     notes: list[str] = []
     ns: dict[str, Any] = {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp}
@@ -93,7 +95,9 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
     ns["recompute_method"] = ns["recompute_num_layers"] = None
     modules = spec.parallel.recompute_modules
     ns["recompute_modules"] = list(modules) if layout.recompute == "selective" and modules else None
-    if layout.recompute == "full":
+    if layout.recompute == "full" and spec.parallel.recompute_layer_ids is not None:
+        ns.update(_layer_ids(job, layout, layer_ids))
+    elif layout.recompute == "full":
         ns["recompute_method"] = spec.parallel.recompute_method or "uniform"
         ns["recompute_num_layers"] = layout.recompute_num_layers or 1
     ns.update(_sharding(job, layout, fsdp))
@@ -130,6 +134,32 @@ def runtime_args(job: Job, layout: Layout, fsdp: str) -> tuple[dict[str, Any], l
               attention_backend="auto" if spec.kernels.flash_attention else "unfused",
               cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion)
     return ns, notes, written
+
+
+def _layer_ids(job: Job, layout: Layout, layer_ids: bool) -> dict[str, Any]:
+    """Full recompute of the listed layers (``parallel.recompute_layer_ids``). AMD Primus takes the list
+    itself, with ``recompute_method`` unset (its patches/recompute_layer_patches.py refuses a method
+    beside the list). Megatron-LM has no such option: the list is written as ``--recompute-method block
+    --recompute-num-layers K`` when it is exactly the first K layers of every pipeline chunk (what block
+    recomputes, each layer from its own checkpoint), and refused otherwise: another set of recomputed
+    layers is another job."""
+    ids = job.spec.parallel.recompute_layer_ids or ()
+    if layer_ids:
+        return {"recompute_layer_ids": list(ids), "recompute_method": None, "recompute_num_layers": None}
+    from primus.memory.recompute import recomputed_mask
+    from primus.memory.shapes import split_layout
+
+    playout, _ = split_layout(job.model, job.spec.pipeline, layout.pp, layout.vp)
+    chunks = [playout.decoder_layers(c) for c in range(layout.pp * playout.vp)]
+    listed = frozenset(ids)
+    wanted = [recomputed_mask(layers, "block", None, listed) for layers in chunks]
+    for k in range(1, max(len(layers) for layers in chunks) + 1):
+        if wanted == [recomputed_mask(layers, "block", k, None) for layers in chunks]:
+            return {"recompute_method": "block", "recompute_num_layers": k}
+    raise InputError(job.where, "parallel.recompute_layer_ids",
+                     "Megatron-LM has no option for a list of recomputed layers (AMD Primus's recompute_layer_ids), "
+                     "and this list is not the first K layers of every pipeline chunk (--recompute-method block): "
+                     "export --to primus, or recompute by method")
 
 
 def _sharding(job: Job, layout: Layout, fsdp: str) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class ImportContext:
     header_model: Any = None
     prefer: tuple[str, ...] = ()
     model_name: str | None = None  # what the file calls the model (header, tokenizer id, file name)
+    recompute_layer_ids: tuple[int, ...] | None = None  # AMD Primus's list of fully recomputed layers
 
 
 class ArgReader:
@@ -273,7 +274,9 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
             par["recompute_modules"] = modelled
     elif modules is not None:
         r.get("recompute_modules")
-    if granularity == "full":
+    if ctx.recompute_layer_ids is not None:
+        _listed_recompute(r, ctx, granularity, par)
+    elif granularity == "full":
         method = r.get("recompute_method")
         if method is not None:
             par["recompute_method"] = method
@@ -291,6 +294,20 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
                 par["recompute_num_layers"] = layers
     par["sharding"] = _sharding(r, ctx)
     return par
+
+
+def _listed_recompute(r: ArgReader, ctx: ImportContext, granularity: str | None, par: dict[str, Any]) -> None:
+    """AMD Primus's ``recompute_layer_ids``: exactly the listed layers are recomputed, each from its own
+    checkpoint. Primus refuses it without ``recompute_granularity: full`` or beside a
+    ``recompute_method`` (patches/recompute_layer_patches.py, validate_specified_recompute_layers)."""
+    if granularity != "full":
+        raise InputError(ctx.where, ctx.label("recompute_layer_ids"),
+                         f"needs recompute_granularity full, got {granularity} (Primus refuses it)")
+    if r.get("recompute_method") is not None:
+        raise InputError(ctx.where, ctx.label("recompute_layer_ids"),
+                         "goes with recompute_method null (Primus refuses a method beside the list)")
+    r.get("recompute_num_layers")  # not used with a list
+    par["recompute_layer_ids"] = sorted(set(ctx.recompute_layer_ids or ()))
 
 
 def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int:
@@ -402,10 +419,12 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
 # ---- export -------------------------------------------------------------------------------------
 
 
-def args_from_job(job: Job, layout: Layout, fsdp: str = "megatron") -> tuple[dict[str, Any], list[str], set[str]]:
+def args_from_job(job: Job, layout: Layout, fsdp: str = "megatron",
+                  layer_ids: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
     """Every modelled dest with an explicit value (False/None included: Primus's defaults differ from
-    Megatron's), the notes on what Megatron cannot express, and the job keys written."""
+    Megatron's), the notes on what Megatron cannot express, and the job keys written. `layer_ids`: the
+    target (AMD Primus) takes ``recompute_layer_ids``."""
     ns, notes = model_args(job)
-    more, more_notes, written = runtime_args(job, layout, fsdp)
+    more, more_notes, written = runtime_args(job, layout, fsdp, layer_ids)
     ns.update(more)
     return ns, notes + more_notes, written

@@ -97,9 +97,12 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
         raise InputError(where, f"modules.{name}.overrides", "must be a mapping")
     ns: dict[str, Any] = {}
     unknown: list[str] = []
+    layer_ids: tuple[int, ...] | None = None
     for key, value in overrides.items():
         value = substitute(value, where, f"overrides.{key}", out)
-        if key in BY_DEST:
+        if key == "recompute_layer_ids":
+            layer_ids = _layer_ids(value, where)
+        elif key in BY_DEST:
             ns[key] = coerce(BY_DEST[key], value, where, f"overrides.{key}")
         else:
             unknown.append(f"{key}: {value}")
@@ -121,7 +124,8 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                         base=catalog_spec(slug) if from_catalog and slug else None,
                         header_model=header.get("model"), prefer=(slug,) if slug else (),
                         model_name=header.get("model_name") or (Path(model_file).stem if model_file != BASE_MODEL_FILE
-                                                                else Path(where).stem))
+                                                                else Path(where).stem),
+                        recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
     for key in overrides:
         if key in ns and key not in consumed and ns[key] is not None:
@@ -175,6 +179,28 @@ def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, pr
     return {}, None
 
 
+def _layer_ids(value: Any, where: str) -> tuple[int, ...] | None:
+    """Primus's ``recompute_layer_ids``: null, a list of global layer ids, or the same as a
+    comma-separated string ("0,1,2": patches/recompute_layer_patches.py splits it)."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else None
+    field = f"{_SECTION}.recompute_layer_ids"
+    if items is None:
+        raise InputError(where, field, "must be a list of layer ids or a comma-separated string")
+    ids: list[int] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        if isinstance(item, bool) or not text.isdigit() or len(text) > 9:
+            raise InputError(where, field, f"{shorten(text, 40)!r} is not a layer id (a non-negative integer)")
+        ids.append(int(text))
+    if not ids:
+        raise InputError(where, field, "must not be empty (Primus refuses an empty list)")
+    return tuple(ids)
+
+
 def _fp4_recipe(ns: dict[str, Any], overrides: dict[str, Any], out: Collector) -> None:
     """Primus's ``fp4_recipe`` (nvfp4 or mxfp4): primus models NVFP4 (16-element blocks, an fp8 scale
     each); MXFP4's 32-element blocks with e8m0 scales hold fewer scale bytes, so it is noted, not
@@ -191,7 +217,8 @@ def _yaml_value(value: Any) -> Any:
 
 
 def export_primus(job: Job, layout: Layout) -> Exported:
-    ns, notes, written = args_from_job(job, layout, fsdp="torch" if _torch_fsdp_ok(job, layout) else "megatron")
+    ns, notes, written = args_from_job(job, layout, fsdp="torch" if _torch_fsdp_ok(job, layout) else "megatron",
+                                       layer_ids=True)
     slug = job.spec.model if isinstance(job.spec.model, str) else None
     model_file = MODEL_FILES.get(slug or "", BASE_MODEL_FILE)
     overrides = {k: _yaml_value(v) for k, v in ns.items() if v is not None}  # Primus's default is null too
