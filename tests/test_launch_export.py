@@ -107,3 +107,67 @@ def test_export_writes_the_pipeline_options_that_make_the_split_legal() -> None:
     assert result.exit_code == 0, result.output
     assert "--account-for-embedding-in-pipeline-split" in result.output
     assert "--account-for-loss-in-pipeline-split" in result.output
+
+
+def test_blackwell_export_leaves_cuda_device_max_connections_alone() -> None:
+    # megatron/training/arguments.py (d98e8a6): "CUDA_DEVICE_MAX_CONNECTIONS requirement no longer exists since
+    # the Blackwell architecture" (get_device_arch_version() >= 10; hardware/b200.yaml: compute capability 10.0)
+    text = export_job(_job("llama3.1-8b", hardware="b200", tp=2, sp=True, sharding="dist_opt"), "megatron").text
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
+
+
+def test_mi300x_export_sets_cuda_device_max_connections() -> None:
+    # ROCm reports MI300X (gfx942) as compute capability 9.4: before Blackwell for validate_args
+    text = export_job(_job("llama3.1-8b", hardware="mi300x", tp=2, sp=True, sharding="dist_opt"), "megatron").text
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text.splitlines()
+
+
+def _listed(ids: list[int], **axes: object):  # type: ignore[no-untyped-def]
+    from primus.job import job_from_mapping
+
+    data = _job("llama3.1-8b", tp=1, sp=False, sharding="dist_opt", **axes).spec.model_dump(mode="json",
+                                                                                           exclude_none=True)
+    data["parallel"]["recompute_layer_ids"] = ids
+    return job_from_mapping(data, "test")
+
+
+def test_listed_recompute_that_is_the_first_layers_of_each_chunk_is_written_as_block() -> None:
+    # Llama 3.1 8B (32 layers) at PP 2: layers 0-2 and 16-18 are the first 3 of each 16-layer chunk, which is
+    # exactly what Megatron-LM's --recompute-method block --recompute-num-layers 3 recomputes
+    text = export_job(_listed([0, 1, 2, 16, 17, 18], pp=2, vp=1), "megatron").text
+    assert "--recompute-method block" in text and "--recompute-num-layers 3" in text
+
+
+def test_listed_recompute_that_megatron_cannot_express_is_refused() -> None:
+    import pytest
+
+    from primus.errors import InputError
+
+    with pytest.raises(InputError, match="Megatron-LM has no option for a list of recomputed layers") as caught:
+        export_job(_listed([0, 5]), "megatron")
+    assert caught.value.field == "parallel.recompute_layer_ids"
+
+
+def test_listed_recompute_survives_a_primus_round_trip(tmp_path: Path) -> None:
+    # AMD Primus takes the list itself, with recompute_method null (patches/recompute_layer_patches.py)
+    from primus.launch import import_launch
+
+    text = export_job(_listed([0, 5, 9]), "primus").text
+    overrides = yaml.safe_load(text)["modules"]["pre_trainer"]["overrides"]
+    assert overrides["recompute_layer_ids"] == [0, 5, 9] and "recompute_method" not in overrides
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    par = import_launch("primus", path).job["parallel"]
+    assert (par["recompute"], par["recompute_layer_ids"]) == ("full", [0, 5, 9])
+    assert "recompute_method" not in par
+
+
+def test_primus_reads_recompute_layer_ids_written_as_a_string(tmp_path: Path) -> None:
+    # Primus's evaluator and blog write the list as "0,1,2,4"; its patch splits the string on commas
+    from primus.launch import import_launch
+
+    text = export_job(_listed([0]), "primus").text.replace("recompute_layer_ids:\n      - 0",
+                                                           "recompute_layer_ids: '0,1,2,4'")
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    assert import_launch("primus", path).job["parallel"]["recompute_layer_ids"] == [0, 1, 2, 4]
