@@ -93,6 +93,18 @@ def test_a_short_hardware_name_suggests_the_entries_it_begins(run_cli):
     assert "h800" not in line
 
 
+@pytest.mark.parametrize(("command", "argument", "line"), [
+    ("hardware", "h100", "command line: HARDWARE: unknown hardware 'h100' (did you mean 'h100-80gb' or "
+                         "'h100-96gb-500w'?); see `primus hardware list`"),
+    ("models", "llama3-8bx", "command line: MODEL: unknown model 'llama3-8bx' (did you mean 'llama3-8b'?); "
+                             "see `primus models list`"),
+])
+def test_show_of_an_unknown_name_says_where_once(run_cli, command, argument, line):
+    code, _, err = run_cli(command, "show", argument)
+    assert code == 2
+    assert one_line(err) == f"primus: {line}"
+
+
 @pytest.mark.parametrize(("job", "field_and_reason"), [
     ({**BASE, "gpus": 8}, "give exactly one of nodes and gpus"),
     ({**BASE, "fp8_recipe": "delayed"}, "fp8_recipe is only meaningful with precision: fp8"),

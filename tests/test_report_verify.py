@@ -117,6 +117,15 @@ def test_an_edited_input_fails_on_its_sha256(copy: Path):
     code, out = verify(copy)
     assert code == 1
     assert "inputs/model.yaml: sha256" in out and "nothing recomputed" in out
+    assert out.count("inputs/model.yaml: sha256") == 1  # named once, though two lists hold its sha256
+
+
+def test_a_corrupted_result_is_a_negative_answer_not_bad_input(copy: Path):
+    # the directory is there and is a run: that its result.json no longer parses is the answer "does not verify"
+    (copy / "result.json").write_text('{"job": ')
+    code, out = verify(copy)
+    assert code == 1
+    assert "result.json: cannot be read: invalid JSON at line 1" in out
 
 
 def test_an_edited_report_fails(copy: Path):

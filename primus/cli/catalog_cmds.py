@@ -95,7 +95,7 @@ def models_show(model: str, seq_len: int | None, fmt: str) -> None:
 
     Example: primus models show llama3.1-70b --format json
     """
-    spec = resolve_model(model, "model", "model")
+    spec = resolve_model(model, "command line", "MODEL")
     summary = model_summary(spec, seq_len)
     if fmt == "json":
         emit_json(summary)
@@ -155,7 +155,7 @@ def hardware_show(hardware: str, fmt: str) -> None:
 
     Example: primus hardware show mi300x
     """
-    hw = resolve_hardware(hardware, "hardware", "hardware")
+    hw = resolve_hardware(hardware, "command line", "HARDWARE")
     doc = hw.model_dump()
     if fmt == "json":
         emit_json(doc)

@@ -103,9 +103,16 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     listed, extra = check_manifest(run.root)
     out.differences += [Difference(d) for d in listed]
     out.notes += extra
-    problems = run.input_problems()
+    try:
+        problems = run.input_problems()
+        run.result  # noqa: B018 - read now: the rules the search adopted are recorded there
+    except InputError as exc:  # a damaged file of the run is the answer "does not verify", not bad input
+        out.differences.append(Difference(f"{_relative(exc.where, run.root)}: cannot be read: {exc.reason}"))
+        out.notes.append("a file the recomputation starts from cannot be read: nothing recomputed")
+        return out
     if problems:
-        out.differences += [Difference(p) for p in problems]
+        named = {d.split(": ", 1)[0] for d in listed}  # an edited input the list of files already named
+        out.differences += [Difference(p) for p in problems if p.split(": ", 1)[0] not in named]
         out.notes.append("inputs do not match their recorded sha256: nothing recomputed from them")
         return out
     entries = run.entries
@@ -244,7 +251,10 @@ def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:
     if not (run.root / "report.md").exists() and not (run.root / "report.html").exists():
         notes.append("no report in the directory: nothing to compare")
         return []
-    written_by = run.versions.get("primus")
+    try:
+        written_by = run.versions.get("primus")
+    except InputError as exc:
+        return [Difference(f"versions.json: cannot be read: {exc.reason}")]
     other = written_by is not None and written_by != __version__
     try:
         files = render(run)
@@ -265,6 +275,14 @@ def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:
     if other and not diffs:
         notes.append(f"written by primus {written_by}; the report is what primus {__version__} renders from it")
     return diffs
+
+
+def _relative(where: str, root: Path) -> str:
+    """A file of the run named as the other differences name it (relative to the directory)."""
+    try:
+        return str(Path(where).relative_to(root))
+    except ValueError:
+        return where
 
 
 def first_difference(old: str, new: str, width: int = 100) -> str:
