@@ -136,6 +136,23 @@ def test_torchtitan_deepseek_16b_flavor_is_read_with_mla_and_shared_experts() ->
     assert count_params(job.model).total == 15_706_484_224
 
 
+@pytest.mark.parametrize(("flavor", "total", "moe_layers"), [
+    # Scout: 48 layers x (attention 62,914,560 + 16 experts and 1 shared of 3 x 5120 x 8192 + router
+    # 81,920 + norms 10,240) + 2 x 202,048 x 5120 embeddings + final norm = 107,769,861,120 (Meta: "17B
+    # active, 109B total", the total with the vision encoder)
+    ("17bx16e", 107_769_861_120, 48),
+    # Maverick: MoE every second layer (24 x 128 experts), dense SwiGLU of 16,384 in between: "400B total"
+    ("17bx128e", 400_711_848_960, 24),
+])
+def test_torchtitan_llama4_flavors_are_read_with_interleaved_moe(flavor: str, total: int, moe_layers: int) -> None:
+    # the expert width is the auto-scaled one: 2/3 x 4 x 5120 x 1.2 / (top-1 + 1 shared) -> 8,192
+    job, _ = load_launch_job("torchtitan", TT_CHECKOUT / "llama4" / "train_configs" / f"llama4_{flavor}.toml",
+                             hardware="h100-80gb", nodes=8)
+    assert job.model.moe_ffn_hidden_size == 8192 and job.model.moe_shared_expert_intermediate_size == 8192
+    assert job.model.num_moe_layers == moe_layers and job.model.moe_router_topk == 1
+    assert count_params(job.model).total == total
+
+
 def test_a_flavor_built_by_a_function_is_read_from_the_package() -> None:
     # torchtitan after #2386 builds flavors in functions (llama3_configs = {"1B": _1b}); Llama 3.2 1B has
     # 1,235,814,400 parameters (Hugging Face meta-llama/Llama-3.2-1B, tied embeddings)

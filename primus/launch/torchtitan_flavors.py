@@ -22,7 +22,7 @@ from primus.yamlio import read_text
 
 NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)",
                         "qwen3_5": "hybrid (Gated DeltaNet linear-attention layers)"}
-FAMILIES: Final = ("llama3", "qwen3", "deepseek_v3")
+FAMILIES: Final = ("llama3", "llama4", "qwen3", "deepseek_v3")
 
 
 def package_dir(toml: Path, name: str) -> Path | None:
@@ -74,8 +74,19 @@ def _class_defaults(tree: ast.Module, cls: str) -> dict[str, Any]:
                     value = _literal(item.value)
                     if value is not None:
                         out[item.target.id] = value
+                    elif _factory(item.value) == "MoEArgs":  # field(default_factory=MoEArgs): its defaults
+                        out[item.target.id] = {}
             return out
     return {}
+
+
+def _factory(node: ast.AST) -> str | None:
+    """The class named by ``field(default_factory=NAME)``, else None."""
+    if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "field":
+        for kw in node.keywords:
+            if kw.arg == "default_factory" and isinstance(kw.value, ast.Name):
+                return kw.value.id
+    return None
 
 
 def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, Any]]:
@@ -183,13 +194,11 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
         fields.update(ffn_hidden_size=int(args["hidden_dim"]), kv_channels=dim // heads)
         return fields
     if name == "llama3":
-        hidden = int(2 * 4 * dim / 3)
-        if args.get("ffn_dim_multiplier") is not None:
-            hidden = int(float(args["ffn_dim_multiplier"]) * hidden)
-        multiple = int(args.get("multiple_of", 256))
-        fields["ffn_hidden_size"] = multiple * ((hidden + multiple - 1) // multiple)
+        fields["ffn_hidden_size"] = _swiglu_width(args, dim)
         fields["kv_channels"] = dim // heads
         return fields
+    if name == "llama4":
+        return _llama4(fields, args, dim, heads)
     if name == "qwen3":
         fields.update(kv_channels=int(args["head_dim"]), qk_layernorm=bool(args.get("qk_norm", True)),
                       ffn_hidden_size=int(args["hidden_dim"]))
@@ -204,6 +213,38 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
     if name == "deepseek_v3":
         return _deepseek(fields, args)
     raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
+
+
+def _swiglu_width(args: dict[str, Any], dim: int, denominator: int = 1) -> int:
+    """torchtitan's SwiGLU width (llama3 and llama4 ``FeedForward``): 2/3 of 4 x dim, times
+    ``ffn_dim_multiplier``, divided by `denominator` (llama4's auto-scaled experts), rounded up to
+    ``multiple_of``."""
+    hidden = int(2 * 4 * dim / 3)
+    if args.get("ffn_dim_multiplier") is not None:
+        hidden = int(float(args["ffn_dim_multiplier"]) * hidden)
+    hidden = int(hidden / denominator)
+    multiple = int(args.get("multiple_of", 256))
+    return multiple * ((hidden + multiple - 1) // multiple)
+
+
+def _llama4(fields: dict[str, Any], args: dict[str, Any], dim: int, heads: int) -> dict[str, Any]:
+    """llama4 ``TransformerModelArgs`` (torchtitan v0.2.2 model/model.py ``TransformerBlock``): layer i
+    is MoE when (i + 1) % ``interleave_moe_layer_step`` == 0, else a dense SwiGLU of the llama3 width;
+    with ``auto_scale_hidden_dim`` an expert's width is that width ÷ (top_k + num_shared_experts),
+    rounded up to ``multiple_of``; the shared experts are one SwiGLU of num_shared_experts x that width.
+    The router is a bias-free linear; its load-balancing ``expert_bias`` is a buffer, not a parameter.
+    NoPE layers (``every_n_layers_nope``) drop RoPE, which has no parameters."""
+    moe = args.get("moe_args") or {}
+    top_k, shared = int(moe.get("top_k", 1)), int(moe.get("num_shared_experts", 0))
+    step = int(args.get("interleave_moe_layer_step", 1))
+    n_layers = int(args["n_layers"])
+    expert = _swiglu_width(args, dim, top_k + shared if args.get("auto_scale_hidden_dim", True) else 1)
+    fields.update(kv_channels=dim // heads, ffn_hidden_size=_swiglu_width(args, dim),
+                  num_experts=int(moe["num_experts"]), moe_router_topk=top_k, moe_ffn_hidden_size=expert,
+                  moe_layer_freq=[int((i + 1) % step == 0) for i in range(n_layers)])
+    if shared:
+        fields["moe_shared_expert_intermediate_size"] = shared * expert
+    return fields
 
 
 def _deepseek(fields: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
