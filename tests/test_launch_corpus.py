@@ -153,6 +153,33 @@ def test_torchtitan_llama4_flavors_are_read_with_interleaved_moe(flavor: str, to
     assert count_params(job.model).total == total
 
 
+def test_a_gpt_oss_flavor_built_by_a_function_is_read_with_sinks_biases_and_windows() -> None:
+    # 2 layers x (QKV 512 x (64 + 2 x 8) x 64 + bias, O 4096 x 512 + bias, 64 sinks, router 512 x 4 + bias,
+    # 4 experts of 512 -> 2 x 1024 -> 512 with biases, 2 norms) + untied 4096 x 512 embeddings + norm
+    # = 26,252,936; the attention shape is _make_gptoss_attn_config's default (64 heads, 8 KV of 64)
+    config = import_torchtitan_registry(REGISTRY.parent.parent / "gpt_oss" / "config_registry.py", "gpt_oss_small",
+                                        hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert (model.softmax_type, model.window_size, model.window_attn_skip_freq) == ("learnable", 128, 2)
+    assert count_params(model).total == 26_252_936
+
+
+def test_a_kimi_text_tower_is_read_and_a_vision_language_flavor_refused() -> None:
+    # Moonlight's structure: a flavor returns a shared builder's config, called with its settings. MLA without
+    # a query LoRA, one dense layer then 3 MoE layers of 8 experts + 1 shared: 73,041,920 parameters
+    registry = REGISTRY.parent.parent / "kimi_k2_7" / "config_registry.py"
+    config = import_torchtitan_registry(registry, "kimi_text", hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert model.multi_latent_attention and (model.num_dense_layers, model.num_moe_layers) == (1, 3)
+    assert count_params(model).total == 73_041_920
+    with pytest.raises(InputError, match="not supported: a vision-language model"):
+        import_torchtitan_registry(registry, "kimi_vl", hardware="h100-80gb", nodes=1)
+
+
 def test_a_flavor_built_by_a_function_is_read_from_the_package() -> None:
     # torchtitan after #2386 builds flavors in functions (llama3_configs = {"1B": _1b}); Llama 3.2 1B has
     # 1,235,814,400 parameters (Hugging Face meta-llama/Llama-3.2-1B, tied embeddings)

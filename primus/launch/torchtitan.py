@@ -45,6 +45,7 @@ FLAVORS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("llama3", "8B"): ("llama3.1-8b", "llama3-8b"), ("llama3", "70B"): ("llama3.1-70b", "llama3-70b"),
     ("llama3", "405B"): ("llama3.1-405b",), ("deepseek_v3", "671B"): ("deepseek-v3",),
     ("qwen3", "30B-A3B"): ("qwen3-30b-a3b",), ("qwen3", "235B-A22B"): ("qwen3-235b-a22b",),
+    ("gpt_oss", "20b"): ("gpt-oss-20b",), ("gpt_oss", "120b"): ("gpt-oss-120b",),
 }
 SINGLE_STAGE: Final = ("1F1B", "GPipe")
 LOOPED: Final = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")

@@ -22,7 +22,7 @@ from primus.yamlio import read_text
 
 NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)",
                         "qwen3_5": "hybrid (Gated DeltaNet linear-attention layers)"}
-FAMILIES: Final = ("llama3", "llama4", "qwen3", "deepseek_v3")
+FAMILIES: Final = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss", "kimi_k2_7")
 
 
 def package_dir(toml: Path, name: str) -> Path | None:
@@ -117,7 +117,8 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
 #: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
 LAYER_BUILDERS: Final = {"llama3": ("_build_llama3_layers",),
                           "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers"),
-                          "deepseek_v3": ("_build_dsv3_layers",)}
+                          "deepseek_v3": ("_build_dsv3_layers",), "gpt_oss": ("_build_gptoss_layers",),
+                          "kimi_k2_7": ("_build_kimi_layers",)}
 #: `_build_dsv3_layers` keywords and the v0.2 DeepSeekV3ModelArgs field each one was.
 _DSV3: Final = {"n_dense_layers": "n_dense_layers", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                 "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
@@ -129,9 +130,15 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
     function returning ``Llama3Model.Config(dim=..., layers=_build_llama3_layers(n_layers=..., hidden_dim=
     compute_ffn_hidden_dim(dim, multiple_of=1024, ffn_dim_multiplier=1.3), rope=...))``), read with the
     registry reader into the keyword arguments the v0.2 ``ModelArgs`` had."""
+    from primus.launch.torchtitan_registry import MAX_DEPTH as MAX_CALLS
     from primus.launch.torchtitan_registry import Call, _Reader
 
-    model = _Reader(tree, where).run(function)
+    reader = _Reader(tree, where)
+    model = reader.run(function)
+    for _ in range(MAX_CALLS):  # a flavor that returns another function's config, called with its settings
+        if not (isinstance(model, Call) and model.name in reader.functions and not model.name.startswith("_build")):
+            break
+        model = reader.run(model.name, bound=model.kwargs)
     layers = model.kwargs.get("layers") if isinstance(model, Call) else None
     builders = LAYER_BUILDERS.get(package, ())
     if not isinstance(model, Call) or not isinstance(layers, Call) or layers.name not in builders:
@@ -139,6 +146,9 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
         known = ", ".join(f"{k} ({', '.join(v)})" for k, v in LAYER_BUILDERS.items())
         raise InputError(where, "model.flavor", f"{function}() builds its layers with {built}: flavors built by "
                          f"functions are read for {known}")
+    if model.kwargs.get("vision_encoder") is not None:
+        raise InputError(where, "model.flavor", f"not supported: a vision-language model ({function}() builds a "
+                         "vision_encoder); primus models text decoders")
     kw = layers.kwargs
     tied = model.kwargs.get("enable_weight_tying", "lm_head" not in model.kwargs)
     args: dict[str, Any] = {"dim": model.kwargs.get("dim"), "vocab_size": model.kwargs.get("vocab_size"),
@@ -152,10 +162,15 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
         args["hidden_dim"] = hidden
     if isinstance(kw.get("head_dim"), int):
         args["head_dim"] = kw["head_dim"]
-    if layers.name == "_build_dsv3_layers":
+    if layers.name in ("_build_dsv3_layers", "_build_kimi_layers"):  # Kimi's wraps build_mla_moe_layers too
         args.update({field: kw.get(key) for key, field in _DSV3.items()})
         args["moe_args"] = {"num_experts": kw.get("num_experts"), "top_k": kw.get("router_top_k"),
                             "num_shared_experts": kw.get("num_shared_experts", 0)}
+    if layers.name == "_build_gptoss_layers":  # attention shape: _make_gptoss_attn_config's defaults
+        args.update(moe_inter_dim=kw.get("hidden_dim"), moe_args={"num_experts": kw.get("num_experts"),
+                                                                   "top_k": kw.get("top_k")})
+        args.pop("hidden_dim", None)
+        args.update({k: v for k, v in GPT_OSS_ATTENTION.items() if k != "sliding_window_size"})
     if layers.name == "_build_qwen3_moe_layers":  # every layer MoE, softmax top-k, no shared expert
         args.update(moe_enabled=True, moe_inter_dim=kw.get("moe_hidden_dim"), hidden_dim=kw.get("moe_hidden_dim"),
                     moe_args={"num_experts": kw.get("num_experts"), "top_k": kw.get("top_k"),
@@ -210,8 +225,10 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
                 fields["moe_shared_expert_intermediate_size"] = int(moe["num_shared_experts"]) * int(
                     args["moe_inter_dim"])
         return fields
-    if name == "deepseek_v3":
+    if name in ("deepseek_v3", "kimi_k2_7"):  # Kimi K2.x and Moonlight are DeepSeek-V3-shaped text towers
         return _deepseek(fields, args)
+    if name == "gpt_oss":
+        return _gpt_oss(fields, args)
     raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
 
 
@@ -244,6 +261,28 @@ def _llama4(fields: dict[str, Any], args: dict[str, Any], dim: int, heads: int) 
                   moe_layer_freq=[int((i + 1) % step == 0) for i in range(n_layers)])
     if shared:
         fields["moe_shared_expert_intermediate_size"] = shared * expert
+    return fields
+
+
+#: gpt-oss's attention where a flavor does not set it: v0.2 ``GptOssModelArgs`` defaults, and the defaults
+#: of ``_make_gptoss_attn_config`` after #2386 (64 query heads, 8 KV heads of 64, a 128-token window on
+#: the even layers; ``_build_gptoss_layers`` passes none of them). pytorch/torchtitan v0.2.2 and b5bcd76.
+GPT_OSS_ATTENTION: Final = {"n_heads": 64, "n_kv_heads": 8, "head_dim": 64, "sliding_window_size": 128}
+
+
+def _gpt_oss(fields: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """gpt-oss: every layer a MoE of ``moe_inter_dim``-wide SwiGLU experts with biases and a biased
+    softmax router (``gate_bias``), no shared expert; attention with learnable sinks and biases, a
+    sliding window on every other layer (layer 0 first: Megatron's ``window_attn_skip_freq`` 2)."""
+    merged = {**GPT_OSS_ATTENTION, **{k: v for k, v in args.items() if v is not None}}
+    moe = merged.get("moe_args") or {}
+    heads = int(merged["n_heads"])
+    fields.update(num_attention_heads=heads, num_query_groups=int(merged["n_kv_heads"]),
+                  kv_channels=int(merged["head_dim"]), add_bias_linear=True, softmax_type="learnable",
+                  window_size=int(merged["sliding_window_size"]), window_attn_skip_freq=2,
+                  num_experts=int(moe["num_experts"]), moe_router_topk=int(moe.get("top_k", 1)),
+                  moe_ffn_hidden_size=int(merged["moe_inter_dim"]), moe_router_bias=True)
+    fields.pop("ffn_hidden_size", None)
     return fields
 
 

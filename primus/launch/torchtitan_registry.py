@@ -82,14 +82,16 @@ class _Reader:
         except (ValueError, SyntaxError, TypeError):
             return Unresolved(ast.unparse(node))
 
-    def run(self, name: str, depth: int = 0) -> Any:
+    def run(self, name: str, depth: int = 0, bound: dict[str, Any] | None = None) -> Any:
+        """The value the function returns; `bound`: the keyword arguments of the call that reached it
+        (a builder called with its settings, ``_moonlight_16b_a3b_config(rope_theta=...)``)."""
         if depth > MAX_DEPTH:
             raise InputError(self.where, name, "the config functions call each other too deeply")
         fn = self.functions.get(name)
         if fn is None:
             known = ", ".join(n for n in self.functions if not n.startswith("_"))
             raise InputError(self.where, "--config", f"no function {name!r} in the registry ({known})")
-        scope: dict[str, Any] = {}
+        scope: dict[str, Any] = dict(bound or {})
         for stmt in fn.body:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
