@@ -129,3 +129,12 @@ def test_an_inference_script_is_not_a_training_run(tmp_path: Path) -> None:
 def test_a_here_document_is_data_not_statements() -> None:
     text = "cat > cfg.txt <<'EOF'\nit's \"unbalanced\n  --num-layers 99\nEOF\nA=1\n"
     assert statements(text, "t.sh") == [(1, "cat > cfg.txt <<'EOF'"), (5, "A=1")]
+
+
+def test_a_sourced_file_is_read_in_place_relative_to_the_script() -> None:
+    # `. \`pwd\`/CONFIG.sh` (sc21's form): CONFIG.sh's NNODES and MODEL_ARGS are read as if written there
+    config = import_launch("megatron", DATA / "sourced" / "run_sourced.sh", hardware="h100-80gb")
+    assert config.job["nodes"] == 2 and config.job["model"] == "llama3-8b"
+    assert any("CONFIG.sh sourced" in n for n in config.notes)
+    # a path only a run knows is said, never guessed
+    assert any('source "$SANDBOX_SETUP/env.sh" is not read' in n for n in config.notes)

@@ -59,12 +59,12 @@ class ParsedLine:
     variables: dict[str, Any] = field(default_factory=dict)
 
 
-def _commands(text: str, where: str, out: Collector) -> tuple[list[str], bool, Script]:
+def _commands(text: str, where: str, out: Collector, base_dir: Path | None = None) -> tuple[list[str], bool, Script]:
     """The command with the most ``--`` options, after bash's expansion (`primus.launch.shell`); a
     file with no such command (a model definition: ``MODEL_ARGS="..."``) gives the words of every
     variable that holds ``--`` options, in the order they were defined. Returns (words, launched,
     script)."""
-    script = read_script(text, where)
+    script = read_script(text, where, base_dir)
     for env_name, env_value in script.exported:
         if env_name in LAUNCH_ENV:
             out.note(f"{env_name}={env_value}: a launch requirement of Megatron-LM, read (no effect on memory)")
@@ -102,8 +102,8 @@ def _options(words: tuple[str, ...] | list[str]) -> int:
     return sum(w.startswith("--") for w in words)
 
 
-def parse_line(text: str, where: str, out: Collector) -> ParsedLine:
-    words, launched, script = _commands(text, where, out)
+def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = None) -> ParsedLine:
+    words, launched, script = _commands(text, where, out, base_dir)
     parsed = ParsedLine(launched=launched, variables=dict(script.variables))
     for env_name, env_value in script.exported:
         setting = expandable_segments_of(env_name, env_value)
@@ -260,7 +260,7 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
                     gpus: int | None = None, base_dir: Path | None = None) -> LaunchConfig:
     out = Collector()
     header = read_header(text, where)
-    parsed = parse_line(text, where, out)
+    parsed = parse_line(text, where, out, base_dir)
     if not parsed.launched and "global_batch_size" not in parsed.ns:
         return _model_only(parsed, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,

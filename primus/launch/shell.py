@@ -16,6 +16,7 @@ multi-line strings (``MODEL_ARGS=" \\ --num-layers 36 \\ ..."``) and line contin
   ``!``, ``&&`` and ``||`` are evaluated; a test it cannot decide (a file test) takes the first branch,
   with a note naming its line;
 - loops, ``case`` blocks and function bodies are not entered (noted);
+- ``source FILE`` / ``. FILE`` reads that file's statements in place (`primus.launch.shell_source`);
 - nothing is executed: a command substitution ``$(...)`` or a backtick is left as written and reported
   as unresolved with its line; variables the file never sets stay as written (``$DATA_PATH``), except
   in a test, where an unset variable is empty, as in a fresh shell.
@@ -27,9 +28,11 @@ import ast
 import operator
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from primus.errors import InputError
 from primus.launch.shell_conditions import condition
+from primus.launch.shell_source import MAX_SOURCES, sourced_path, split_here
 
 Value = str | list[str]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -375,9 +378,11 @@ class _Frame:
     parent: bool  # the enclosing code runs
 
 
-def read_script(text: str, where: str) -> Script:
-    """Read a bash script statically (see the module docstring)."""
+def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
+    """Read a bash script statically (see the module docstring); `base_dir`: the script's folder, from
+    which sourced files are read."""
     script = Script()
+    sources = 0
     ex = Expander(script, where)
     frames: list[_Frame] = []
     skip_until: list[str] = []
@@ -445,10 +450,38 @@ def read_script(text: str, where: str) -> Script:
             continue
         if not running:
             continue
+        if head in ("source", ".") and stmt != head:
+            sources += 1
+            queue[:0] = _source(stmt.split(None, 1)[1], line, script, ex, base_dir, sources)
+            continue
         _statement(stmt, line, script, ex)
     if skipped_blocks:
         script.notes.append("not entered (read, never run): " + ", ".join(skipped_blocks))
     return script
+
+
+def _source(arg: str, line: int, script: Script, ex: Expander, base_dir: Path | None,
+            count: int) -> list[tuple[int, str]]:
+    """The statements of a sourced file, to be read in place (none when it cannot be read: noted)."""
+    words = _raw_words(arg)
+    raw = words[0] if words else ""
+    rest = split_here(raw)
+    expanded = " ".join(ex.words(rest)) if rest else ""
+    if count > MAX_SOURCES:
+        script.notes.append(f"line {line}: source {raw}: more than {MAX_SOURCES} sourced files; not read")
+        return []
+    path, why = sourced_path(expanded, base_dir)
+    if path is None:
+        script.notes.append(f"line {line}: source {raw} is not read: {why}")
+        return []
+    script.notes.append(f"line {line}: {path.name} sourced: its statements are read here (relative to the "
+                        "script's folder; never run)")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        script.notes.append(f"line {line}: source {raw} is not read: {exc.strerror}")
+        return []
+    return statements(text, str(path))
 
 
 def _statement(stmt: str, line: int, script: Script, ex: Expander) -> None:
