@@ -252,7 +252,8 @@ def _parallel(t: _Toml, world: int, num_layers: int, is_moe: bool, where: str,
     shard = t.int("parallelism.data_parallel_shard_degree", -1, where, low=-1)
     if shard in (-1, 0):
         if world % (tp * pp * cp * rep):
-            raise InputError(where, "parallelism", f"TP×PP×CP×replicate does not divide the {world} GPUs")
+            raise InputError(where, "parallelism",
+                             f"TP×PP×CP×replicate = {tp * pp * cp * rep} does not divide the {world} GPUs")
         shard = world // (tp * pp * cp * rep)
     dp = rep * shard
     if tp * pp * cp * dp != world:
