@@ -171,3 +171,35 @@ def test_primus_reads_recompute_layer_ids_written_as_a_string(tmp_path: Path) ->
     path = tmp_path / "exp.yaml"
     path.write_text(text)
     assert import_launch("primus", path).job["parallel"]["recompute_layer_ids"] == [0, 1, 2, 4]
+
+
+def test_a_rope_context_shorter_than_the_sequence_is_raised_to_it() -> None:
+    # megatron/training/arguments.py (d98e8a6): "max_position_embeddings (4096) must be greater than or equal to
+    # seq_length (8192)"; Llama 2 7B states 4096 positions, and RoPE positions hold no weight
+    exported = export_job(_job("llama2-7b", seq_len=8192, tp=1, sp=False, sharding="dist_opt"), "megatron")
+    assert "--max-position-embeddings 8192" in exported.text
+    assert any("requires at least the sequence length" in n for n in exported.notes)
+
+
+def test_a_learned_position_table_shorter_than_the_sequence_is_refused() -> None:
+    import pytest
+
+    from primus.errors import InputError
+
+    # GPT-3 175B's learned table has 2,048 positions (Brown et al. 2020, n_ctx 2048)
+    with pytest.raises(InputError, match="longer than the model's learned position table"):
+        export_job(_job("gpt3-175b", nodes=16, seq_len=4096, tp=8, pp=8, vp=1, sp=True, sharding="dist_opt"),
+                   "megatron")
+
+
+def test_an_imported_model_keeps_the_context_its_file_states(tmp_path: Path) -> None:
+    # a model written over a catalog base keeps the file's --max-position-embeddings, not the base's
+    from primus.launch import import_launch
+
+    script = tmp_path / "m.sh"
+    script.write_text('MODEL_ARGS="--num-layers 4 --hidden-size 896 --ffn-hidden-size 4864 --num-attention-heads 14 '
+                      '--group-query-attention --num-query-groups 2 --kv-channels 64 --vocab-size 151936 --swiglu '
+                      '--normalization RMSNorm --position-embedding-type rope --disable-bias-linear --add-qkv-bias '
+                      '--max-position-embeddings 32768"\n')
+    model = import_launch("megatron", script).job["model"]
+    assert isinstance(model, dict) and model["max_position_embeddings"] == 32768

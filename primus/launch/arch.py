@@ -107,6 +107,8 @@ def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = (), name: str | N
     label = name or "imported"
     for fields in ([f for f in diff if f in raw], raw):
         ref: dict[str, Any] = {"base": slug, "name": label, **{f: _jsonable(getattr(spec, f)) for f in fields}}
+        if spec.max_position_embeddings is not None and base.max_position_embeddings != spec.max_position_embeddings:
+            ref["max_position_embeddings"] = spec.max_position_embeddings  # the file's context, not the base's
         if not differences(resolve_model(ref, "import", "model"), spec):
             changed = ", ".join(fields)
             return ref, (f"no catalog model has this architecture: named {label!r}, written as {slug} with "

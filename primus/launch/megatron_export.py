@@ -35,7 +35,7 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "num_query_groups": m.num_query_groups if gqa else None, "kv_channels": m.kv_channels,
         "vocab_size": m.vocab_size, "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
         "position_embedding_type": m.position_embedding_type,
-        "max_position_embeddings": m.max_position_embeddings or job.spec.seq_len,
+        "max_position_embeddings": _positions(job, notes),
         "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
         "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
         "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias,
@@ -69,6 +69,21 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         ("scalings", bool(m.scalings)),
     ) if used]
     return ns, notes
+
+
+def _positions(job: Job, notes: list[str]) -> int:
+    """``--max-position-embeddings``: Megatron-LM's validate_args asserts it is at least the sequence
+    length. A learned table shorter than the sequence is a job Megatron refuses; with RoPE (or no
+    position embedding) the setting holds no weight, so it is raised to the sequence length (noted)."""
+    m, seq = job.model, job.spec.seq_len
+    if m.max_position_embeddings is None or m.max_position_embeddings >= seq:
+        return m.max_position_embeddings or seq
+    if m.position_embedding_type == "learned_absolute":
+        raise InputError(job.where, "seq_len", f"{seq} is longer than the model's learned position table "
+                         f"({m.max_position_embeddings} positions): Megatron-LM refuses it")
+    notes.append(f"--max-position-embeddings {seq}: the model states {m.max_position_embeddings}, and Megatron-LM "
+                 f"requires at least the sequence length ({m.position_embedding_type} positions hold no weight)")
+    return seq
 
 
 def runtime_args(job: Job, layout: Layout, fsdp: str,
