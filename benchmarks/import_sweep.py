@@ -34,6 +34,9 @@ from primus.errors import InputError
 from primus.launch import LaunchConfig, import_launch
 from primus.specs.params import count_params
 
+sys.path.insert(0, str(Path(__file__).parent))
+from megatron_validate import ExportRow, export_rows  # a sibling module of this script
+
 HARDWARE = {"MI300X": "mi300x", "MI325X": "mi325x", "MI355X": "mi355x"}
 DEFAULT_HARDWARE = "h100-80gb"
 GPUS_PER_NODE = 8  # every accelerator in HARDWARE and DEFAULT_HARDWARE has 8 per node
@@ -76,20 +79,22 @@ def _import_sized(kind: str, path: Path, kwargs: dict[str, Any]) -> LaunchConfig
     return import_launch(kind, path, hardware=_hardware(path), nodes=nodes, **kwargs)
 
 
-def _one(corpus: str, kind: str, path: Path, root: Path) -> Row:
+def _one(corpus: str, kind: str, path: Path, root: Path) -> tuple[Row, LaunchConfig | None]:
+    """The row of one file, and what it imported as (None when refused)."""
     rel = str(path.relative_to(root))
     kwargs = {"primus_root": root} if kind == "primus" else {}
     try:
         config = _import_sized(kind, path, kwargs)
     except InputError as exc:
         outcome = "not supported" if "not supported" in exc.reason else "failed"
-        return Row(corpus, rel, outcome, "", None, f"{exc.field}: {exc.reason}" if exc.field else exc.reason)
+        return Row(corpus, rel, outcome, "", None, f"{exc.field}: {exc.reason}" if exc.field else exc.reason), None
     from primus.catalog.models import resolve_model
 
     model = resolve_model(config.job["model"], rel)
     ref = config.job["model"]
     name = ref if isinstance(ref, str) else f"{ref.get('name', '?')} (like {ref['base']})"
-    return Row(corpus, rel, "model" if config.model_only else "imported", name, count_params(model).total, "")
+    row = Row(corpus, rel, "model" if config.model_only else "imported", name, count_params(model).total, "")
+    return row, config
 
 
 def _registry_rows(root: Path) -> list[Row]:
@@ -126,7 +131,8 @@ def _registry_rows(root: Path) -> list[Row]:
 
 
 def sweep(megatron: Path | None, primus: Path | None, torchtitan: Path | None,
-          torchtitan_head: Path | None = None) -> list[Row]:
+          torchtitan_head: Path | None = None, imported: dict[str, LaunchConfig] | None = None) -> list[Row]:
+    """Every file's row; `imported`, when given, receives what each file imported as, by row path."""
     rows: list[Row] = []
     for corpus, kind, root, globs in (("Megatron-LM", "megatron", megatron, MEGATRON_GLOBS),
                                       ("Primus", "primus", primus, PRIMUS_GLOBS),
@@ -135,7 +141,10 @@ def sweep(megatron: Path | None, primus: Path | None, torchtitan: Path | None,
             continue
         for pattern in globs:
             for path in sorted(root.glob(pattern)):
-                rows.append(_one(corpus, kind, path, root))
+                row, config = _one(corpus, kind, path, root)
+                rows.append(row)
+                if imported is not None and config is not None:
+                    imported[f"{corpus}:{row.path}"] = config
     if torchtitan_head is not None:
         rows += _registry_rows(torchtitan_head)
     return rows
@@ -148,8 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torchtitan", type=Path, help="a torchtitan checkout with TOML configs (v0.1 to v0.2.2)")
     parser.add_argument("--torchtitan-head", type=Path, help="a torchtitan checkout with config_registry.py files")
     parser.add_argument("--details", type=Path, help="write every row here (CSV)")
+    parser.add_argument("--validate-with", metavar="PYTHON",
+                        help="an interpreter that imports Megatron-LM (3.12, torch, triton): export every imported "
+                             "Megatron-LM and Primus job --to megatron and run the --megatron checkout's parse_args "
+                             "and validate_args on it")
+    parser.add_argument("--validate-details", type=Path, help="write every export's verdict here (CSV)")
+    parser.add_argument("--validate-fit", action="store_true",
+                        help="ask `primus fit` before each export, as `primus export` does (seconds per job); "
+                             "without it only the pipeline split is checked")
     args = parser.parse_args(argv)
-    rows = sweep(args.megatron, args.primus, args.torchtitan, args.torchtitan_head)
+    if args.validate_with and args.megatron is None:
+        parser.error("--validate-with needs --megatron (the checkout whose arguments module is run)")
+    imported: dict[str, LaunchConfig] = {}
+    rows = sweep(args.megatron, args.primus, args.torchtitan, args.torchtitan_head,
+                 imported if args.validate_with else None)
     counts = Counter((r.corpus, r.outcome) for r in rows)
     print("| corpus | files | imported | model only | not supported | failed |")
     print("|---|---|---|---|---|---|")
@@ -166,7 +187,35 @@ def main(argv: list[str] | None = None) -> int:
             writer.writerow(["corpus", "path", "outcome", "model", "params", "detail"])
             for r in rows:
                 writer.writerow([r.corpus, r.path, r.outcome, r.model, r.params or "", r.detail])
+    if args.validate_with:
+        _validation_table(export_rows({k: c for k, c in imported.items() if not k.startswith("torchtitan")},
+                                      args.validate_with, args.megatron, args.validate_fit), args.validate_details)
     return 0
+
+
+def _validation_table(rows: list[ExportRow], details: Path | None) -> None:
+    """Megatron-LM's verdict on the exports, per corpus, with every refusal's reason."""
+    print()
+    print("| corpus | imported | of them model definitions | fit refuses the job (checked all the same) | "
+          "export refused | Megatron-LM validates | Megatron-LM refuses |")
+    print("|---|---|---|---|---|---|---|")
+    for corpus in dict.fromkeys(r.corpus for r in rows):
+        mine = [r for r in rows if r.corpus == corpus]
+        models = sum(r.fit.startswith("not checked") for r in mine)  # model definitions; "not asked": no fit
+        unfit = sum(r.fit.startswith("refuses") for r in mine)
+        refused = sum(r.export.startswith("refused") for r in mine)
+        valid = sum(r.megatron == "valid" for r in mine)
+        print(f"| {corpus} | {len(mine)} | {models} | {unfit} | {refused} | {valid} | "
+              f"{sum(r.megatron not in ('', 'valid') for r in mine)} |")
+    for r in rows:
+        if r.megatron not in ("", "valid") or r.export.startswith("refused"):
+            print(f"  {r.corpus}: {r.path}: {r.export if r.export.startswith('refused') else r.megatron} ({r.fit})")
+    if details:
+        with details.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["corpus", "path", "fit", "export", "megatron"])
+            for r in rows:
+                writer.writerow([r.corpus, r.path, r.fit, r.export, r.megatron])
 
 
 if __name__ == "__main__":

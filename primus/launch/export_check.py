@@ -30,6 +30,7 @@ class ExportCheck:
     job: Job
     result: FitResult | None
     split_added: bool = False
+    split_ok: bool = True  # False: Megatron cannot split the layers over PP x VP, with or without the options
 
     @property
     def fits(self) -> bool:
@@ -58,3 +59,21 @@ def check_for_export(job: Job) -> ExportCheck:
         if split_result.fits:
             return ExportCheck(with_split, split_result, split_added=True)
     return ExportCheck(job, result)
+
+
+def split_for_export(job: Job) -> ExportCheck:
+    """The structural part of `check_for_export` alone (no memory, no search: fast): the job with the
+    pipeline split options when Megatron cannot split its layers over PP x VP without them and can
+    with them. ``result`` is None: fit was not asked."""
+    from primus.memory.evaluate import pinned_layout
+    from primus.memory.shapes import split_layout
+
+    layout = pinned_layout(job)
+    if split_layout(job.model, job.spec.pipeline, layout.pp, layout.vp)[1]:
+        return ExportCheck(job, None)
+    data = job.spec.model_dump(mode="json", exclude_none=True)
+    data.setdefault("pipeline", {}).update(dict.fromkeys(SPLIT_OPTIONS, True))
+    with_split = job_from_mapping(data, job.where, job.base_dir)
+    if split_layout(with_split.model, with_split.spec.pipeline, layout.pp, layout.vp)[1]:
+        return ExportCheck(with_split, None, split_added=True)
+    return ExportCheck(job, None, split_ok=False)
