@@ -203,3 +203,20 @@ def test_an_imported_model_keeps_the_context_its_file_states(tmp_path: Path) -> 
                       '--max-position-embeddings 32768"\n')
     model = import_launch("megatron", script).job["model"]
     assert isinstance(model, dict) and model["max_position_embeddings"] == 32768
+
+
+def test_the_structural_split_check_adds_the_options_only_where_they_make_the_split_legal() -> None:
+    # the sweep's fast path (no fit): 126 layers + embedding + loss = 128 = 16 chunks of 8 at PP 8 x VP 2;
+    # 12 layers at PP 8 (Megatron-LM's gpt-oss example on one node) split neither way
+    from primus.launch.export_check import split_for_export
+
+    big = split_for_export(_job("llama3.1-405b", hardware="h200", nodes=64, seq_len=8192, global_batch_size=512,
+                                tp=8, pp=8, vp=2, sp=True, sharding="dist_opt"))
+    assert big.split_added and big.job.spec.pipeline.account_for_loss_in_pipeline_split
+    from primus.job import job_from_mapping
+
+    data = _job("llama3.1-8b", tp=1, pp=8, vp=1, sp=False, sharding="dist_opt").spec.model_dump(mode="json",
+                                                                                              exclude_none=True)
+    data["model"] = {"base": "llama3.1-8b", "num_layers": 12}
+    small = split_for_export(job_from_mapping(data, "test"))
+    assert not small.split_ok and not small.split_added
