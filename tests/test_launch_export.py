@@ -220,3 +220,34 @@ def test_the_structural_split_check_adds_the_options_only_where_they_make_the_sp
     data["model"] = {"base": "llama3.1-8b", "num_layers": 12}
     small = split_for_export(job_from_mapping(data, "test"))
     assert not small.split_ok and not small.split_added
+
+
+def _legacy(precision: str, fp8_recipe: str | None = None):  # type: ignore[no-untyped-def]
+    from primus.job import job_from_mapping
+
+    axes = {"precision": precision, **({"fp8_recipe": fp8_recipe} if fp8_recipe else {})}
+    data = _job("mixtral-8x7b", tp=1, ep=8, etp=1, sp=False, sharding="dist_opt", **axes).spec.model_dump(
+        mode="json", exclude_none=True)
+    data["moe"] = {"grouped_gemm": "legacy"}
+    return job_from_mapping(data, "test")
+
+
+def test_the_legacy_grouped_gemm_is_written_for_primus_only() -> None:
+    # NVIDIA/Megatron-LM #3410 (2caa681, before d98e8a6) removed GroupedMLP and --moe-use-legacy-grouped-gemm
+    # (Megatron-LM's argparse: "unrecognized arguments"); AMD Primus's Megatron keeps it
+    megatron = export_job(_legacy("bf16"), "megatron")
+    assert not any(line.strip().startswith("--moe-use-legacy-grouped-gemm") for line in megatron.text.splitlines())
+    assert any("#3410" in n for n in megatron.notes)
+    assert '"grouped_gemm": "legacy"' in megatron.text  # the # primus-job: header gives it back on import
+    overrides = yaml.safe_load(export_job(_legacy("bf16"), "primus").text)["modules"]["pre_trainer"]["overrides"]
+    assert overrides["moe_use_legacy_grouped_gemm"] is True
+
+
+def test_the_legacy_grouped_gemm_under_fp8_is_refused_for_megatron() -> None:
+    # under FP8 the legacy path runs the experts in bf16; Megatron-LM's TE grouped GEMM would run them in FP8
+    import pytest
+
+    from primus.errors import InputError
+
+    with pytest.raises(InputError, match="export --to primus"):
+        export_job(_legacy("fp8", "delayed"), "megatron")

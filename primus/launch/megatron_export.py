@@ -87,9 +87,10 @@ def _positions(job: Job, notes: list[str]) -> int:
 
 
 def runtime_args(job: Job, layout: Layout, fsdp: str,
-                 layer_ids: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
-    """Parallelism, batch, precision, optimizer, MoE, overlap and kernel arguments. `layer_ids`: the
-    target takes AMD Primus's ``recompute_layer_ids`` (Megatron-LM does not)."""
+                 primus: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
+    """Parallelism, batch, precision, optimizer, MoE, overlap and kernel arguments. `primus`: the target
+    is AMD Primus's Megatron, which keeps options Megatron-LM does not have (``recompute_layer_ids``,
+    the legacy grouped GEMM)."""
     spec, m, where = job.spec, job.model, job.where
     notes: list[str] = []
     ns: dict[str, Any] = {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp}
@@ -111,7 +112,7 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     modules = spec.parallel.recompute_modules
     ns["recompute_modules"] = list(modules) if layout.recompute == "selective" and modules else None
     if layout.recompute == "full" and spec.parallel.recompute_layer_ids is not None:
-        ns.update(_layer_ids(job, layout, layer_ids))
+        ns.update(_layer_ids(job, layout, primus))
     elif layout.recompute == "full":
         ns["recompute_method"] = spec.parallel.recompute_method or "uniform"
         ns["recompute_num_layers"] = layout.recompute_num_layers or 1
@@ -128,9 +129,13 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=capacity is not None,
-                  moe_use_legacy_grouped_gemm=spec.moe.grouped_gemm == "legacy")
-        written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.grouped_gemm"}
+                  moe_pad_expert_input_to_capacity=capacity is not None)
+        written |= {"moe.token_dispatcher", "moe.capacity_factor"}
+        if primus:
+            ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
+            written.add("moe.grouped_gemm")
+        elif spec.moe.grouped_gemm == "legacy":  # the `# primus-job:` header keeps it for import
+            notes.append(_legacy_gemm(job))
     ov = spec.overlap
     gather = ov.param_gather and layout.sharding in SHARDED
     if gather and not ov.grad_reduce:
@@ -151,7 +156,25 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     return ns, notes, written
 
 
-def _layer_ids(job: Job, layout: Layout, layer_ids: bool) -> dict[str, Any]:
+#: Megatron-LM removed its legacy GroupedMLP (--moe-use-legacy-grouped-gemm) before the release the export
+#: targets: NVIDIA/Megatron-LM 2caa681 "[Cleanup] Remove the deprecated GroupedMLP (#3410)", an ancestor of
+#: d98e8a6. AMD Primus's Megatron keeps it.
+LEGACY_GEMM_REMOVED = "NVIDIA/Megatron-LM #3410 (2caa681) removed GroupedMLP and --moe-use-legacy-grouped-gemm"
+
+
+def _legacy_gemm(job: Job) -> str:
+    """moe.grouped_gemm legacy for Megatron-LM, which has only Transformer Engine's grouped GEMM now: in
+    bf16 or fp16 the experts compute the same with TE's kernel (noted); under a low-precision format
+    they would run in it instead of bf16, another job (refused)."""
+    if job.spec.precision in ("bf16", "fp16"):
+        return (f"moe.grouped_gemm legacy not written: {LEGACY_GEMM_REMOVED}; in {job.spec.precision} the experts "
+                "run Transformer Engine's grouped GEMM on the same numbers")
+    raise InputError(job.where, "moe.grouped_gemm",
+                     f"legacy runs the experts in bf16 under {job.spec.precision}, and {LEGACY_GEMM_REMOVED} "
+                     "(its experts would run in the low-precision format): export --to primus")
+
+
+def _layer_ids(job: Job, layout: Layout, primus: bool) -> dict[str, Any]:
     """Full recompute of the listed layers (``parallel.recompute_layer_ids``). AMD Primus takes the list
     itself, with ``recompute_method`` unset (its patches/recompute_layer_patches.py refuses a method
     beside the list). Megatron-LM has no such option: the list is written as ``--recompute-method block
@@ -159,7 +182,7 @@ def _layer_ids(job: Job, layout: Layout, layer_ids: bool) -> dict[str, Any]:
     recomputes, each layer from its own checkpoint), and refused otherwise: another set of recomputed
     layers is another job."""
     ids = job.spec.parallel.recompute_layer_ids or ()
-    if layer_ids:
+    if primus:
         return {"recompute_layer_ids": list(ids), "recompute_method": None, "recompute_num_layers": None}
     from primus.memory.recompute import recomputed_mask
     from primus.memory.shapes import split_layout

@@ -420,11 +420,11 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
 
 
 def args_from_job(job: Job, layout: Layout, fsdp: str = "megatron",
-                  layer_ids: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
+                  primus: bool = False) -> tuple[dict[str, Any], list[str], set[str]]:
     """Every modelled dest with an explicit value (False/None included: Primus's defaults differ from
-    Megatron's), the notes on what Megatron cannot express, and the job keys written. `layer_ids`: the
-    target (AMD Primus) takes ``recompute_layer_ids``."""
+    Megatron's), the notes on what Megatron cannot express, and the job keys written. `primus`: the
+    target is AMD Primus's Megatron (it keeps options Megatron-LM removed or never had)."""
     ns, notes = model_args(job)
-    more, more_notes, written = runtime_args(job, layout, fsdp, layer_ids)
+    more, more_notes, written = runtime_args(job, layout, fsdp, primus)
     ns.update(more)
     return ns, notes + more_notes, written

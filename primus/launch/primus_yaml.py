@@ -218,7 +218,7 @@ def _yaml_value(value: Any) -> Any:
 
 def export_primus(job: Job, layout: Layout) -> Exported:
     ns, notes, written = args_from_job(job, layout, fsdp="torch" if _torch_fsdp_ok(job, layout) else "megatron",
-                                       layer_ids=True)
+                                       primus=True)
     slug = job.spec.model if isinstance(job.spec.model, str) else None
     model_file = MODEL_FILES.get(slug or "", BASE_MODEL_FILE)
     overrides = {k: _yaml_value(v) for k, v in ns.items() if v is not None}  # Primus's default is null too
