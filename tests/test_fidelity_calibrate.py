@@ -131,22 +131,3 @@ def test_apply_moves_every_parameter_of_a_group_by_one_factor() -> None:
     moved = apply(start, [g], [math.log(0.5)])
     assert moved.value("attention.fwd_efficiency") == pytest.approx(start.value("attention.fwd_efficiency") / 2)
     assert moved.value("attention.bwd_efficiency") == pytest.approx(start.value("attention.bwd_efficiency") / 2)
-
-
-def test_a_stack_entry_no_run_fits_keeps_its_ratio_to_the_fitted_default() -> None:
-    # hardware/profiles/spec/h100-80gb.yaml: PyTorch eager runs "the same cuBLAS GEMMs as the default stack"
-    # (0.8 both). A fit of the default stack's bf16 GEMMs to 0.8 x 0.83 carries the eager stack along when no
-    # eager run is in the fit (leave one source out without MosaicML, the only eager source on H100).
-    from primus.fidelity.calibrate import Group
-
-    start = load_spec_profile("h100-80gb")
-    default = Group("gemm.bf16", ("gemm.bf16.efficiency", "gemm.fp16.efficiency"))
-    moved = apply(start, [default], [math.log(0.83)])
-    eager = "stacks.pytorch-eager.gemm.bf16.efficiency"
-    assert moved.value(eager) == pytest.approx(start.value(eager) * 0.83)
-    assert moved.value("stacks.pytorch-eager.attention.fwd_efficiency") == start.value(
-        "stacks.pytorch-eager.attention.fwd_efficiency")  # its default was not fitted: unchanged
-    # an entry the fit moves on its own is not moved twice
-    own = Group("stacks.pytorch-eager.gemm.bf16", (eager,))
-    both = apply(start, [default, own], [math.log(0.83), math.log(0.7)])
-    assert both.value(eager) == pytest.approx(start.value(eager) * 0.7)

@@ -178,37 +178,15 @@ def _limits(profile: Profile, groups: Sequence[Group]) -> list[tuple[float, floa
 
 
 def apply(profile: Profile, groups: Sequence[Group], theta: Sequence[float], source: str | None = None) -> Profile:
-    """`profile` with each group's parameters moved by its factor. A software stack's own value of a
-    default-stack parameter that no group fits moves by the same factor (`follow_default`)."""
     values = profile.parameters()
     new: dict[str, float] = {}
     for g, t in zip(groups, theta, strict=True):
         for name in g.params:
             lo, hi = bounds(name)
             new[name] = min(hi, max(lo, values[name] * math.exp(t)))
-    fitted = {name for g in groups for name in g.params}
-    for name, value in follow_default(values, new, fitted).items():
-        new[name] = value
     if source is None:
         return profile.with_parameters(new)
     return profile.with_parameters(new, source=source)
-
-
-def follow_default(values: dict[str, float], new: dict[str, float], fitted: set[str]) -> dict[str, float]:
-    """Unfitted stack entries (`stacks.<s>.<name>`) scaled by the fitted factor of their default-stack
-    `<name>`: a stack entry is spec-derived relative to the default stack's kernels on the same chip
-    (e.g. "the same cuBLAS GEMMs as the default stack"), and what a fit learns of the chip (its real
-    clocks and achieved peak) applies to both; without runs of its own the stack keeps its spec-derived
-    ratio to the default instead of the default's unfitted spec value."""
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        if not key.startswith("stacks.") or key in fitted:
-            continue
-        base = key.split(".", 2)[2]
-        if base in new and values.get(base):
-            lo, hi = bounds(key)
-            out[key] = min(hi, max(lo, value * new[base] / values[base]))
-    return out
 
 
 def residuals(profile: Profile, rows: Sequence[Prepared]) -> list[float]:
