@@ -137,3 +137,19 @@ def test_the_exported_allocator_fix_reads_back_as_the_same_job(run_cli, write_jo
     assert config.job["allocator"] == {"expandable_segments": True}
     assert not any("PYTORCH_CUDA_ALLOC_CONF" in item for item in config.unmodelled)
     assert fit(Question(job_from_mapping(config.job, "launch.sh"))).fits
+
+
+def test_a_stack_that_runs_expandable_segments_exports_them_with_the_launch(run_cli, write_job):
+    # Megatron-Bridge 26.06's performance scripts set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for
+    # every workload (scripts/performance/utils/executors.py PERF_ENV_VARS, stacks/megatron-bridge.yaml), and
+    # fit's reserve assumes it: the launch line must run the allocator the verdict assumed.
+    job = {**FP8_SELECTIVE, "stack": "megatron-bridge@26.06"}
+    code, out, err = run_cli("fit", write_job(job), "--format", "json")
+    assert code == 0, err
+    code, out, err = run_cli("export", write_job(job), "--to", "megatron")
+    assert code == 0, err
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    own = {**job, "allocator": {"expandable_segments": False}}  # the job's own setting wins over its stack's
+    code, out, err = run_cli("export", write_job(own), "--to", "megatron")
+    assert code == 0, err
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in out

@@ -345,7 +345,7 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              header_line(residual(job, written)),
              *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")),
                                        job.cluster.accelerator.compute_major)),
-             *shell_lines(allocator_env(job.spec.allocator.expandable_segments is True)),
+             *shell_lines(allocator_env(job.expandable_segments)),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]
