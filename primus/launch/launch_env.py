@@ -72,8 +72,8 @@ def allocator_env(expandable_segments: bool) -> tuple[EnvSetting, ...]:
     if not expandable_segments:
         return ()
     return (EnvSetting(ALLOCATOR_ENV, "expandable_segments:True",
-                       "the job runs PyTorch's allocator with expandable segments (allocator.expandable_segments, else its "
-                       "stack's allocator_expandable_segments): "
+                       "the job runs PyTorch's allocator with expandable segments (allocator.expandable_segments, "
+                       "else its stack's allocator_expandable_segments): "
                        "fit's allocator reserve assumes it (stacks/allocators.yaml)"),)
 
 
