@@ -118,6 +118,20 @@ def test_gpt2_bpe_tokenizer_gives_its_vocabulary(tmp_path: Path) -> None:
     assert any("vocabulary 50257 from GPT-2's BPE vocabulary" in n for n in config.notes)
 
 
+def test_a_nemotron_mini_definition_takes_its_tokenizers_vocabulary(tmp_path: Path) -> None:
+    # nvidia/Nemotron-Mini-4B-Instruct config.json: vocab_size 256000, hidden 3072, FFN 9216 (squared ReLU),
+    # 32 layers, 24 heads, 8 query groups, untied embeddings; Megatron-LM's modelopt definition of it gives
+    # the tokenizer and --make-vocab-size-divisible-by 1, no --vocab-size
+    path = tmp_path / "Nemotron-Mini-4B-Instruct.sh"
+    path.write_text('TOKENIZER_MODEL=nvidia/Nemotron-Mini-4B-Instruct\nMODEL_ARGS=" --num-layers 32 --hidden-size 3072 '
+                    "--ffn-hidden-size 9216 --num-attention-heads 24 --group-query-attention --num-query-groups 8 "
+                    "--squared-relu --normalization LayerNorm --untie-embeddings-and-output-weights "
+                    "--disable-bias-linear --seq-length 4096 --max-position-embeddings 4096 "
+                    '--tokenizer-type HuggingFaceTokenizer --make-vocab-size-divisible-by 1 "\n')
+    config = import_launch("megatron", path)
+    assert any("vocabulary 256000 from the tokenizer of nvidia/Nemotron-Mini-4B-Instruct" in n for n in config.notes)
+
+
 def test_an_inference_script_is_not_a_training_run(tmp_path: Path) -> None:
     path = tmp_path / "serve.sh"
     path.write_text("torchrun --nproc-per-node 8 tools/run_text_generation_server.py --num-layers 24 "
