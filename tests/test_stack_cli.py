@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from primus.stacks.doc import _cell, render
 from tests.conftest import as_json
 
 BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
@@ -55,3 +56,10 @@ def test_an_undescribed_release_newer_or_older_says_which_it_uses(run_cli, write
 def test_stacks_list_title_is_printed_as_written(run_cli) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = run_cli("stacks", "list")
     assert code == 0 and out.splitlines()[0].strip() == "Stacks (job key `stack: NAME[@RELEASE]`)"
+
+
+def test_docs_cells_escape_markdown_specials() -> None:
+    assert _cell("configs/*/*_workload|`x`") == "configs/\\*/\\*\\_workload\\|\\`x\\`"
+    # Megatron-Bridge's source path renders as written, not in italics
+    assert "configs/\\*/\\*\\_workload_base_configs.py" in render()
+    assert "configs/*/*_workload" not in render()
