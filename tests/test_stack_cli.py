@@ -63,3 +63,21 @@ def test_docs_cells_escape_markdown_specials() -> None:
     # Megatron-Bridge's source path renders as written, not in italics
     assert "configs/\\*/\\*\\_workload_base_configs.py" in render()
     assert "configs/*/*_workload" not in render()
+
+
+def test_enumerate_lists_the_stack_in_its_assumptions(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job(TIGHT)
+    code, out, _ = run_cli("enumerate", path, "--stack", "nemo@23.01", "--format", "json")
+    assert code == 0 and as_json(out)["assumptions"][0].startswith("stack nemo@24.07 (nemo@23.01 is older")
+    code, out, _ = run_cli("enumerate", path)
+    assert code == 0 and "assumptions:\n  - stack megatron-lm@" in out
+
+
+def test_memory_json_carries_fits_verdict_fields(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job(TIGHT)
+    _, out, _ = run_cli("memory", path, "--format", "json")
+    _, fit_out, _ = run_cli("fit", path, "--format", "json")
+    mem, fit = as_json(out), as_json(fit_out)
+    keys = ("verdict", "tight", "tight_by_bytes", "allocator_reserve_bytes", "over_hbm")
+    assert mem["verdict"] == "tight" and mem["tight_by_bytes"] > 0
+    assert {k: mem[k] for k in keys} == {k: fit[k] for k in keys}
