@@ -151,6 +151,8 @@ class Enumeration:
     rows: tuple[dict[str, Any], ...]
     ranked: bool
     uncertainty: ErrorBar | None = None
+    #: the job's stack and release, and every setting it supplied (as `fit` and `project` list them)
+    assumptions: tuple[str, ...] = ()
 
     @property
     def negative(self) -> bool:
@@ -160,6 +162,7 @@ class Enumeration:
         doc: dict[str, Any] = {"count": self.count, "layouts": [dict(r) for r in self.rows]}
         if self.uncertainty is not None:
             doc.update(uncertainty_pct=self.uncertainty.pct, uncertainty_basis=self.uncertainty.basis)
+        doc["assumptions"] = list(self.assumptions)
         return doc
 
 
@@ -175,7 +178,7 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
     c = q.candidates
     n = c.n
     if count_only:
-        return Enumeration(n, (), False)
+        return Enumeration(n, (), False, assumptions=tuple(q.job.assumptions()))
     capacity = q.space.reserves.capacity_bytes
     projections: list[Projection] = []
     bar = None
@@ -199,7 +202,7 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
     for row, p in zip(rows, projections, strict=False):
         row.update(tokens_per_s_per_gpu=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s, mfu=p.mfu,
                    uncertainty_pct=bar.pct if bar is not None else None)
-    return Enumeration(n, tuple(rows), rank, bar)
+    return Enumeration(n, tuple(rows), rank, bar, tuple(q.job.assumptions()))
 
 
 # ---- project ---------------------------------------------------------------------------------------

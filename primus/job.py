@@ -75,8 +75,10 @@ class Job:
 
 def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None = None,
                      stack: str | None = None) -> Job:
-    """A job from its mapping; `stack` (NAME[@RELEASE]) replaces the mapping's `stack:` key."""
+    """A job from its mapping; `stack` (NAME[@RELEASE], from `--stack`) replaces the mapping's `stack:`
+    key, and an error in it names the option, not the file's field."""
     if stack is not None:
+        resolve_stack(stack, "--stack", None)
         data = {**data, "stack": stack}
     written = parse_spec(JobSpec, data, where)  # the file as written: its own errors first
     resolved = resolve_stack(written.stack, where, "stack")

@@ -181,6 +181,9 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
                          for r in shown for p in [r["parallel"]]]))
         if bar is not None:
             con.print(f"projected throughput uncertainty {bar.text()}: {bar.basis}")
+        con.print("assumptions:")
+        for a in found.assumptions:
+            con.print(f"  - {a}")
         if len(rows) > len(shown):
             stderr_console().print(f"(showing {len(shown)} of {len(rows)}; use --format csv or jsonl for all)")
     if found.negative:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import click
-from rich.markup import escape
 
 from primus.cli.common import format_option, guarded
-from primus.cli.output import emit_json, stderr_console, stdout_console, table
+from primus.cli.output import echo, emit_json, stdout_console, table
 from primus.stacks.core import catalog_stacks, load_stack_file, resolve_stack
 
 
@@ -33,10 +32,9 @@ def stacks_list(fmt: str) -> None:
     if fmt == "json":
         emit_json(docs)
         return
-    stdout_console().print(table(escape("Stacks (job key `stack: NAME[@RELEASE]`)"),
-                                 ["name", "releases", "title", "source"],
-                                 [tuple(escape(str(x)) for x in (d["name"], ", ".join(d["releases"]), d["title"],
-                                                                 d["source"])) for d in docs]))
+    # the console reads no markup (SafeConsole): titles and cells print as written
+    stdout_console().print(table("Stacks (job key `stack: NAME[@RELEASE]`)", ["name", "releases", "title", "source"],
+                                 [(d["name"], ", ".join(d["releases"]), d["title"], d["source"]) for d in docs]))
 
 
 @stacks_group.command("show")
@@ -54,13 +52,12 @@ def stacks_show(ref: str, fmt: str) -> None:
         emit_json(stack.to_json())
         return
     if stack.note:
-        stderr_console().print(escape(f"note: {stack.note}"))
+        echo(f"primus: note: {stack.note}", err=True)  # one line, however wide the terminal
     con = stdout_console()
-    rows = [(k, escape(json.dumps(v)), escape(stack.sources[k])) for k, v in stack.values.items()]
-    con.print(table(escape(f"{stack.label}: {stack.title}"), ["setting", "value", "source"], rows))
-    con.print(escape(f"release source: {stack.release_source}"))
+    rows = [(k, json.dumps(v), stack.sources[k]) for k, v in stack.values.items()]
+    con.print(table(f"{stack.label}: {stack.title}", ["setting", "value", "source"], rows))
+    con.print(f"release source: {stack.release_source}")
     if stack.recipes:
         con.print(table("per-model recipes", ["model", "gpu", "precision", "since", "settings", "source"],
-                        [tuple(escape(str(x)) for x in (r.model, r.gpu, r.precision, r.since or "-",
-                                                        json.dumps(r.settings.model_dump(exclude_none=True)),
-                                                        r.source)) for r in stack.recipes]))
+                        [(r.model, r.gpu, r.precision, r.since or "-",
+                          json.dumps(r.settings.model_dump(exclude_none=True)), r.source) for r in stack.recipes]))

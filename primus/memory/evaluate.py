@@ -56,7 +56,7 @@ class MemoryReport:
         return {
             "parallel": self.layout.as_parallel(),
             "fits": self.fits,
-            "verdict": self.verdict,
+            **self.reserves.verdict_fields(self.peak_bytes),  # as `fit` writes them
             "peak_bytes": self.peak_bytes,
             "peak_stage": self.peak.stage,
             "capacity_bytes": self.capacity_bytes,

@@ -174,6 +174,19 @@ class Reserves:
             return "does not fit"
         return "tight" if self.capacity_bytes - peak_bytes < self.tight_band_bytes else "fits"
 
+    def verdict_fields(self, peak_bytes: int, fits: bool = True) -> dict[str, Any]:
+        """The verdict as `fit` and `memory` print it in JSON (one definition for both): `verdict`,
+        `tight`, `tight_by_bytes` when tight (how far the headroom falls short of the allocator
+        reserve), `allocator_reserve_bytes` and `over_hbm` (the peak exceeds raw HBM as well).
+        `fits` False: the answer is does not fit whatever the peak (`fit` refused the layout by a rule)."""
+        verdict = self.verdict(peak_bytes) if fits else "does not fit"
+        doc: dict[str, Any] = {"verdict": verdict, "tight": verdict == "tight"}
+        if verdict == "tight":
+            doc["tight_by_bytes"] = self.tight_band_bytes - (self.capacity_bytes - peak_bytes)
+        doc["allocator_reserve_bytes"] = self.fragmentation_bytes
+        doc["over_hbm"] = peak_bytes > self.hbm_bytes
+        return doc
+
     @staticmethod
     def of(cluster: ClusterSpec, expandable_segments: bool | None = None) -> Reserves:
         """The reserves of a device; with the stack's allocator configuration (`expandable_segments`),

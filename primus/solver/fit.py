@@ -91,13 +91,7 @@ class FitResult:
         doc: dict[str, Any] = {"fits": self.fits}
         r = self.report
         if reserves is not None and r is not None:
-            verdict = reserves.verdict(r.peak_bytes) if self.fits else "does not fit"
-            doc["verdict"] = verdict
-            doc["tight"] = verdict == "tight"
-            if verdict == "tight":
-                doc["tight_by_bytes"] = reserves.tight_band_bytes - (capacity - r.peak_bytes)
-            doc["allocator_reserve_bytes"] = reserves.fragmentation_bytes
-            doc["over_hbm"] = r.peak_bytes > reserves.hbm_bytes
+            doc.update(reserves.verdict_fields(r.peak_bytes, self.fits))
         doc["parallel"] = self.layout.as_parallel() if self.layout else None
         doc["completed_axes"] = list(self.completed_axes)
         doc["peak_bytes"] = r.peak_bytes if r else None

@@ -23,6 +23,7 @@ DEFAULT_STACK = "megatron-lm"
 ALLOCATORS = "allocators"  # stacks/allocators.yaml: the allocator reserves, not a stack
 _REF = re.compile(r"^([a-z0-9][a-z0-9._-]*)(?:@([A-Za-z0-9][A-Za-z0-9._-]*))?$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
+_MONTH = re.compile(r"^\d{4}\.(\d{2})$")  # YYYY.MM: the label of a framework without releases
 
 
 def catalog_stacks() -> list[str]:
@@ -128,6 +129,7 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     elif release in labels:
         chosen = labels.index(release)
     else:
+        _check_month(name, release, labels, where, field_name)
         want = _key(release)
         keys = [_key(x) for x in labels]
         if want is None or any(k is None for k in keys):
@@ -151,6 +153,22 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     rel = spec.releases[chosen]
     return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes),
                  release if note else None)
+
+
+def _is_month(label: str) -> bool:
+    m = _MONTH.match(label)
+    return m is not None and 1 <= int(m.group(1)) <= 12
+
+
+def _check_month(name: str, release: str, labels: list[str], where: str, field_name: str | None) -> None:
+    """A stack labelled by months (every described release YYYY.MM, e.g. torchtitan) takes only a
+    real month: `2024.13` or `2024` would otherwise order silently against its releases."""
+    if not all(_is_month(x) for x in labels) or _is_month(release):
+        return
+    m = _MONTH.match(release)
+    why = f"month {m.group(1)} is not 01 to 12" if m else "it is not YYYY.MM"
+    raise InputError(where, field_name, f"release {release!r} of {name}: {why} (its releases are months: "
+                     f"{', '.join(labels)})")
 
 
 def stack_of_source(source: str, published: str | None = None, flags: frozenset[str] = frozenset()) -> Stack:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from primus.report.markdown import md_code, md_text
 from primus.stacks.allocator import allocators
 from primus.stacks.core import catalog_stacks, load_stack_file
 
@@ -17,8 +18,9 @@ END = "<!-- stacks:generated:end -->"
 
 
 def _cell(text: object) -> str:
-    """Markdown-safe table cell (pipes and newlines escaped)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Markdown-safe inline text (tables included): `*`, `_`, `|`, backticks and the rest escaped, so a
+    source such as `configs/*/*_workload.yaml` renders as written."""
+    return md_text(text)
 
 
 def render() -> str:
@@ -26,31 +28,31 @@ def render() -> str:
     lines = [START, ""]
     for name in catalog_stacks():
         spec = load_stack_file(name)
-        lines += [f"### `{name}`: {_cell(spec.title)}", "", f"Home: {spec.homepage}. Releases (oldest first): "
-                  + ", ".join(f"`{r.release}`" for r in spec.releases) + ".", ""]
+        lines += [f"### `{name}`: {_cell(spec.title)}", "", f"Home: {_cell(spec.homepage)}. Releases (oldest first): "
+                  + ", ".join(md_code(r.release) for r in spec.releases) + ".", ""]
         if spec.validate_sources:
             lines += ["`validate` reads the published runs whose source starts with "
-                      + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
+                      + ", ".join(md_code(k) + (f" (as {md_code(f'{name}@{v}')})" if v else "") for k, v in
                                   spec.validate_sources.items()) + " on this stack.", ""]
         if spec.validate_flags:
             lines += ["`validate` reads the published runs flagged "
-                      + ", ".join(f"`{k}`" + (f" (as `{name}@{v}`)" if v else "") for k, v in
+                      + ", ".join(md_code(k) + (f" (as {md_code(f'{name}@{v}')})" if v else "") for k, v in
                                   spec.validate_flags.items()) + " on this stack, whatever their source.", ""]
         for rel in spec.releases:
-            lines += [f"**`{name}@{rel.release}`** — {_cell(rel.source)}", ""]
+            lines += [f"**{md_code(f'{name}@{rel.release}')}** — {_cell(rel.source)}", ""]
             given = rel.settings.given()
             if not given:
                 lines += ["No setting changes.", ""]
                 continue
             lines += ["| setting | value | source |", "|---|---|---|"]
             for key, setting in given.items():
-                lines.append(f"| `{key}` | `{_cell(setting.value)}` | {_cell(setting.source)} |")
+                lines.append(f"| {md_code(key)} | {md_code(setting.value)} | {_cell(setting.source)} |")
             lines.append("")
         for r in spec.recipes:
             span = (f" (releases {r.since or '…'} to {r.until or '…'})" if r.until
                     else f" (releases {r.since} on)" if r.since else "")
-            lines.append(f"- recipe {r.model} / {r.gpu} / {r.precision}{span}: "
-                         f"{_cell(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
+            lines.append(f"- recipe {_cell(f'{r.model} / {r.gpu} / {r.precision}{span}')}: "
+                         f"{md_code(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
         if spec.recipes:
             lines.append("")
     a = allocators()

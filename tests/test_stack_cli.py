@@ -1,0 +1,83 @@
+"""The stacks on the command line: malformed releases refused, notes said on one line, tables and docs
+rendered as written, and the stack and the verdict fields wherever a job's answer is printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus.stacks.doc import _cell, render
+from tests.conftest import as_json
+
+BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
+# Llama 3 8B on 8 H100 80GB at 2,048 tokens, TP1 without recompute: 4.53 GiB headroom, under the
+# allocator reserve (7.04 GiB): `tight`
+TIGHT = {**BASE, "seq_len": 2048, "parallel": {"tp": 1, "pp": 1, "cp": 1, "vp": 1, "mbs": 1, "sp": False,
+                                               "recompute": "none", "sharding": "dist_opt"}}
+
+
+@pytest.mark.parametrize(("release", "why"), [("2024.13", "month 13 is not 01 to 12"),
+                                              ("2024", "it is not YYYY.MM"),
+                                              ("2024.00", "month 00 is not 01 to 12")])
+def test_a_month_labelled_stack_refuses_a_release_that_is_not_a_month(run_cli, write_job, release: str,
+                                                                      why: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("fit", write_job(BASE), "--stack", f"torchtitan@{release}", "--format", "json")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith(f"primus: --stack: release '{release}' of torchtitan: {why}")
+
+
+def test_stacks_show_refuses_a_month_that_does_not_exist(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("stacks", "show", "torchtitan@2024.13")
+    assert (code, out, err.count("\n")) == (2, "", 1) and "'2024.13'" in err and "month 13" in err
+
+
+def test_a_malformed_release_in_the_job_file_names_the_file_and_its_stack_key(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job({**BASE, "stack": "torchtitan@2024.13"})
+    code, _, err = run_cli("job", "show", path)
+    assert code == 2 and err.startswith(f"primus: {path}: stack: release '2024.13'")
+
+
+def test_a_bad_stack_option_names_the_option_not_the_files_field(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("fit", write_job(BASE), "--stack", "foo")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith("primus: --stack: unknown stack 'foo'")
+
+
+@pytest.mark.parametrize(("ref", "says"), [("nemo@25.01", "nemo@25.01 is not described; using nemo@24.07"),
+                                           ("nemo@23.01", "nemo@23.01 is older than every described release; "
+                                                          "using the oldest, nemo@24.07")])
+def test_an_undescribed_release_newer_or_older_says_which_it_uses(run_cli, write_job, ref: str,
+                                                                  says: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("fit", write_job(BASE), "--stack", ref, "--format", "json")
+    assert code in (0, 1) and says in as_json(out)["assumptions"][0]
+    code, _, err = run_cli("stacks", "show", ref)
+    assert code == 0 and err.startswith(f"primus: note: {says}") and err.count("\n") == 1  # one line
+
+
+def test_stacks_list_title_is_printed_as_written(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("stacks", "list")
+    assert code == 0 and out.splitlines()[0].strip() == "Stacks (job key `stack: NAME[@RELEASE]`)"
+
+
+def test_docs_cells_escape_markdown_specials() -> None:
+    assert _cell("configs/*/*_workload|`x`") == "configs/\\*/\\*\\_workload\\|\\`x\\`"
+    # Megatron-Bridge's source path renders as written, not in italics
+    assert "configs/\\*/\\*\\_workload_base_configs.py" in render()
+    assert "configs/*/*_workload" not in render()
+
+
+def test_enumerate_lists_the_stack_in_its_assumptions(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job(TIGHT)
+    code, out, _ = run_cli("enumerate", path, "--stack", "nemo@23.01", "--format", "json")
+    assert code == 0 and as_json(out)["assumptions"][0].startswith("stack nemo@24.07 (nemo@23.01 is older")
+    code, out, _ = run_cli("enumerate", path)
+    assert code == 0 and "assumptions:\n  - stack megatron-lm@" in out
+
+
+def test_memory_json_carries_fits_verdict_fields(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    path = write_job(TIGHT)
+    _, out, _ = run_cli("memory", path, "--format", "json")
+    _, fit_out, _ = run_cli("fit", path, "--format", "json")
+    mem, fit = as_json(out), as_json(fit_out)
+    keys = ("verdict", "tight", "tight_by_bytes", "allocator_reserve_bytes", "over_hbm")
+    assert mem["verdict"] == "tight" and mem["tight_by_bytes"] > 0
+    assert {k: mem[k] for k in keys} == {k: fit[k] for k in keys}
