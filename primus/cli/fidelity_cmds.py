@@ -61,7 +61,9 @@ def print_validation(doc: dict[str, Any]) -> None:
               f"{s['projected_rows']}/{s['complete_rows']} complete rows ({_abs(s['coverage_pct'])})")
     m = s["peak_memory"]
     con.print(f"peak memory: median |error| {_abs(m['median_abs_pct'])} over {m['n']} runs; false out-of-memory "
-              f"verdicts at the stacks' settings {s['false_oom']} of {s['fit_checked_rows']} checked; recompute "
+              f"verdicts at the stacks' settings {s['false_oom']} of {s['fit_checked_rows']} checked "
+              f"({len(s['false_oom_self_contradictory'])} more from a source that contradicts itself; as typed, "
+              f"unstated axes free: {s['false_oom_as_typed']}); recompute "
               f"escalated beyond the stack's in {s['escalated_rows']} runs ({_abs(s['escalated_pct'])}); "
               f"Korthikanti et al. 2022 A100 mean |error| {_abs(s['korthikanti2022_a100_mean_abs_pct'])}")
     cols = ["group", "runs", "median |err|", "p90", "max", "mean signed"]

@@ -58,7 +58,11 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
     loso = bars.get("loso", {}).get("overall", {})
     achieved = (_f(t["median_abs_pct"]) + "%", _f(t["p90_abs_pct"]) + "%", _f(loso.get("median_abs_pct")) + "%",
                 _f(s["korthikanti2022_a100_mean_abs_pct"]) + "%", _f(s["peak_memory"]["median_abs_pct"]) + "%",
-                str(s["false_oom"]), f"{s['escalated_rows']} ({_f(s['escalated_pct'])}%; see docs/stacks.md)",
+                (f"{s['false_oom']} ({', '.join(s['false_oom_runs'])}; as typed, unstated axes free: "
+                 f"{s['false_oom_as_typed']}; self-contradictory source: "
+                 f"{len(s['false_oom_self_contradictory'])})" if s["false_oom"] or s["false_oom_self_contradictory"]
+                 else str(s["false_oom"])),
+                f"{s['escalated_rows']} ({_f(s['escalated_pct'])}%; see docs/stacks.md)",
                 f"{s['projected_rows']}/{s['complete_rows']} ({_f(s['coverage_pct'])}%)")
     st = spec.summary["tokens_per_s_per_gpu"]
     lines = [
@@ -92,8 +96,10 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         f"{_f(s['korthikanti2022_a100_mean_abs_pct'])}% in-sample (leave-one-source-out: "
         f"{_f(bars.get('loso', {}).get('by_source', {}).get('korthikanti2022', {}).get('median_abs_pct'))}% median).",
         "- Calculon refuses 131 of 152 dense A100/H100 published runs as out of memory; primus's ledger finds every",
-        f"  complete published config legal on its hardware ({s['false_oom']} false out-of-memory verdicts in "
-        f"{s['fit_checked_rows']} checked).",
+        f"  complete published config legal on its hardware as its job file is typed ({s['false_oom_as_typed']} false "
+        f"out-of-memory verdicts in {s['fit_checked_rows']} checked; at the stacks' own settings, before any "
+        f"escalation: {s['false_oom']}, plus {len(s['false_oom_self_contradictory'])} from a source that "
+        "contradicts itself).",
         "",
         "## Peak memory",
         "",

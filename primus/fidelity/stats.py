@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 if TYPE_CHECKING:
     from primus.fidelity.validate import RowResult
@@ -65,12 +68,24 @@ def grouped(results: Iterable[RowResult], key: Callable[[RowResult], str]) -> di
     return {k: describe(v) for k, v in sorted(groups.items())}
 
 
+_CONTRADICTIONS = Path(__file__).resolve().parent / "data" / "self_contradictions.yaml"
+
+
+def self_contradictions() -> dict[str, str]:
+    """run_id -> the contradiction, for published rows whose source contradicts itself on a setting that
+    decides memory (`data/self_contradictions.yaml`)."""
+    raw = yaml.safe_load(_CONTRADICTIONS.read_text(encoding="utf-8"))
+    return {c["run_id"]: " ".join(c["contradiction"].split()) for c in raw["contradictions"]}
+
+
 def summarise(results: Sequence[RowResult], complete: int, unprojected: int) -> dict[str, Any]:
     """The validation summary (JSON-ready)."""
     errors = [r.error_pct for r in results]
     mem = [e for e in (r.memory_error_pct for r in results) if e is not None]
     kort = [abs(r.error_pct) for r in results if r.source.lower().startswith(KORTHIKANTI)]
     checked = [r for r in results if r.fits is not None]
+    contradictions = self_contradictions()
+    oom = [r.run_id for r in checked if r.fits is False and r.run_id not in contradictions]
     out: dict[str, Any] = {
         "complete_rows": complete,
         "projected_rows": len(results),
@@ -85,8 +100,12 @@ def summarise(results: Sequence[RowResult], complete: int, unprojected: int) -> 
         "korthikanti2022_rows": len(kort),
         "peak_memory": describe(mem),
         "fit_checked_rows": len(checked),
-        "false_oom": sum(1 for r in checked if r.fits is False),
-        "false_oom_runs": [r.run_id for r in checked if r.fits is False],
+        "false_oom": len(oom),
+        "false_oom_runs": oom,
+        "false_oom_self_contradictory": {r.run_id: contradictions[r.run_id] for r in checked
+                                         if r.fits is False and r.run_id in contradictions},
+        "false_oom_as_typed": sum(1 for r in checked if r.fits_as_typed is False),
+        "false_oom_as_typed_runs": [r.run_id for r in checked if r.fits_as_typed is False],
         "escalated_rows": sum(1 for r in results if r.escalated),
         "escalated_pct": 100.0 * sum(1 for r in results if r.escalated) / len(results) if results else math.nan,
         "escalated_runs": [r.run_id for r in results if r.escalated],

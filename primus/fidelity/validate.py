@@ -3,13 +3,16 @@
 For each complete row: build its jobs (`primus.fidelity.jobs`), project the pinned layout with the
 accelerator's shipped profile (for the source's software stack), and report predicted against
 measured tokens/s/GPU (`error_pct` = 100 × (predicted / measured − 1)) and, where the source
-published it, the ledger's peak memory against the measured peak. Each row also carries `fits`: what
-`primus fit` says of the job file a user would type for the run (its layout, the settings its source
-states and its source's `stack:`; unstated axes free). A run that ran must fit, so a `False` there is
-a false out-of-memory verdict at the stack's settings, counted in the summary. `escalated` lists the
-settings the projection changed from the stack's value to make the run fit (empty when none),
-counted separately. A row whose source leaves a layout axis unstated, with no stack recipe to decide it,
-also carries the range of the projection over that axis's legal completions (`primus.fidelity.completions`).
+published it, the ledger's peak memory against the measured peak. Each row carries `fits`: whether
+the run fits at its stated settings and its stack's defaults or recipe for everything else (the
+projected job before any escalation), and `fits_as_typed`: what `primus fit` says of the job file a
+user would type for the run (its layout, the settings its source states and its source's `stack:`;
+unstated axes free). A run that ran must fit, so a `False` is a false out-of-memory verdict, counted
+in the summary; a row whose source contradicts itself (`data/self_contradictions.yaml`) is counted
+apart, with the contradiction. `escalated` lists the settings the projection changed from the stack's
+value to make the run fit (empty when none), counted separately. A row whose source leaves a layout
+axis unstated, with no stack recipe to decide it, also carries the range of the projection over
+that axis's legal completions (`primus.fidelity.completions`).
 
 Rows that cannot be projected are listed with the reason, never dropped.
 """
@@ -52,13 +55,14 @@ class RowResult:
     step_time_s: float
     predicted_peak_gib: float
     measured_peak_gib: float | None
-    fits: bool | None
+    fits: bool | None  # at the stated settings and the stack's defaults or recipe (before escalation)
     layout: dict[str, Any]
     stack: str
     assumed: tuple[str, ...]
     error_bar_pct: float | None = None  # the ± `primus project` prints for this run (primus.fidelity.errorbars)
     escalated: tuple[str, ...] = ()
     completions: Completions | None = None  # the range over the legal values of unstated axes
+    fits_as_typed: bool | None = None  # what `primus fit` says of the job file, unstated axes free
 
     @property
     def range_error_pct(self) -> tuple[float, float] | None:
@@ -83,7 +87,7 @@ class RowResult:
             "precision": self.precision, "moe": self.moe, "model": self.model, "num_gpus": self.num_gpus,
             "predicted_tokens_per_s_per_gpu": self.predicted, "measured_tokens_per_s_per_gpu": self.measured,
             "error_pct": self.error_pct, "error_bar_pct": self.error_bar_pct, "step_time_s": self.step_time_s,
-            "fits": self.fits,
+            "fits": self.fits, "fits_as_typed": self.fits_as_typed,
             "predicted_peak_gib": self.predicted_peak_gib,
         }
         if self.measured_peak_gib is not None:
@@ -156,6 +160,17 @@ class Prepared:
     _layout: Layout | None = None
     _peak: tuple[int, bool] | None = None
 
+    @property
+    def fits_at_stack(self) -> bool:
+        """Whether the run fits at its stated settings and its stack's defaults or recipe: no setting was
+        escalated, and the projected job's busiest stage is within capacity."""
+        if self._peak is None:
+            job = self.jobs.project
+            self._layout = pinned_layout(job)
+            report = MemoryModel(job).evaluate(self._layout, strict=False)
+            self._peak = (report.peak_bytes, report.fits)
+        return not self.jobs.escalated and self._peak[1]
+
     def project(self, profile: Profile, method: str = "auto") -> Projection:
         """`method` "fast" (closed form or the bottleneck bound, within 2% of the simulation) is what a
         fitter uses; "auto" is what `primus project` reports."""
@@ -189,7 +204,7 @@ def fits_published(jobs: RowJobs) -> bool:
     return Question(jobs.fit).most_headroom() is not None
 
 
-def result_of(p: Prepared, projection: Projection, fits: bool | None,
+def result_of(p: Prepared, projection: Projection, fits_as_typed: bool | None,
               completions: Completions | None = None) -> RowResult:
     row, jobs = p.row, p.jobs
     measured = row.measured_tokens
@@ -202,7 +217,8 @@ def result_of(p: Prepared, projection: Projection, fits: bool | None,
         run_id=row.run_id, source=row.source, accelerator=jobs.project.cluster.name, precision=row["precision"],
         moe=jobs.project.model.is_moe, model=row["model"], num_gpus=jobs.project.num_gpus, measured=measured,
         predicted=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
-        predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib, fits=fits,
+        predicted_peak_gib=projection.peak_bytes / GIB, measured_peak_gib=row.measured_peak_gib,
+        fits=p.fits_at_stack if fits_as_typed is not None else None, fits_as_typed=fits_as_typed,
         layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=assumed,
         escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe,
                                                               precision=row["precision"]).pct,

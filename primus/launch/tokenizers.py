@@ -38,7 +38,8 @@ HF_TOKENIZERS: Final[dict[str, tuple[int, str]]] = {
     "deepseek-ai/deepseek-r1-distill-qwen-14b": (152064, _CONFIG),
     "deepseek-ai/deepseek-r1-distill-qwen-32b": (152064, _CONFIG),
     "thudm/glm-4-9b": (151552, "padded_vocab_size of THUDM/glm-4-9b's config.json"),
-    "nvidia/nemotron-mini-4b-instruct": (256000, _CONFIG + " (huggingface.co/nvidia/Nemotron-Mini-4B-Instruct, b4d4a52)"),
+    "nvidia/nemotron-mini-4b-instruct": (256000,
+                                         _CONFIG + " (huggingface.co/nvidia/Nemotron-Mini-4B-Instruct, b4d4a52)"),
     "nvidia/minitron-4b-base": (256000, _CONFIG + " (huggingface.co/nvidia/Minitron-4B-Base)"),
 }
 _HF = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
