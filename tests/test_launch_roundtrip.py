@@ -167,3 +167,23 @@ def test_cli_export_then_import_round_trips(tmp_path: Path, write_job: Any) -> N
         assert result.exit_code == 0, result.output
         _assert_same(load_job(job_file), load_job(job_out))
         assert yaml.safe_load(job_out.read_text())["parallel"]["vp"] == 5
+
+
+@pytest.mark.parametrize("kind", ["megatron", "primus"])  # torchtitan cannot run NeMo's bf16 gradients
+def test_what_the_stack_supplied_travels_as_the_stack_not_as_the_users_keys(kind: str, tmp_path: Path) -> None:
+    # nemo@24.07 supplies its optimizer, overlap, kernels and MoE settings and the rule `stack-sharding`
+    # (NeMo shards with the distributed optimizer or FSDP); the header carries `stack: nemo@24.07`, so an
+    # import that later runs under `--stack` takes that stack's settings, not nemo's frozen as the user's own
+    data = {"stack": "nemo@24.07", "model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192,
+            "global_batch_size": 128, "parallel": {"tp": 1, "pp": 1, "cp": 1, "mbs": 1, "recompute": "full",
+                                                   "sharding": "dist_opt"}}
+    job = job_from_mapping(data, "job.yaml")
+    exported = export_job(job, kind)
+    header = next(line for line in exported.text.splitlines() if "primus-job:" in line)
+    assert '"stack": "nemo@24.07"' in header
+    assert "stack-sharding" not in header and '"moe"' not in header
+    path = tmp_path / "launch.cfg"
+    path.write_text(exported.text)
+    back = job_from_mapping(import_launch(kind, path).job, str(path), tmp_path)
+    assert back.resolved_stack.label == "nemo@24.07"
+    assert [r["id"] for r in back.spec.rules] == ["stack-sharding"]  # from the stack again, not the file
