@@ -8,15 +8,20 @@ from collections import defaultdict
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from primus.job import job_from_mapping
 from primus.parallel import Layout, normalise
-from primus.projection.bound import ROUNDING, SpeedBound
+from primus.projection.bound import ROUNDING, SpeedBound, pipeline_floor
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.ops import layer_block
 from primus.projection.placement import Placement
 from primus.projection.project import BLOCK_GROUPS, EXPERT_FREE, Projector, projector_for
 from primus.projection.timer import AnalyticTimer, MeasuredTimer
+from primus.projection.timing import METHODS, time_pipeline
+from primus.schedule.pipeline import SCHEDULES
+from primus.schedule.simulate import closed_form_1f1b, closed_form_interleaved
 from primus.solver.api import Question
 
 # Jobs chosen to exercise every rounding and overlap the scaling argument has to survive: micro-batch
@@ -77,7 +82,7 @@ def test_the_group_bound_covers_every_layouts_own_bound(name):
     for i in range(cands.n):
         assert own(i) <= coarse[i], cands.layout(i)
     for i in range(0, cands.n, max(1, cands.n // 300)):
-        assert own(i) == bounds.upper_bound(cands.layout(i))
+        assert own(i) == bounds.context_bound(cands.layout(i))
 
 
 def test_under_a_measured_timer_each_micro_batch_size_is_bounded_on_its_own():
@@ -91,7 +96,7 @@ def test_under_a_measured_timer_each_micro_batch_size_is_bounded_on_its_own():
     coarse = bounds.group_bounds(cands)
     for i in range(0, cands.n, max(1, cands.n // 200)):
         layout = replace(cands.layout(i), sharding="none")
-        assert coarse[i] == bounds.upper_bound(layout) * (1 + ROUNDING)
+        assert coarse[i] == bounds.context_bound(layout) * (1 + ROUNDING)
 
 
 @pytest.mark.parametrize("domain", [8, 72])
@@ -156,3 +161,60 @@ def test_a_layouts_own_bound_is_never_below_its_projection_under_sharded_gradien
         tokens = proj.project(layout, "fast", peak=(int(cands.cols["peak_bytes"][i]), True),
                               explain=False).tokens_per_s_per_gpu
         assert tokens <= bounds.upper_bound(layout), layout
+
+
+@settings(max_examples=300, deadline=None)
+@given(pp=st.integers(1, 6), vp=st.integers(1, 4), rounds=st.integers(1, 4), p2p=st.floats(0.0, 0.3),
+       method=st.sampled_from(METHODS), data=st.data())
+def test_every_timing_of_the_schedule_lasts_at_least_the_fill_the_busiest_path_and_the_drain(
+        pp, vp, rounds, p2p, method, data):
+    """1F1B (VP 1) and interleaved (VP > 1, M a multiple of PP) with uneven chunks and P2P delays: the
+    simulation, the closed forms and the fast bottleneck path all end rank 0 no earlier than
+    `pipeline_floor` (the bubble term of a layout's own bound)."""
+    vp = vp if pp > 1 else 1
+    m = rounds * pp if vp > 1 else rounds
+    times = st.lists(st.floats(0.01, 2.0), min_size=pp * vp, max_size=pp * vp)
+    fwd, bwd = data.draw(times), data.draw(times)
+    timing = time_pipeline(pp, vp, m, fwd, bwd, p2p, method)
+    floor = pipeline_floor([f + b for f, b in zip(fwd, bwd, strict=True)], pp, m)
+    assert timing.ends[0] >= floor * (1 - ROUNDING)
+
+
+@pytest.mark.parametrize("pp,vp,m", [(4, 1, 8), (8, 1, 3), (4, 2, 8), (4, 5, 12), (2, 63, 4)])
+def test_on_uniform_chunks_the_floor_is_the_schedules_own_makespan_m_plus_pp_minus_1_over_vp_stages(pp, vp, m):
+    """Without P2P, uniform chunks of tf + tb: 1F1B takes (M + PP - 1)(tf + tb) and the interleaved
+    schedule (M + (PP - 1)/VP) x VP(tf + tb) (Narayanan et al. 2021, section 2.2); the floor is exact."""
+    tf, tb = 0.3, 0.7
+    floor = pipeline_floor([tf + tb] * (pp * vp), pp, m)
+    exact = closed_form_1f1b(pp, m, tf, tb, 0.0) if vp == 1 else closed_form_interleaved(pp, vp, m, tf, tb, 0.0)
+    assert floor == pytest.approx(exact, rel=1e-12)
+    assert floor == pytest.approx((m + (pp - 1) / vp) * vp * (tf + tb), rel=1e-12)
+
+
+def test_every_schedule_the_projection_times_has_a_bubble():
+    """The bubble floor holds for 1F1B and the interleaved schedule; a zero-bubble schedule (its bubble
+    can vanish) must not reach the projection without revisiting `SpeedBound._pipeline_floor`."""
+    assert set(SCHEDULES) == {"1f1b", "interleaved"}
+
+
+@pytest.mark.parametrize("name", ["mixtral-flex-overlap", "gpt-oss-mesh", "llama-unfused-torchtitan"])
+@pytest.mark.parametrize("method", ["fast", "simulate"])
+def test_a_layouts_bound_with_its_bubble_is_never_below_its_projection(name, method):
+    """Pipelined layouts (VP 1 and VP > 1, every sharding and recompute, sampled): the projection stays
+    at or under the bound with the bubble, which is tighter than the context bound on some of them."""
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    proj = projector_for(job)
+    bounds = SpeedBound(proj)
+    cands = Question(job).candidates
+    rows = [i for i in range(cands.n) if cands.layout(i).pp > 1]
+    assert rows
+    seen_vp, tighter = set(), 0
+    for i in rows[::max(1, len(rows) // 60)]:
+        layout = cands.layout(i)
+        tokens = proj.project(layout, method, peak=(int(cands.cols["peak_bytes"][i]), True),
+                              explain=False).tokens_per_s_per_gpu
+        own = bounds.upper_bound(layout)
+        assert tokens <= own, layout
+        seen_vp.add(layout.vp > 1)
+        tighter += own < bounds.context_bound(layout)
+    assert seen_vp == {False, True} and tighter > 0

@@ -13,7 +13,13 @@ world = TP x CP x DP x PP this gives tokens/s/GPU <= seq x MBS / (TP x CP x S) (
 leaves out the bubble, the tail and the imbalance between ranks, so it is never below the projection
 (tested on every legal layout of small jobs). S depends on the shape context (TP, CP, SP, MBS, EP,
 ETP), the placement of the groups the blocks talk on, FSDP and recompute; not on VP, the schedule or,
-under Megatron's default rank order, on DP and PP.
+under Megatron's default rank order, on DP and PP (`context_bound`).
+
+A layout's own bound (`upper_bound`) adds the pipeline bubble: the projection times 1F1B and the
+interleaved schedule, in which the path "microbatch 0's forward through chunks 0..s-1, all of rank s's
+work, the last microbatch's backward back" always exists, so step >= max_s(sum_{r<s} c_r + M x S_s)
+with c the chunks' work (`pipeline_floor`; (M + (PP-1)/VP) x a stage's work for uniform chunks). It
+depends on PP, VP and M, so the search applies it last, per layout (`layout_bounds`).
 
 A coarser bound (`group_bounds`) covers every micro-batch size at once. Under the analytic kernel timer
 a block's cost per microbatch is sub-homogeneous in MBS: at k x MBS (k a whole number) it is at most k
@@ -43,7 +49,7 @@ order). `primus project` (free axes) and `fit`'s suggestions use it; `tune` shar
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -51,9 +57,10 @@ import numpy as np
 from primus.memory.shapes import balanced_layout
 from primus.memory.units import param_units
 from primus.parallel import RECOMPUTES, SHARDINGS, Layout, normalise
+from primus.projection.cost import BlockCost
 from primus.projection.placement import DEFAULT_ORDER
 from primus.projection.project import Projector
-from primus.projection.stages import RankParams, chunk_keys, rank_params
+from primus.projection.stages import RankParams, chunk_keys, rank_params, selective_seconds
 from primus.projection.timer import AnalyticTimer, CollectiveCall
 from primus.solver.vector import Candidates
 
@@ -70,6 +77,17 @@ PLACED = ("fsdp", "zero2")
 ROUNDING = 1e-9
 
 
+def pipeline_floor(chunks: Sequence[float], pp: int, m: int) -> float:
+    """max over ranks s of (the first s chunks' work + M x rank s's work): a floor on the makespan of M
+    microbatches through chunks of the given forward + backward seconds (chunk i on rank i % pp), under
+    1F1B and the interleaved schedule (`SpeedBound._pipeline_floor`)."""
+    best = fill = 0.0
+    for s in range(pp):
+        best = max(best, fill + m * sum(chunks[s::pp]))
+        fill += chunks[s]
+    return best
+
+
 class SpeedBound:
     """Upper bounds on tokens/s/GPU for layouts of one Projector's job."""
 
@@ -83,6 +101,8 @@ class SpeedBound:
         self._sum_cache: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
         self._params: dict[tuple[int, int, int], RankParams] = {}
         self._zero2_cache: dict[tuple[int, ...], float] = {}
+        self._cost_cache: dict[tuple[int, ...], dict[str, BlockCost]] = {}
+        self._chunk_cache: dict[tuple[int, ...], tuple[float, ...]] = {}
         self.flat = flat
         self.seq = proj.job.spec.seq_len
         self.default_order = proj.order == DEFAULT_ORDER
@@ -108,7 +128,7 @@ class SpeedBound:
         if sums is None:
             proj = self.proj
             ctx, groups = proj.context(layout), proj.groups(layout)
-            costs = {k: proj.block_cost(k, layout, ctx, groups) for k in self.items}
+            costs = self._cost_cache[key] = {k: proj.block_cost(k, layout, ctx, groups) for k in self.items}
             sums = self._sum_cache[key] = (
                 sum(n * (costs[k].fwd_total + costs[k].bwd_total) for k, n in self.items.items()),
                 sum(n * costs[k].fwd_total for k, n in self.decoder.items()),
@@ -120,9 +140,9 @@ class SpeedBound:
         """S of the module docstring: the sums plus the forward that recompute re-runs (and ZeRO-2's
         gradient reduce-scatter on every microbatch)."""
         total, fwd, selective, _ = self._sums(layout)
-        if layout.recompute == "full" and self.proj.recompute_method == "uniform":
+        if self._recompute(layout) == "full":
             total += fwd
-        elif layout.recompute == "selective" and not self.proj.op_sac:
+        elif self._recompute(layout) == "selective":
             total += selective
         if layout.sharding == "zero2" and self.scalable:
             total += self._zero2(layout)
@@ -156,20 +176,78 @@ class SpeedBound:
             z = self._zero2_cache[key] = max(0.0, total) * (1 - ROUNDING)
         return z
 
+    def _recompute(self, layout: Layout) -> str:
+        """The recompute whose re-run forward the bound counts in every decoder layer: "full" when
+        every layer re-runs (uniform, no listed layer ids: `recomputed_mask`), "selective" unless
+        torchtitan's op-level policy, else "none" (counting nothing is always a floor)."""
+        proj = self.proj
+        if layout.recompute == "full" and proj.recompute_method == "uniform" and proj.recompute_layer_ids is None:
+            return "full"
+        return "selective" if layout.recompute == "selective" and not proj.op_sac else "none"
+
     def _bound(self, layout: Layout) -> float:
         per_mb = self._per_microbatch(layout)
         return float("inf") if per_mb <= 0 else self.seq * layout.mbs / (layout.tp * layout.cp * per_mb)
 
+    def _chunks(self, layout: Layout) -> tuple[float, ...]:
+        """A floor on each chunk's forward + backward seconds for one microbatch (model-chunk order):
+        its blocks' exposed times plus what recompute re-runs (every layer's forward under `_recompute`'s
+        "full", else none; selective exactly as `chunk_work` counts it); offloading, ZeRO-2's
+        reduce-scatter and P2P only add to it."""
+        playout, _, keys = self.proj.chunk_keys(layout.pp, layout.vp)
+        rec = self._recompute(layout)
+        key = (*self._key(layout, ("fsdp",)), RECOMPUTES.index(layout.recompute), int(rec == "full"), layout.pp,
+               playout.vp)
+        out = self._chunk_cache.get(key)
+        if out is None:
+            self._sums(layout)
+            costs = self._cost_cache[self._key(layout, ("fsdp",))]
+            work = {k: c.fwd_total + c.bwd_total for k, c in costs.items()}
+            for k in self.decoder:
+                if rec == "full":
+                    work[k] += costs[k].fwd_total
+                elif layout.recompute == "selective":
+                    work[k] += selective_seconds(costs[k], k, self.proj.selective)
+            out = self._chunk_cache[key] = tuple(sum(work[k] for k in ks) for _, ks in keys)
+        return out
+
+    def _pipeline_floor(self, layout: Layout, m: int) -> float:
+        """Seconds the pipeline takes at least under the projection's own timing (`timing.py`): the
+        path "microbatch 0's forward through chunks 0..s-1, every op of rank s, the last microbatch's
+        backward back through chunks s-1..0" exists in the 1F1B and interleaved schedules' dependency
+        graphs (rank s starts on chunk s and ends on its backward), so the simulation's makespan, the
+        closed forms (equal to it) and the bottleneck path (its largest such path plus P2P) are all at
+        least max_s(sum_{r<s} c_r + M x S_s), c the chunks' work and S_s rank s's. Uniform chunks give
+        (M + (PP-1)/VP) x S_s: the bubble. The path ends on rank 0, whose step is at least its end plus
+        a non-negative tail, so the step is at least this too. No schedule whose bubble can vanish
+        (zero-bubble) is projected; one added to `primus.schedule.pipeline.SCHEDULES` must revisit this
+        floor (a test pins the list)."""
+        return pipeline_floor(self._chunks(layout), layout.pp, m) * (1 - ROUNDING)
+
     def step_floor(self, layout: Layout) -> float:
         """Seconds the step takes at least (see the module docstring): M / PP times one microbatch of
-        every block's exposed forward and backward time, plus the forward that recompute re-runs."""
+        every block's exposed forward and backward time, plus the forward that recompute re-runs, or the
+        pipeline's fill and drain around its busiest path (`_pipeline_floor`), whichever is larger."""
         layout = normalise(layout, is_moe=self.proj.model.is_moe)
         m = layout.num_microbatches(self.proj.job.spec.global_batch_size)
-        return m * self._per_microbatch(layout) / layout.pp
+        return max(m * self._per_microbatch(layout) / layout.pp, self._pipeline_floor(layout, m))
+
+    def context_bound(self, layout: Layout) -> float:
+        """tokens/s/GPU the projection cannot exceed for any layout of this one's bound key (`_key`):
+        the average rank's work, whatever the pipeline split, VP and (default rank order) DP."""
+        return self._bound(normalise(layout, is_moe=self.proj.model.is_moe))
 
     def upper_bound(self, layout: Layout) -> float:
-        """tokens/s/GPU the projection cannot exceed for this layout."""
-        return self._bound(normalise(layout, is_moe=self.proj.model.is_moe))
+        """tokens/s/GPU the projection cannot exceed for this layout: `context_bound`, tightened by the
+        pipeline's bubble (`step_floor`)."""
+        layout = normalise(layout, is_moe=self.proj.model.is_moe)
+        bound = self._bound(layout)
+        m = layout.num_microbatches(self.proj.job.spec.global_batch_size)
+        floor = self._pipeline_floor(layout, m)
+        if floor <= 0:
+            return bound
+        spec = self.proj.job.spec
+        return min(bound, spec.global_batch_size * self.seq / (layout.world * floor))
 
     # ---- many layouts ----
 
@@ -192,8 +270,12 @@ class SpeedBound:
         _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
         return cols[first], first, inverse.reshape(-1)
 
+    def layout_bounds(self, cands: Candidates) -> Callable[[int], float]:
+        """`upper_bound` of row i (its pipeline's bubble included): the level after `row_bounds`."""
+        return lambda i: self.upper_bound(cands.layout(i))
+
     def row_bounds(self, cands: Candidates) -> Callable[[int], float]:
-        """`upper_bound` of row i, evaluated once per distinct bound key among the rows (lazily)."""
+        """`context_bound` of row i, evaluated once per distinct bound key among the rows (lazily)."""
         cols = self._columns(cands, (*CONTEXT_COLUMNS, "recompute", "sharding", *PLACEMENT_COLUMNS))
         if self.default_order:  # DP and PP matter only to FSDP's gathers and ZeRO-2's reduce (`_key`)
             cols[~np.isin(cols[:, 7], [SHARDINGS.index(x) for x in PLACED]), 8:] = 0
@@ -204,7 +286,7 @@ class SpeedBound:
             j = int(ids[i])
             v = values.get(j)
             if v is None:
-                v = values[j] = self.upper_bound(cands.layout(int(first[j])))
+                v = values[j] = self.context_bound(cands.layout(int(first[j])))
             return v
         return bound
 

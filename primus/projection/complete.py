@@ -139,7 +139,7 @@ def complete_and_project(job: Job, profile: Profile | None = None, *, timer: Ker
     top, scored, stop = best_first(
         sb.group_bounds(cands).tolist(),
         lambda i: proj.project(cands.layout(i), "fast", peak=(int(peaks[i]), True), explain=False).tokens_per_s_per_gpu,
-        RESIMULATE, refine=[sb.row_bounds(cands)])
+        RESIMULATE, refine=[sb.row_bounds(cands), sb.layout_bounds(cands)])
     finals = [proj.project(cands.layout(i), "auto", peak=(int(peaks[i]), True)) for _, i in top]
     fastest = min(p.step_time_s for p in finals)
     ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]

@@ -93,14 +93,14 @@ def chunk_work(keys: tuple[str, ...], cost: Callable[[str], BlockCost], recomput
             measured[i] += c.measured[i]
     decoder = [key for key in keys if key.startswith(("dense", "moe"))]
     if recompute == "selective":
-        bwd[RECOMP] += sum(_selective_seconds(costs[key], key, selective) for key in decoder)
+        bwd[RECOMP] += sum(selective_seconds(costs[key], key, selective) for key in decoder)
     elif recompute == "full":
         decoder = [key for key, on in zip(decoder, recomputed, strict=True) if on]
         bwd[RECOMP] += sum(costs[key].fwd_total for key in decoder)
     return ChunkWork.of(tuple(fwd), tuple(bwd), tuple(hidden), tuple(calls), tuple(measured))
 
 
-def _selective_seconds(cost: BlockCost, key: str, mode: str) -> float:
+def selective_seconds(cost: BlockCost, key: str, mode: str) -> float:
     if not key.startswith("dense") or mode == "core_attention":
         return cost.selective
     return cost.selective_op if mode == "op_level" else cost.selective_remat
