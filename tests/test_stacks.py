@@ -41,7 +41,8 @@ def test_every_field_of_every_release_has_a_value_and_a_source(name: str) -> Non
 
 # A source names something a reader can open at the state it had: a commit (7-40 hex), a URL or an arXiv
 # id, in the field or in its release's source; or it says outright what it assumes ("not stated in").
-_CITABLE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b|https?://\S+|arXiv:\d{4}\.\d{4,5}|not stated in \S")
+_CITABLE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"  # a commit, letters and digits
+                      r"|https?://\S+|arXiv:\d{4}\.\d{4,5}|not stated in \S")
 
 
 @pytest.mark.parametrize("name", catalog_stacks())
