@@ -4,6 +4,7 @@ fits under its source's stack."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,32 @@ def test_every_field_of_every_release_has_a_value_and_a_source(name: str) -> Non
         assert len(rel.source) > 20
         for key, setting in rel.settings.given().items():
             assert len(setting.source) >= 10, (name, rel.release, key)
+
+
+# A source names something a reader can open at the state it had: a commit (7-40 hex), a URL or an arXiv
+# id, in the field or in its release's source; or it says outright what it assumes ("not stated in").
+_CITABLE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"  # a commit, letters and digits
+                      r"|https?://\S+|arXiv:\d{4}\.\d{4,5}|not stated in \S")
+
+
+@pytest.mark.parametrize("name", catalog_stacks())
+def test_every_field_cites_a_commit_a_url_an_arxiv_id_or_says_what_it_assumes(name: str) -> None:
+    spec = load_stack_file(name)
+    bare = [(rel.release, key, s.source) for rel in spec.releases
+            for key, s in rel.settings.given().items()
+            if not (_CITABLE.search(s.source) or _CITABLE.search(rel.source))]
+    assert bare == [], bare
+
+
+def test_a_citable_source_is_a_commit_url_or_arxiv_id_and_a_vague_one_is_not() -> None:
+    assert _CITABLE.search("NVIDIA/Megatron-LM d98e8a6 megatron/training/arguments.py line 3671")
+    assert _CITABLE.search("https://github.com/pytorch/torchtitan/pull/1033")
+    assert _CITABLE.search("arXiv:2205.05198 section 5")
+    assert _CITABLE.search("not stated in tr11-176B-ml.slurm; assumed PyTorch's default")
+    assert not _CITABLE.search("primus's default")
+    assert not _CITABLE.search("3596615680 params; the word effaced")  # a number or a word is not a commit
+    assert not _CITABLE.search("the ledger's default kernel set (no separate profile section)")
+    assert not _CITABLE.search("not stated: PyTorch default assumed")
 
 
 def test_a_bare_name_is_the_newest_release_and_an_unknown_one_the_newest_not_after_it() -> None:
