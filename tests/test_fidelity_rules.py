@@ -31,7 +31,9 @@ def test_rules_set_the_framework_defaults_of_their_release() -> None:
     assert not rule_for("megatron-bridge-26.06").job_keys(tp=1, scaleup_domain=8, is_moe=False)["overlap"]["tp_comm"]
     nemo = rule_for("dgxc-25.05")
     assert nemo.job_keys(tp=2, scaleup_domain=72, is_moe=True)["moe"]["token_dispatcher"] == "alltoall"
-    assert nemo.job_keys(tp=2, scaleup_domain=8, is_moe=True)["moe"]["token_dispatcher"] == "flex"
+    # NeMo 7a8f1cc (llmb r2.3.0, what DGX Cloud 25.05 checks out) recipes/deepseek.py line 86: alltoall on
+    # H100 too; the flex/DeepEP dispatcher on H100 came with NeMo v2.4.0 (2381f42, 2025-07-25)
+    assert nemo.job_keys(tp=2, scaleup_domain=8, is_moe=True)["moe"]["token_dispatcher"] == "alltoall"
     assert nemo.etp_is_tp and not rule_for("megatron-bridge-25.11").etp_is_tp
     kort = rule_for("korthikanti2022")
     assert not kort.stack["flash_attention"] and kort.sharding == "none" and kort.stack["main_grads_dtype"] == "fp32"
