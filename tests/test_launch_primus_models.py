@@ -113,3 +113,62 @@ def test_fit_from_a_primus_experiment_takes_primus_root(tmp_path: Path) -> None:
                                           "--primus-root", str(CHECKOUT)])
     assert result.exit_code == 0, result.output
     assert "read from the Primus checkout" in result.output and "FITS" in result.output
+
+
+# A MiniMax-M2.5-shaped model file (MiniMaxAI/MiniMax-M2.5 config.json: 62 layers, hidden 3072, 48 query and
+# 8 KV heads of 128, 256 experts of width 1536, top-8, QK norm, untied embeddings, a 200,064-row vocabulary
+# left to its tokenizer; MiniMax publishes 229B parameters), written here in Primus's model-file form.
+MINIMAX_LIKE = """bases:
+  - language_model.yaml
+tokenizer_type: HuggingFaceTokenizer
+tokenizer_model: MiniMaxAI/MiniMax-M2.5
+num_layers: 62
+hidden_size: 3072
+ffn_hidden_size: 1536
+num_attention_heads: 48
+group_query_attention: true
+num_query_groups: 8
+qk_layernorm: true
+kv_channels: 128
+moe_layer_freq: 1
+num_experts: 256
+moe_router_topk: 8
+swiglu: true
+normalization: RMSNorm
+position_embedding_type: rope
+untie_embeddings_and_output_weights: true
+hidden_dropout: 0.0
+attention_dropout: 0.0
+"""
+
+
+def _minimax_experiment(tmp_path: Path, pipeline: str) -> Path:
+    root = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT, root)
+    (root / "primus/configs/models/megatron/minimax_like.yaml").write_text(MINIMAX_LIKE)
+    path = root / "examples/megatron/configs/MI355X/minimax_like-BF16-pretrain.yaml"
+    path.write_text("modules:\n  pre_trainer:\n    config: pre_trainer.yaml\n    framework: megatron\n"
+                    "    model: minimax_like.yaml\n    overrides:\n      micro_batch_size: 1\n"
+                    "      global_batch_size: 256\n      seq_length: 4096\n      max_position_embeddings: 4096\n"
+                    "      pipeline_model_parallel_size: 4\n      expert_model_parallel_size: 8\n" + pipeline)
+    return path
+
+
+def test_a_minimax_model_file_takes_its_tokenizers_vocabulary_and_counts_229b(tmp_path: Path) -> None:
+    from primus.specs.params import count_params
+
+    # both a VP size and a layout string, as AMD's MiniMax-M2.5 file gives them: Megatron-LM (d98e8a6
+    # arguments.py) derives VP from the layout, here 8 stages over PP 4 = 2, which the VP size agrees with
+    path = _minimax_experiment(tmp_path, "      virtual_pipeline_model_parallel_size: 2\n"
+                                         "      pipeline_model_parallel_layout: 'Et*7|t*8|t*8|t*8|t*8|t*8|t*8|t*7,L'\n")
+    job, config = load_launch_job("primus", path, hardware="mi355x", nodes=4)
+    assert any("vocabulary 200064 from the tokenizer of MiniMaxAI/MiniMax-M2.5" in n for n in config.notes)
+    assert job.spec.parallel.vp == 2
+    assert count_params(job.model).total == 228_689_320_448
+
+
+def test_a_vp_size_that_contradicts_the_layout_is_refused(tmp_path: Path) -> None:
+    path = _minimax_experiment(tmp_path, "      virtual_pipeline_model_parallel_size: 3\n"
+                                         "      pipeline_model_parallel_layout: 'Et*7|t*8|t*8|t*8|t*8|t*8|t*8|t*7,L'\n")
+    with pytest.raises(InputError, match="contradicts the 2 virtual stages"):
+        import_launch("primus", path, hardware="mi355x", nodes=4)

@@ -315,8 +315,24 @@ def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int
     per_rank = r.pos("num_virtual_stages_per_pipeline_rank")
     per_stage = r.pos("num_layers_per_virtual_pipeline_stage")
     legacy = r.pos("virtual_pipeline_model_parallel_size")
-    if sum(x is not None for x in (layout, per_rank, per_stage, legacy)) > 1:
+    # Megatron-LM d98e8a6 arguments.py asserts at most one of the layout, --num-virtual-stages-per-
+    # pipeline-rank and --num-layers-per-virtual-pipeline-stage, then derives the VP size from it, over a
+    # --virtual-pipeline-model-parallel-size given beside (AMD Primus's MiniMax-M2.5 file gives both)
+    if sum(x is not None for x in (layout, per_rank, per_stage)) > 1:
         raise InputError(ctx.where, "pipeline", "give at most one of the virtual-pipeline options (Megatron asserts)")
+    vp = _derived_virtual(r, ctx, model, pp, layout, per_rank, per_stage)
+    if vp is None:
+        return 1 if pp == 1 else legacy or 1
+    if legacy is not None and pp > 1 and legacy != vp:
+        raise InputError(ctx.where, ctx.label("virtual_pipeline_model_parallel_size"),
+                         f"{legacy} contradicts the {vp} virtual stages per rank its other pipeline option gives "
+                         "(Megatron-LM takes the other option's)")
+    return vp
+
+
+def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int, layout: Any,
+                     per_rank: int | None, per_stage: int | None) -> int | None:
+    """The VP size the layout string or a per-rank / per-stage option gives; None when neither is set."""
     if layout is not None:
         stages = len(parse_layout_string(str(layout), ctx.where))
         if stages % pp:
@@ -330,8 +346,9 @@ def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int
             raise InputError(ctx.where, ctx.label("num_layers_per_virtual_pipeline_stage"),
                              f"{per_stage} does not divide the {layers // pp} layers of a pipeline stage")
         return 1 if pp == 1 else layers // pp // per_stage
-    value = per_rank or legacy or 1
-    return 1 if pp == 1 else value
+    if per_rank is not None:
+        return 1 if pp == 1 else per_rank
+    return None
 
 
 def _sharding(r: ArgReader, ctx: ImportContext) -> str:
