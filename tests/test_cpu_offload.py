@@ -121,18 +121,10 @@ def test_hardware_without_a_host_link_cannot_time_offloading() -> None:
 
 
 def test_cpsat_counts_the_resident_layers_to_the_byte() -> None:
-    from ortools.sat.python import cp_model
-
-    from tests.test_solver_agreement import fixed_solve, setup
+    from tests.test_solver_agreement import assert_rows_agree_to_the_byte, setup
 
     job, _, structural, _, built = setup("cpu-offload")
     rows = [i for i in range(structural.n)
             if structural.layout(i).pp == 1 and structural.layout(i).recompute == "none"]
     assert rows
-    for i in rows[:: max(1, len(rows) // 6)]:
-        layout = structural.layout(i)
-        report = MemoryModel(job).evaluate(layout, strict=False)
-        assert int(structural.cols["peak_bytes"][i]) == report.peak_bytes
-        solver, status = fixed_solve(built, layout, enforce_rules=False)
-        assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        assert solver.value(built.memory["peak_bytes"]) == report.peak_bytes
+    assert_rows_agree_to_the_byte(job, structural, built, rows[:: max(1, len(rows) // 6)])

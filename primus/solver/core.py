@@ -10,7 +10,9 @@ literals (`SufficientAssumptionsForInfeasibility`), the engine the rules also co
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +21,8 @@ from primus.solver.api import Question
 from primus.solver.pins import PIN_AXES, pin_mask
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
 from primus.solver.vector import Candidates, Enumerator, add_memory_columns
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -93,7 +97,7 @@ def violations(question: Question) -> Violations:
                       np.zeros(n, dtype=np.int64))
 
 
-def _deletion_order(name: str) -> tuple[int, str]:
+def deletion_order(name: str) -> tuple[int, str]:
     """Try to drop non-memory rules first, then pins, the memory rule last: cores then explain a refusal
     with the memory rule and the guilty pins whenever that is a valid explanation."""
     if name == "memory":
@@ -101,17 +105,25 @@ def _deletion_order(name: str) -> tuple[int, str]:
     return (1, name) if name.startswith("pin:") else (0, name)
 
 
+def deletion_filter(members: Sequence[T], feasible: Callable[[list[T]], bool]) -> list[T]:
+    """Drop each member in turn while the rest stays infeasible: what remains is infeasible and minimal
+    (no member can be removed). `members` must be infeasible together; their order decides which of
+    several minimal subsets is found."""
+    current = list(members)
+    for m in list(current):
+        trial = [x for x in current if x != m]
+        if not feasible(trial):
+            current = trial
+    return current
+
+
 def minimal_core(v: Violations) -> tuple[str, ...]:
     """A subset of constraints with no satisfying layout, from which no member can be removed."""
     all_idx = list(range(len(v.names)))
     if v.feasible(all_idx):
         return ()
-    current = sorted(all_idx, key=lambda i: _deletion_order(v.names[i]))
-    for i in list(current):
-        trial = [j for j in current if j != i]
-        if not v.feasible(trial):
-            current = trial
-    return tuple(sorted((v.names[i] for i in current), key=_deletion_order))
+    current = deletion_filter(sorted(all_idx, key=lambda i: deletion_order(v.names[i])), v.feasible)
+    return tuple(sorted((v.names[i] for i in current), key=deletion_order))
 
 
 # The definition a pin breaks when no structurally possible layout has that value at all.
@@ -119,22 +131,6 @@ _DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp":
                "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
 _DENSE_FOLD = ("tp", "cp", "pp", "dp")
 _MOE_FOLD = ("etp", "ep", "pp")
-
-
-def pins_core(v: Violations) -> tuple[str, ...]:
-    """When the pins contradict each other before any rule is read (TP8 × PP4 × DP4 on 16 GPUs), a
-    minimal subset of the pins alone; () when the pins together describe some layout. Every row of the
-    matrix already satisfies the definitions (world size, MoE folding, whole microbatches), so a
-    pins-only conflict is a conflict with a definition."""
-    pins = pin_columns_idx(v)
-    if not pins or v.feasible(pins):
-        return ()
-    current = list(pins)
-    for i in list(current):
-        trial = [j for j in current if j != i]
-        if not v.feasible(trial):
-            current = trial
-    return tuple(v.names[i] for i in current)
 
 
 def broken_definitions(question: Question, pin_names: tuple[str, ...]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from primus.solver.api import Question
+from primus.solver.core import deletion_filter, deletion_order
 from primus.solver.pins import PIN_AXES, pin_mask
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
 from primus.solver.vector import Candidates, Enumerator
@@ -76,23 +77,13 @@ class Asker:
         return self._memo[key]
 
 
-def _deletion_order(name: str) -> tuple[int, str]:
-    if name == "memory":
-        return (2, name)
-    return (1, name) if name.startswith("pin:") else (0, name)
-
-
 def minimal_core(asker: Asker) -> tuple[str, ...]:
     """A subset of rules and pins with no layout, from which no member can be removed (deletion in the
     matrix's order: non-memory rules, then pins, memory last)."""
     if asker.feasible(asker.names):
         return ()
-    current = sorted(asker.names, key=_deletion_order)
-    for name in list(current):
-        trial = [n for n in current if n != name]
-        if not asker.feasible(trial):
-            current = trial
-    return tuple(sorted(current, key=_deletion_order))
+    current = deletion_filter(sorted(asker.names, key=deletion_order), asker.feasible)
+    return tuple(sorted(current, key=deletion_order))
 
 
 def pins_core(asker: Asker) -> tuple[str, ...]:
@@ -100,12 +91,7 @@ def pins_core(asker: Asker) -> tuple[str, ...]:
     pins = [f"pin:{a}" for a in asker.pins]
     if not pins or asker.feasible(pins):
         return ()
-    current = list(pins)
-    for name in list(current):
-        trial = [n for n in current if n != name]
-        if not asker.feasible(trial):
-            current = trial
-    return tuple(current)
+    return tuple(deletion_filter(pins, asker.feasible))
 
 
 _DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
