@@ -30,6 +30,18 @@ def test_the_world_size_arithmetic_is_shown_in_the_table(run_cli, write_job):
     assert "world-size" in out and "TP8" in out and "16 GPUs" in out
 
 
+def test_a_refusal_before_any_layout_is_evaluated_still_names_its_stack_and_capacity(run_cli, write_job):
+    # the pins contradict the world size, so no layout is evaluated; the answer still says which framework
+    # it answered for and the capacity it would have checked against (H100 80 GB: 85,029,158,912 B of HBM)
+    job = write_job({**SIXTEEN, "stack": "megatron-bridge@26.06"})
+    doc = json.loads(run_cli("fit", job, "--format", "json")[1])
+    assert doc["stages"] == []
+    assert doc["assumptions"][0].startswith("stack megatron-bridge@26.06")
+    assert "HBM 85,029,158,912 B" in doc["assumptions"][1]
+    text = run_cli("fit", job)[1]
+    assert "assumptions:" in text and "stack megatron-bridge@26.06" in text
+
+
 def test_pins_that_fit_the_world_keep_the_memory_explanation(run_cli, write_job):
     doc = json.loads(run_cli("fit", write_job({**SIXTEEN, "parallel": {"tp": 8, "pp": 1, "dp": 2, "cp": 1,
                                                                       "recompute": "none"}}),

@@ -85,6 +85,9 @@ def _print_fit(q: Question, result: FitResult) -> None:
                   f"{nodes_text(result.min_gpus, gpn)}")
     elif result.min_nodes_note:
         con.print(result.min_nodes_note)
+    con.print("assumptions:")
+    for a in result.assumptions:
+        con.print(f"  - {lit(a)}")
 
 
 def _layout_text(p: dict[str, Any]) -> str:

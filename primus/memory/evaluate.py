@@ -217,13 +217,19 @@ class MemoryModel:
         used = communicators(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp, layout.edp,
                              self.model.is_moe)
         out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator ({used} used)")
-        out.append(f"capacity = HBM {self.reserves.hbm_bytes:,} B − runtime context "
-                   f"{self.reserves.runtime_context_bytes:,} B − allocator reserve "
-                   f"{self.reserves.fragmentation_bytes:,} B ({self.reserves.allocator} allocator)")
+        stack_line, capacity_line = self.layout_free_assumptions()
+        return (stack_line, *out, capacity_line)
+
+    def layout_free_assumptions(self) -> tuple[str, str]:
+        """The stack and the capacity: what every answer about this job assumes whatever its layout, so
+        that a refusal decided before any layout is evaluated (a pin against the world size) still names
+        the framework it answered for."""
         stack = self.job.resolved_stack
-        out.insert(0, f"stack {stack.label}: settings the job leaves out follow {stack.title}"
-                   + (f" ({stack.note})" if stack.note else ""))
-        return tuple(out)
+        return (f"stack {stack.label}: settings the job leaves out follow {stack.title}"
+                + (f" ({stack.note})" if stack.note else ""),
+                f"capacity = HBM {self.reserves.hbm_bytes:,} B − runtime context "
+                f"{self.reserves.runtime_context_bytes:,} B − allocator reserve "
+                f"{self.reserves.fragmentation_bytes:,} B ({self.reserves.allocator} allocator)")
 
 
 #: How each selective mode reads in an assumption list.

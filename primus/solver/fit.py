@@ -78,6 +78,9 @@ class FitResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: rule id -> the arithmetic behind a broken definition in the core (pinned TP8 × PP4 × DP4 = 128 ≠ 16)
     core_details: dict[str, str] = field(default_factory=dict)
+    #: what the answer assumes: the evaluated layout's full list, else (a refusal with no layout to
+    #: evaluate) the stack and the capacity, which hold whatever the layout
+    assumptions: tuple[str, ...] = ()
 
     @property
     def min_nodes(self) -> int | None:
@@ -115,7 +118,7 @@ class FitResult:
             doc["min_nodes"] = self.min_nodes
             if self.min_nodes_note:
                 doc["min_nodes_note"] = self.min_nodes_note
-        doc["assumptions"] = list(r.assumptions) if r else []
+        doc["assumptions"] = list(self.assumptions)
         doc["notes"] = list(self.notes)
         return doc
 
@@ -144,7 +147,8 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     best = question.most_headroom()
     if best is not None:
         proof = mm.evaluate(best.layout, strict=False)
-        return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free)
+        return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free,
+                         assumptions=proof.assumptions)
     asker = Asker(question)
     details: dict[str, str] = {}
     contradiction = pins_core(asker)
@@ -170,7 +174,8 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
         min_gpus, note = smallest_size(question)
     return FitResult(False, request, report, violated_rules=core, gpus_per_node=job.cluster.gpus_per_node,
                      alternatives=alternatives, completed_axes=free,
-                     min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details)
+                     min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details,
+                     assumptions=report.assumptions if report is not None else mm.layout_free_assumptions())
 
 
 def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
