@@ -173,6 +173,22 @@ def test_precision_changes_only_when_allowed(run_cli, write_job, tmp_path):
     assert run_cli("audit", "verify", str(tmp_path / "b"))[0] == 0
 
 
+def test_an_allowed_precision_is_tried_with_the_stacks_settings_for_it(run_cli, write_job, tmp_path):
+    # Megatron-Bridge's FP8 recipes keep GEMM weights only in FP8 (fp8_param_gather, stacks/megatron-bridge.yaml):
+    # the fp8 trial of a bf16 job file is the job file written at fp8, the same legal set (698 layouts for
+    # Llama 3.1 70B on 16 H100, against 654 with a bf16 copy of the weights kept)
+    job = {"model": "llama3.1-70b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 4096, "global_batch_size": 16,
+           "stack": "megatron-bridge@26.06"}
+    _, out, _ = run_cli("tune", write_job(job), "--llm", "none", "--allow", "precision", "--out",
+                        str(tmp_path / "a"), "--format", "json")
+    tried = {p["precision"]: p for p in json.loads(out)["allowed_changes"]["precision"]["per_precision"]}
+    _, out, _ = run_cli("tune", write_job({**job, "precision": "fp8"}), "--llm", "none", "--out",
+                        str(tmp_path / "b"), "--format", "json")
+    as_written = json.loads(out)
+    assert tried["fp8"]["legal_count"] == as_written["legal_count"] == 698
+    assert tried["fp8"]["tokens_per_s_per_gpu"] == as_written["best"]["tokens_per_s_per_gpu"]
+
+
 def test_stack_option_replaces_the_files_stack_and_the_run_records_it(run_cli, write_job, tmp_path):
     # --stack NAME[@RELEASE] means what it means on every command that reads a job: the file's `stack:`
     # is replaced; torchtitan shards with FSDP only, so every layout tune ranks is FSDP

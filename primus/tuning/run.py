@@ -144,15 +144,13 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
                              "without": list(options.get("without", []))}
     allowed_changes = None
     if "precision" in options.get("allow", []):
-        chosen, allowed_changes = choose_precision(job, settings, rules, say)
+        chosen, allowed_changes = choose_precision(job, settings, rules, say,
+                                                   lambda p: job_from_mapping(at_precision(job_text, p), job.where,
+                                                                              job.base_dir))
         if chosen.spec.precision != job.spec.precision:
-            data = yaml.safe_load(job_text)
-            data.update(precision=chosen.spec.precision)
-            data.pop("fp8_recipe", None)
-            data.pop("fp8_param_gather", None)
             job_text = ("# precision changed by `primus tune --allow precision`\n"
-                        + yaml.safe_dump(data, sort_keys=False))
-            job = job_from_mapping(data, job.where, job.base_dir)
+                        + yaml.safe_dump(at_precision(job_text, chosen.spec.precision), sort_keys=False))
+            job = chosen
     tuner = Tuner(job, settings, progress=say, **rules)
     inputs = input_texts(job_text, tuner)
     sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
@@ -196,18 +194,30 @@ def precision_candidates(job: Job) -> list[str]:
     return out
 
 
-def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any],
-                     say: Callable[[str], None]) -> tuple[Job, dict[str, Any] | None]:
+def at_precision(job_text: str, precision: str) -> dict[str, Any]:
+    """The job file's mapping at another precision: its own fp8 settings dropped, so that the stack's
+    (its fp8 recipe, whether its FP8 recipes keep the weights only in FP8) apply as they would to a job
+    file written at that precision."""
+    data = dict(yaml.safe_load(job_text))
+    data.update(precision=precision)
+    data.pop("fp8_recipe", None)
+    data.pop("fp8_param_gather", None)
+    return data
+
+
+def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any], say: Callable[[str], None],
+                     at: Callable[[str], Job]) -> tuple[Job, dict[str, Any] | None]:
     """With --allow precision: tune each candidate precision (exhaustively or guided, no LLM), keep the
-    fastest. Returns the job to run the audited search on and what changed (None if nothing did)."""
+    fastest. `at(precision)` is the job file rewritten at that precision with its stack applied, the same
+    job the audited search then runs on. Returns that job and what changed (None if nothing did)."""
     results: list[dict[str, Any]] = []
     for precision in precision_candidates(job):
-        trial = job if precision == job.spec.precision else job.with_spec(precision=precision, fp8_recipe=None,
-                                                                          fp8_param_gather=False)
+        trial = job if precision == job.spec.precision else at(precision)
         say(f"--allow precision: trying {precision}")
         doc = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
         best = doc["best"]["tokens_per_s_per_gpu"] or 0.0
-        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "job": trial})
+        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "legal_count": doc["legal_count"],
+                        "job": trial})
     winner = max(results, key=lambda r: (r["tokens_per_s_per_gpu"], r["precision"] == job.spec.precision))
     summary = {"precision": {"requested": job.spec.precision, "chosen": winner["precision"],
                              "per_precision": [{k: v for k, v in r.items() if k != "job"} for r in results]}}
