@@ -63,6 +63,7 @@ class RowResult:
     escalated: tuple[str, ...] = ()
     completions: Completions | None = None  # the range over the legal values of unstated axes
     fits_as_typed: bool | None = None  # what `primus fit` says of the job file, unstated axes free
+    num_microbatches: int | None = None  # per step and pipeline (GBS / (MBS × DP)), as projected
 
     @property
     def range_error_pct(self) -> tuple[float, float] | None:
@@ -222,7 +223,7 @@ def result_of(p: Prepared, projection: Projection, fits_as_typed: bool | None,
         layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=assumed,
         escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe,
                                                               precision=row["precision"]).pct,
-        completions=completions)
+        completions=completions, num_microbatches=projection.num_microbatches)
 
 
 def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: ProfileFor = shipped_profile,
