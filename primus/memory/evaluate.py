@@ -199,8 +199,9 @@ class MemoryModel:
         if self.offloaded_layers:
             applies = offload_applies(layout.pp, layout.recompute)
             out.append(f"CPU activation offloading of the first {self.offloaded_layers} decoder layers: "
-                       + (f"{self.model.num_layers - self.offloaded_layers + 1} layers' activations on the device "
-                          "at the peak (the last offloaded layer still copying)" if applies
+                       + (f"{self.model.num_layers - self.offloaded_layers} layers' activations on the device "
+                          "beside the loss, one more (the last offloaded layer, still copying, then reloaded) "
+                          "beside the last layer's forward and backward" if applies
                           else "not applied (Megatron-Core offloads only at PP 1 without recompute)"))
         out.append("sequence parallel: norm/dropout regions split across TP" if layout.sp
                    else "no sequence parallel: norm/dropout regions replicated across TP")

@@ -135,6 +135,13 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
     terms["activations.backward_working_set"] = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe,
                                                      shape.output * au.work_loss)
     terms["other.logits_and_loss"] = shape.if_loss * au.loss
+    # CPU offloading: the last offloaded layer is on the device for the last layer's forward and backward
+    # but not beside the loss (primus.memory.offload); it counts only where that layer's backward, not
+    # the loss, makes the peak. Zero without offloading (a layer's working set is within the maximum above).
+    layer_work = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe)
+    reload = shape.reload_dense * au.dense + shape.reload_moe * au.moe
+    terms["activations.offload_reload"] = _max(
+        0, reload + layer_work - terms["other.logits_and_loss"] - terms["activations.backward_working_set"])
     terms["other.communicator_buffers"] = comm_bytes
     breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}
     for name, value in terms.items():

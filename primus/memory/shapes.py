@@ -9,7 +9,9 @@ and the evaluator multiplies the same numbers, so the two views agree to the byt
 The activation peak is taken at the first moment the stage has the most forward chunk passes waiting
 for their backward (1F1B: min(PP − r, M) microbatches; interleaved: Megatron's warm-up plus one).
 With CPU activation offloading (PP 1 without recompute: Megatron-Core's only case) only the layers
-`primus.memory.offload.resident_layers` names are in flight on the device.
+`primus.memory.offload.resident_layers` names are in flight on the device beside the loss, and the one
+`reloaded_layers` names comes back for the last layer's backward, after the loss is gone
+(`reload_dense`, `reload_moe`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus.errors import InputError
-from primus.memory.offload import offload_applies, resident_layers
+from primus.memory.offload import offload_applies, reloaded_layers, resident_layers
 from primus.memory.recompute import recomputed_mask
 from primus.schedule.layout import PipelineLayout, balanced_layout, build_layout
 from primus.schedule.pipeline import Schedule, build_schedule, in_flight
@@ -45,6 +47,8 @@ class StageShape:
     if_mtp: int  # MTP modules in flight
     remat_dense: int  # dense layers rematerialised at once in backward (full recompute)
     remat_moe: int  # MoE layers rematerialised at once
+    reload_dense: int  # dense layers on the device beside the resident ones but not beside the loss (CPU offload)
+    reload_moe: int  # MoE layers likewise
     in_flight_chunks: int  # forward chunk passes waiting for their backward at the peak
 
     @property
@@ -145,6 +149,8 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
     offload = key.offloaded_layers if offload_applies(key.pp, key.recompute) else 0
     units = [_chunk_units(model, resident_layers(layout.decoder_layers(c), offload), key)
              for c in range(layout.num_chunks)]
+    reloads = [[model.moe_layers[i] for i in reloaded_layers(layout.decoder_layers(c), offload)]
+               for c in range(layout.num_chunks)]
     kinds = [(sum(model.moe_layers[i] for i in layout.decoder_layers(c)), len(layout.decoder_layers(c)))
              for c in range(layout.num_chunks)]
     items = [layout.chunks[c] for c in range(layout.num_chunks)]
@@ -158,9 +164,11 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
         has_emb = "E" in items[chunks[0]] or any("E" in items[c] for c in chunks)
         has_loss = any("L" in items[c] for c in chunks)
         copy = int(not has_emb and ((has_loss and tied) or n_mtp > 0))
-        if_dense = if_moe = if_ckpt = if_emb = if_loss = if_mtp = 0
+        if_dense = if_moe = if_ckpt = if_emb = if_loss = if_mtp = reload_dense = reload_moe = 0
         for c, count in flights[rank].chunks_at_peak:
             d, m, ck, _, _ = units[c]
+            reload_moe += count * sum(reloads[c])
+            reload_dense += count * (len(reloads[c]) - sum(reloads[c]))
             if_dense += count * d
             if_moe += count * m
             if_ckpt += count * ck
@@ -176,7 +184,7 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
             stage=rank, n_dense=n_dense, n_moe=n_moe, n_mtp=n_mtp, embedding=int(has_emb), embedding_copy=copy,
             output=int(has_loss), if_dense=if_dense, if_moe=if_moe, if_ckpt=if_ckpt, if_embedding=if_emb,
             if_loss=if_loss, if_mtp=if_mtp, remat_dense=remat_dense, remat_moe=remat_moe,
-            in_flight_chunks=flights[rank].peak,
+            reload_dense=reload_dense, reload_moe=reload_moe, in_flight_chunks=flights[rank].peak,
         ))
     return tuple(shapes)
 

@@ -344,11 +344,19 @@ class ModelBuilder:
             m.add(term == 0).only_enforce_if(~present)
             work_terms.append(term)
         m.add_max_equality(work, work_terms)
+        layer_work = self._int(0, BIG, f"{p}.layer_work")
+        m.add_max_equality(layer_work, work_terms[:2])
+        loss = prod(sh["if_loss"], au["loss"], f"{p}.o1")
+        reload_gap = self._int(-BIG, BIG, f"{p}.reload_gap")
+        m.add(reload_gap == prod(sh["reload_dense"], au["dense"], f"{p}.r1")
+              + prod(sh["reload_moe"], au["moe"], f"{p}.r2") + layer_work - loss - work)
+        reload = self._int(0, BIG, f"{p}.reload")
+        m.add_max_equality(reload, [reload_gap, 0])
         act = (prod(sh["if_dense"], au["dense"], f"{p}.a1") + prod(sh["if_moe"], au["moe"], f"{p}.a2")
                + prod(sh["if_ckpt"], au["checkpoint"], f"{p}.a3") + prod(sh["if_embedding"], au["embedding"], f"{p}.a4")
                + prod(sh["if_mtp"], au["mtp"], f"{p}.a5") + prod(sh["remat_dense"], au["dense_full"], f"{p}.a6")
-               + prod(sh["remat_moe"], au["moe_full"], f"{p}.a7") + work)
-        other = prod(sh["if_loss"], au["loss"], f"{p}.o1") + comm
+               + prod(sh["remat_moe"], au["moe_full"], f"{p}.a7") + work + reload)
+        other = loss + comm
         parts = {"weights": weights, "gradients": grads, "optimizer": opt}
         act_v = self._int(0, BIG, f"{p}.activations")
         m.add(act_v == act)
