@@ -12,6 +12,7 @@ from primus.fidelity.jobs import build
 from primus.fidelity.runs import bundled_runs_path, read_runs
 from primus.job import job_from_mapping
 from primus.memory.evaluate import MemoryModel, pinned_layout
+from primus.stacks.core import resolve_stack
 
 BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
 
@@ -57,6 +58,10 @@ def test_dgx_cloud_llama3_8b_fp8_peak_is_under_its_logged_reserved_peak() -> Non
     ("AutoModel-H100-DeepSeek-V3-256", "full", {"recompute_method": "uniform", "recompute_num_layers": 1}),
     ("AutoModel-H100-DeepSeek-V3-1024", "full", {"recompute_method": "uniform", "recompute_num_layers": 1}),
     ("AutoModel-H100-Kimi-K2-256", "full", {"recompute_method": "uniform", "recompute_num_layers": 1}),
+    # DGX Cloud 25.05 (dgxc-benchmarking 68eaf7e deepseek_v3/pretraining/launch.sh: RM='mla_up_proj' on H100,
+    # 'core_attn' on GB200; NeMo 7a8f1cc pretrain_deepseek_v3.py line 67: recompute_granularity 'selective')
+    ("DGXC25.05-H100-DeepSeek-V3-BF16-1024", "selective", {"recompute_modules": ("mla_up_proj",)}),
+    ("DGXC25.05-GB200-DeepSeek-V3-BF16-128", "selective", {"recompute_modules": ("core_attn",)}),
 ])
 def test_a_run_without_recompute_in_its_table_takes_its_presets_recompute(run_id: str, recompute: str,
                                                                           extra: dict[str, object]) -> None:
@@ -83,3 +88,48 @@ def test_a_preset_that_changed_in_a_release_is_picked_only_from_that_release(tmp
     jobs = build(read_runs(path)[0])
     assert jobs.project.spec.parallel.recompute_modules is None
     assert not any("the stack's recipe" in a for a in jobs.assumed)
+
+
+def test_the_dgx_cloud_deepseek_recipes_hold_for_the_release_read_only() -> None:
+    # read at dgxc-benchmarking 68eaf7e (DGX Cloud 25.05); DGX Cloud 25.04.01 shipped no DeepSeek-V3 recipe
+    for gpu, module in (("h100-80gb", "mla_up_proj"), ("gb200", "core_attn")):
+        recipe = resolve_stack("nemo@25.05").recipe_for("deepseek-v3", gpu, "bf16")
+        assert recipe is not None and recipe.settings.recompute_modules == (module,)
+        assert resolve_stack("nemo@25.04.01").recipe_for("deepseek-v3", gpu, "bf16") is None
+
+
+def _amd_row(tmp_path: Path, source: str, **values: str):  # type: ignore[no-untyped-def]
+    """AMD's Llama 3.1 70B MI325X row at the FP8 example config's own batch (8 GPUs, MBS 1, GBS 16: lines
+    20-21) under `source`, with its table leaving sharding and recompute empty."""
+    src = bundled_runs_path()
+    with src.open() as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        row = next(r for r in reader if r["run_id"] == "AMD-Primus-MI325X-Llama3-70B-BF16-1-node")
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerow({**row, "run_id": "t", "source": source, "precision": "fp8", "num_gpus": "8", "mbs": "1",
+                    "gbs": "16", "sharding": "", "recompute": "", **values})
+    return read_runs(path)[0]
+
+
+def test_a_primus_run_from_26_3_takes_the_mi325x_llama_70b_example_config(tmp_path: Path) -> None:
+    # AMD-AGI/Primus fd1eeabb examples/megatron/configs/MI325X/llama3.1_70B-FP8-pretrain.yaml: torch FSDP2
+    # (lines 62-63), full block recompute of 72 layers (lines 70-72), TE's fused loss (lines 79-80); the
+    # MI325X examples first ship in v26.3. It fits as shipped.
+    jobs = build(_amd_row(tmp_path, "amd-primus-26.3"))
+    spec = jobs.project.spec
+    assert (spec.parallel.sharding, spec.parallel.recompute, spec.parallel.recompute_method,
+            spec.parallel.recompute_num_layers) == ("fsdp", "full", "block", 72)
+    assert spec.kernels.cross_entropy_fusion and jobs.escalated == ()
+    assert sum("the stack's recipe" in a for a in jobs.assumed) == 3  # sharding, loss, recompute
+
+
+def test_a_primus_run_before_26_3_or_stating_its_sharding_does_not_take_the_example(tmp_path: Path) -> None:
+    older = build(_amd_row(tmp_path, "amd-primus-26.1"))
+    assert older.project.spec.parallel.sharding == "dist_opt"
+    assert not any("the stack's recipe" in a for a in older.assumed)
+    stated = build(_amd_row(tmp_path, "amd-primus-26.3", sharding="zero2"))
+    assert stated.project.spec.parallel.sharding == "zero2"  # the table's own sharding wins

@@ -203,11 +203,15 @@ def build(row: RunRow) -> RowJobs:
     if sp is None:
         sp = rule.sp_with_tp and tp > 1
         assumed.append(f"sp {'on' if sp else 'off'} (stack default)")
-    sharding = row["sharding"].lower() or rule.sharding
+    sharding = row["sharding"].lower()
+    if not sharding and shipped is not None and shipped.settings.sharding:
+        sharding = shipped.settings.sharding
+        assumed.append(f"sharding {sharding} (the stack's recipe: {shipped.source})")
+    elif not sharding:
+        sharding = rule.sharding
+        assumed.append(f"sharding {sharding} (stack default)")
     if sharding not in SHARDINGS:
         raise Unprojectable(f"sharding {sharding!r} is not one of {', '.join(SHARDINGS)}")
-    if not row["sharding"]:
-        assumed.append(f"sharding {sharding} (stack default)")
     recompute = row["recompute"].lower()
     if recompute and recompute not in RECOMPUTES:
         raise Unprojectable(f"recompute {recompute!r} is not one of {', '.join(RECOMPUTES)}")
@@ -216,6 +220,10 @@ def build(row: RunRow) -> RowJobs:
     except InputError as exc:
         raise Unprojectable(exc.reason) from None
     keys = rule.job_keys(tp=tp, scaleup_domain=cluster_domain, is_moe=is_moe)
+    if shipped is not None and shipped.settings.cross_entropy:  # the row's own options still win below
+        ce = shipped.settings.cross_entropy
+        keys["kernels"].update(cross_entropy_fusion=ce == "fused", eager_cross_entropy=ce == "eager")
+        assumed.append(f"cross-entropy {ce} (the stack's recipe: {shipped.source})")
     model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:
         keys.setdefault("moe", {})["capacity_factor"] = 1.0

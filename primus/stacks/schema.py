@@ -81,6 +81,8 @@ class RecipeSettings(Spec):
     selective_recompute: SelectiveMode | None = None
     vp: PosInt | None = None
     cpu_offloading_num_layers: PosInt | None = None  # activations of the first N decoder layers to host memory
+    sharding: Sharding | None = None  # where a preset shards otherwise than the stack (Primus's FSDP2 examples)
+    cross_entropy: CrossEntropy | None = None  # where a preset's loss differs from the stack's
 
 
 class Recipe(Spec):
