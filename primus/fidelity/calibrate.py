@@ -4,8 +4,10 @@ Starting point: the spec-derived profile (`hardware/profiles/spec/<hw>.yaml`, ev
 datasheet or a published kernel/collective benchmark). Unknowns: a few groups of parameters, chosen
 from what the runs can identify (`parameter_groups`): the GEMM plateau of each format the runs use,
 attention efficiency, the MoE host overhead and all-to-all efficiency when there are MoE runs,
-memory-bound efficiency when there are many runs, and the same for each software stack the runs ran
-on. Never more than one group per three runs. The fit is `primus.fidelity.fitter.robust_fit`
+memory-bound efficiency when there are many runs. Each group is the accelerator's, shared by every
+software stack: a stack's kernels differ from the default stack's by the sourced values of its profile
+section (`stacks:`), which move with the default's by the same factor, never by a factor of their own.
+Never more than one group per three runs. The fit is `primus.fidelity.fitter.robust_fit`
 (Huber on log errors, Gaussian prior towards the spec values): deterministic, numpy only.
 
 The result is a profile with `fitted: true`, each fitted number's `source` saying so, and a
@@ -91,34 +93,20 @@ def _row_facts(p: Prepared) -> tuple[str | None, str, bool, bool, bool]:
     return p.jobs.rule.kernels, fmt, spec.kernels.flash_attention, p.jobs.project.model.is_moe, ep > 1
 
 
-def with_stack_overrides(profile: Profile, rows: Sequence[Prepared]) -> Profile:
-    """Give every stack the runs use its own entry for each GEMM format and attention it runs (starting
-    from the default stack's values), so the stack's runs fit their own kernels."""
-    data = profile.model_dump()
-    changed = False
-    for p in rows:
-        stack, fmt, flash, _, _ = _row_facts(p)
-        if stack is None or stack not in data["stacks"]:
-            continue
-        values = data["stacks"][stack]["values"]
-        names = [f"gemm.{fmt}.efficiency"] + (["attention.fwd_efficiency", "attention.bwd_efficiency"] if flash else [])
-        for name in names:
-            if name not in values and fmt in profile.gemm:
-                base = profile.parameters()[name]
-                values[name] = {"value": base, "unit": "fraction of dense peak",
-                                "source": f"starting value: the default stack's {base}. Not fitted."}
-                changed = True
-    return profile_from_mapping(data) if changed else profile
-
-
 def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group, ...]:
     """What these runs can identify, most informative first: a group is fitted only when at least
     RUNS_PER_GROUP runs depend on it, and there are never more groups than runs / RUNS_PER_GROUP. With
     fewer than 4 × RUNS_PER_GROUP runs (or no format with enough runs of its own) the GEMM plateaus of
-    every format the runs use move by one joint factor; two runs suffice for that one."""
+    every format the runs use move by one joint factor; two runs suffice for that one.
+
+    Every group is a property of the accelerator, shared by every software stack: a stack's own entry
+    for a parameter (`stacks.NAME.…`, its kernels' efficiency as its source states it, e.g. FlashAttention-2
+    where the default stack runs cuDNN's fused attention) moves with the default's by the same factor, so
+    the ratio between stacks stays the sourced one and no stack gets a fitted factor of its own. A source
+    held out of the fit is then predicted by the hardware factors the other stacks' runs fitted."""
     known = profile.parameters()
     facts = [_row_facts(p) for p in rows]
-    stacks = [None, *sorted({f[0] for f in facts if f[0]})]
+    stacks = sorted(profile.stacks)
     candidates: list[tuple[Group, int]] = []
 
     def add(name: str, params: Sequence[str], n: int) -> None:
@@ -126,34 +114,26 @@ def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group,
         if ps and all(g.name != name for g, _ in candidates):
             candidates.append((Group(name, ps), n))
 
-    def gemm_params(prefix: str, fmt: str) -> list[str]:
-        fmts = ("bf16", "fp16") if fmt in ("bf16", "fp16") else (fmt,)  # same tensor cores, same rate
-        return [f"{prefix}gemm.{f}.efficiency" for f in fmts]
+    def everywhere(base: Sequence[str]) -> list[str]:
+        """`base` parameters of the default stack and the same parameters of every stack that sets them."""
+        return [*base, *(f"stacks.{s}.{b}" for s in stacks for b in base)]
 
-    def prefix(stack: str | None) -> str:
-        return f"stacks.{stack}." if stack else ""
-
-    for stack in stacks:
-        counts: dict[str, int] = {}
-        for f in facts:
-            if f[0] == stack:
-                key = "bf16" if f[1] == "fp16" else f[1]
-                counts[key] = counts.get(key, 0) + 1
-        for fmt in sorted(counts, key=lambda k: (-counts[k], k)):
-            add(f"{prefix(stack)}gemm.{fmt}", gemm_params(prefix(stack), fmt), counts[fmt])
-    for stack in stacks:
-        n = sum(1 for f in facts if f[0] == stack and f[2])
-        add(f"{prefix(stack)}attention", [f"{prefix(stack)}attention.fwd_efficiency",
-                                          f"{prefix(stack)}attention.bwd_efficiency"], n)
+    counts: dict[str, int] = {}
+    for f in facts:
+        key = "bf16" if f[1] == "fp16" else f[1]
+        counts[key] = counts.get(key, 0) + 1
+    for fmt in sorted(counts, key=lambda k: (-counts[k], k)):
+        fmts = ("bf16", "fp16") if fmt == "bf16" else (fmt,)  # same tensor cores, same rate
+        add(f"gemm.{fmt}", everywhere([f"gemm.{f}.efficiency" for f in fmts]), counts[fmt])
+    add("attention", everywhere(["attention.fwd_efficiency", "attention.bwd_efficiency"]),
+        sum(1 for f in facts if f[2]))
     moe = [f for f in facts if f[3]]
     add("host.moe_layer_us", ["host.moe_layer_us"], len(moe))
     add("collectives.all_to_all", ["collectives.all_to_all.scaleup", "collectives.all_to_all.scaleout"],
         sum(1 for f in moe if f[4]))
     add("overlap.interference", ["overlap.interference"], len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
-    for stack in stacks:
-        n = sum(1 for f in facts if f[0] == stack)
-        add(f"{prefix(stack)}hbm.efficiency", [f"{prefix(stack)}hbm.efficiency"], n if n >= 4 * RUNS_PER_GROUP else 0)
-    gemm = [(g, n) for g, n in candidates if ".gemm." in f".{g.name}"]
+    add("hbm.efficiency", everywhere(["hbm.efficiency"]), len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
+    gemm = [(g, n) for g, n in candidates if g.name.startswith("gemm.")]
     joint = Group("gemm (joint)", tuple(dict.fromkeys(p for g, _ in gemm for p in g.params)))
     if len(rows) < 4 * RUNS_PER_GROUP or not any(n >= RUNS_PER_GROUP for _, n in gemm):
         # few runs: one factor on every GEMM plateau they use, then whatever else they identify
@@ -204,14 +184,13 @@ def calibrate(start: Profile, rows: Sequence[Prepared], *, runs_file: str = "", 
     rows = [p for p in rows if p.jobs.project.cluster.name.split("+")[0] == start.hardware]
     if not rows:
         raise InputError(runs_file or "runs", None, f"no complete, projectable runs on {start.hardware!r} to fit")
-    base = with_stack_overrides(start, rows)
-    groups = parameter_groups(base, rows)
-    limits = _limits(base, groups)
-    outcome = robust_fit(lambda th: residuals(apply(base, groups, th), rows), len(groups), limits)
+    groups = parameter_groups(start, rows)
+    limits = _limits(start, groups)
+    outcome = robust_fit(lambda th: residuals(apply(start, groups, th), rows), len(groups), limits)
     when = date or datetime.now(UTC).date().isoformat()
     note = (f"fitted by primus calibrate on {len(rows)} published runs of {start.hardware} ({when}; Huber on log "
             f"error, prior towards the spec value)")
-    fitted = apply(base, groups, outcome.theta, source=note)
+    fitted = apply(start, groups, outcome.theta, source=note)
     res_pct = {p.row.run_id: 100.0 * (math.exp(r) - 1.0) for p, r in zip(rows, outcome.residuals, strict=True)}
     factors = {g.name: math.exp(t) for g, t in zip(groups, outcome.theta, strict=True)}
     summary = describe(list(res_pct.values()))
