@@ -248,3 +248,19 @@ def test_project_names_the_stack_and_uses_its_kernels(run_cli, write_job) -> Non
     assert tt["assumptions"][0] == "stack torchtitan@2025.04, kernels pytorch-compile"
     assert mlm["assumptions"][0].startswith("stack megatron-lm@")
     assert tt["step_time_s"] != mlm["step_time_s"]
+
+
+def test_llm_foundry_reduce_scatters_fp32_gradients(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # llm-foundry's benchmark tables ran Composer FSDP with mixed_precision DEFAULT (their MP Mode column),
+    # which Composer v0.16.4 (get_mixed_precision) maps to reduce_dtype float32: twice the reduce-scatter
+    # bytes of a bf16 reduction. The job file still wins over the stack.
+    assert resolve_stack("llm-foundry")["main_grads_dtype"] == "fp32"
+    job = {**BASE, "stack": "llm-foundry", "model": "mpt-7b", "seq_len": 2048, "global_batch_size": 48,
+           "parallel": {"tp": 1, "pp": 1, "cp": 1, "mbs": 6, "recompute": "none", "sharding": "fsdp"}}
+    totals = []
+    for name, extra in (("stack.yaml", {}), ("bf16.yaml", {"optimizer": {"main_grads_dtype": "bf16"}})):
+        code, out, _ = run_cli("project", write_job({**job, **extra}, name), "--format", "json")
+        assert code == 0, out
+        doc = as_json(out)
+        totals.append(doc["breakdown"].get("fsdp_comm", 0.0) + doc["hidden"].get("fsdp_comm", 0.0))
+    assert totals[0] > totals[1] > 0
