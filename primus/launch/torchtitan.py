@@ -22,6 +22,7 @@ from primus import __version__
 from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.arch import build_model, catalog_spec, model_reference
+from primus.launch.arch import spec_fields as spec_of
 from primus.launch.common import (
     Collector,
     Exported,
@@ -126,7 +127,7 @@ def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None 
     package, registry = read_registry(path, config, where)
     out = Collector()
     for item in registry.unresolved:
-        out.note(f"not read (not a literal): {item}")
+        out.note(item if item.startswith("not read") else f"not read (not a literal): {item}")
     t = _Toml(registry.doc, where)
     t.chunked_loss = registry.chunked_loss
     if registry.chunked_loss:
@@ -145,6 +146,12 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
     slug, model = _model(name, flavor, header, where, out)
+    mtp = t.int("model.num_mtp_layers", 0, where, low=0)
+    if mtp:  # model_registry(..., num_mtp_layers=N): DeepSeek-V3's MTP blocks, as Megatron-LM builds them
+        model = build_model({**spec_of(model), "mtp_num_layers": mtp}, where)
+        slug, how = model_reference(model, name=f"{name}-{flavor}-mtp{mtp}")
+        out.note(f"num_mtp_layers {mtp}: {mtp} multi-token-prediction block(s) (enorm, hnorm, the 2h-to-h eh_proj, "
+                 f"a copy of the last layer, a norm; torchtitan deepseek_v3 _build_mtp_layers) and their loss; {how}")
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
     job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
