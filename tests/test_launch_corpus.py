@@ -299,3 +299,11 @@ def test_a_primus_yaml_that_is_not_an_experiment_says_what_it_is(name: str, word
     path = LAUNCH / "primus_checkout" / "examples" / "megatron" / "configs" / "MI355X" / name
     with pytest.raises(InputError, match=words):
         import_launch("primus", path, hardware="mi355x", nodes=1)
+
+
+def test_a_flavor_whose_vocabulary_comes_from_the_tokenizer_says_so() -> None:
+    # torchtitan v0.1.0's debug_model.toml: debugmodel's vocab_size is the ModelArgs default -1, set from
+    # model.tokenizer_path when the job starts
+    with pytest.raises(InputError, match="vocab_size is -1: torchtitan sets it from the tokenizer file"):
+        import_launch("torchtitan", TT_CHECKOUT / "qwen3" / "train_configs" / "debug_model.toml",
+                      hardware="h100-80gb", nodes=1)

@@ -218,6 +218,10 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
     unresolved = [f"{k} = {v[1]}" for k, v in args.items() if isinstance(v, tuple) and v[:1] == ("unresolved",)]
     if unresolved:
         raise InputError(where, "model.flavor", f"cannot read statically: {', '.join(unresolved)}")
+    if isinstance(args.get("vocab_size"), int) and args["vocab_size"] < 1:  # v0.1's ModelArgs default, -1
+        raise InputError(where, "model.flavor", f"{name}: the flavor's vocab_size is {args['vocab_size']}: torchtitan "
+                         "sets it from the tokenizer file at run time (model.tokenizer_path), which primus does not "
+                         "read; use a flavor that states its vocabulary")
     dim, heads = int(args["dim"]), int(args["n_heads"])
     fields: dict[str, Any] = {
         "num_layers": int(args["n_layers"]), "hidden_size": dim, "num_attention_heads": heads,
