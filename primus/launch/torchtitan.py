@@ -35,7 +35,7 @@ from primus.launch.common import (
 )
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
-from primus.launch.torchtitan_release import torchtitan_release
+from primus.launch.torchtitan_release import registry_release, torchtitan_release
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -135,11 +135,12 @@ def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None 
                  "[tokens, vocab] logits; modelled as a fused cross-entropy (no eager fp32 logits)")
     out.note(f"config {config} of {package}'s config registry, read statically (torchtitan after #2386, "
              "pytorch/torchtitan 9810191)")
-    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent)
+    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent, registry_release())
 
 
 def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardware: str | None, nodes: int | None,
-            gpus: int | None, base_dir: Path | None) -> LaunchConfig:
+            gpus: int | None, base_dir: Path | None, release: tuple[str, str] | None = None) -> LaunchConfig:
+    """`release`: the stack and how it was decided, when the form of the file (a registry) decides it."""
     for note in t.renamed:
         out.note(note)
     if "job.description" in t.flat:
@@ -164,7 +165,7 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
     job["global_batch_size"] = gbs
     job["framework"] = "torchtitan"
     if "stack" not in header:  # a `# primus-job:` header's stack wins
-        job["stack"], how = torchtitan_release(t.written, where)
+        job["stack"], how = release or torchtitan_release(t.written, where)
         out.note(how)
     job["parallel"] = par
     if par["pp"] > 1:
