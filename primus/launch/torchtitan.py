@@ -35,7 +35,7 @@ from primus.launch.common import (
 )
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
-from primus.launch.torchtitan_release import registry_release, torchtitan_release
+from primus.launch.torchtitan_release import TOML_UNTIL, registry_release, torchtitan_release
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -403,28 +403,36 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
                "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
     if layout.pp > 1:
         written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
+    torchrun = f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+    registry = _registry_line(name, flavor, tables, layout.mbs, spec.seq_len)
+    stack = job.resolved_stack
+    if stack.name == "torchtitan" and stack.release >= TOML_UNTIL[0][:7].replace("-", "."):
+        notes.append(f"stack {stack.label} reads no TOML (pytorch/torchtitan {TOML_UNTIL[1]}): launch the registry "
+                     "form above; the keys below load in torchtitan up to v0.2.2")
+        launch = [f"# Launch ({stack.label}): {torchrun} {registry}",
+                  "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
+    else:
+        launch = [f"# Launch: {torchrun} -m torchtitan.train --job.config_file <this file>",
+                  "# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
+                  f"#   {registry}",
+                  "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
     lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
-             f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
-             f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "
-             f"{min(job.num_gpus, job.cluster.gpus_per_node)} -m torchtitan.train --job.config_file <this file>",
-             *_head_lines(name, flavor, tables, layout.mbs, spec.seq_len),
+             f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.", *launch,
              *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
 
 
-def _head_lines(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> list[str]:
-    """This file loads in torchtitan up to v0.2.2; after #2386 (9810191) torchtitan has no TOML configs:
-    the same run is the package's registry config with command-line overrides (the token budget is the
-    micro-batch in tokens, torchtitan/config/configs.py)."""
+def _registry_line(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> str:
+    """The same run for torchtitan after #2386 (9810191), which has no TOML configs: the package's registry
+    config with command-line overrides (the token budget is the micro-batch in tokens,
+    torchtitan/config/configs.py)."""
     config = f"{name}_{flavor.lower().replace('-', '_').replace('.', '_')}"
     overrides = [f"--training.num_tokens_per_microbatch_per_dp_rank {mbs * seq}",
                  f"--training.max_context_length {seq}"]
     overrides += [f"--parallelism.{k} {_toml(v).strip(chr(34))}" for k, v in tables["parallelism"].items()]
-    return ["# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
-            f"#   -m torchtitan.train --module {name} --config {config} " + " ".join(overrides),
-            "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
+    return f"-m torchtitan.train --module {name} --config {config} " + " ".join(overrides)
 
 
 def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:
