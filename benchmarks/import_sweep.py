@@ -14,8 +14,9 @@ Each path is a checkout (a plain directory tree). The files swept (issue 21's ta
 
 ``--hardware`` is taken from the folder name (MI300X → mi300x, ...; h100-80gb otherwise) and
 ``--nodes 1`` is given whenever the file does not state its size. A row is imported (a job, or a
-model for a definition file), refused as "not supported" (exit 2, a hybrid or non-decoder model), or
-failed (any other refusal, with its reason). Nothing here is timed; the outcome does not depend on
+model for a definition file), refused as "not supported" (exit 2, a hybrid or non-decoder model), set
+apart (a right refusal that is not about a model: "not a config", "not a model definition", "not an
+experiment"), or failed (any other refusal, with its reason). Nothing here is timed; the outcome does not depend on
 the machine.
 """
 
@@ -51,10 +52,22 @@ TORCHTITAN_GLOBS = ("torchtitan/models/*/train_configs/*.toml", "torchtitan/mode
 class Row:
     corpus: str
     path: str
-    outcome: str  # imported | model | not supported | failed
+    outcome: str  # imported | model | not supported | set apart | failed
     model: str
     params: int | None
     detail: str
+
+
+#: Refusals that are right and are not about a model: a registry helper that is no config, a conf file
+#: that holds parallel sizes and names the model's own file, a YAML that is no Primus experiment (a
+#: quantization recipe, a LoRA overlay, a template). Counted apart from "failed".
+SET_APART = ("not a config:", "not a model definition:", "not an experiment:")
+
+
+def _outcome(reason: str) -> str:
+    if "not supported" in reason:
+        return "not supported"
+    return "set apart" if any(words in reason for words in SET_APART) else "failed"
 
 
 def _hardware(path: Path) -> str:
@@ -86,7 +99,7 @@ def _one(corpus: str, kind: str, path: Path, root: Path) -> tuple[Row, LaunchCon
     try:
         config = _import_sized(kind, path, kwargs)
     except InputError as exc:
-        outcome = "not supported" if "not supported" in exc.reason else "failed"
+        outcome = _outcome(exc.reason)
         return Row(corpus, rel, outcome, "", None, f"{exc.field}: {exc.reason}" if exc.field else exc.reason), None
     from primus.catalog.models import resolve_model
 
@@ -118,7 +131,7 @@ def _registry_rows(root: Path) -> list[Row]:
                     config = import_torchtitan_registry(path, fn.name, hardware=DEFAULT_HARDWARE,
                                                         gpus=int(found.group(1)))
             except InputError as exc:
-                outcome = "not supported" if "not supported" in exc.reason else "failed"
+                outcome = _outcome(exc.reason)
                 rows.append(Row("torchtitan HEAD", rel, outcome, "", None, f"{exc.field}: {exc.reason}"))
                 continue
             from primus.catalog.models import resolve_model
@@ -172,15 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = sweep(args.megatron, args.primus, args.torchtitan, args.torchtitan_head,
                  imported if args.validate_with else None)
     counts = Counter((r.corpus, r.outcome) for r in rows)
-    print("| corpus | files | imported | model only | not supported | failed |")
-    print("|---|---|---|---|---|---|")
+    print("| corpus | files | imported | model only | not supported | set apart | failed |")
+    print("|---|---|---|---|---|---|---|")
     for corpus in dict.fromkeys(r.corpus for r in rows):
         total = sum(v for (c, _), v in counts.items() if c == corpus)
         print(f"| {corpus} | {total} | {counts[(corpus, 'imported')]} | {counts[(corpus, 'model')]} | "
-              f"{counts[(corpus, 'not supported')]} | {counts[(corpus, 'failed')]} |")
-    reasons = Counter((r.corpus, r.detail[:110]) for r in rows if r.outcome == "failed")
-    for (corpus, reason), n in reasons.most_common():
-        print(f"  {corpus}: {n} x {reason}")
+              f"{counts[(corpus, 'not supported')]} | {counts[(corpus, 'set apart')]} | {counts[(corpus, 'failed')]} |")
+    reasons = Counter((r.corpus, r.outcome, r.detail[:110]) for r in rows if r.outcome in ("failed", "set apart"))
+    for (corpus, outcome, reason), n in reasons.most_common():
+        print(f"  {corpus} ({outcome}): {n} x {reason}")
     if args.details:
         with args.details.open("w", newline="") as handle:
             writer = csv.writer(handle)

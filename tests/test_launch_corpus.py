@@ -224,3 +224,86 @@ def test_the_fixture_corpus_imports_as_its_framework_would(kind: str, name: str,
     config = import_launch(kind, LAUNCH / name, hardware=hardware, nodes=None if "arrays" in name else 4)
     ref = config.job["model"]
     assert (ref if isinstance(ref, str) else ref["name"]) == expected
+
+
+MUSE = REGISTRY.parent.parent / "muse_glimmer" / "config_registry.py"
+
+
+def test_a_gated_sandwich_decoder_flavor_is_read_exactly_from_its_builders() -> None:
+    # Muse Glimmer's structure: 6 layers x (4 norms of 512 + wq, wo and the o_gate 512 x 8 x 96 each + wk, wv
+    # 512 x 2 x 96 each + SwiGLU 3 x 512 x int(2.5 x 512)) + untied 3000 x 512 embeddings + final norm
+    # = 6 x 3,344,384 + 3,072,000 + 512 = 23,138,816; the q/k and embedding norms have no weights
+    config = import_torchtitan_registry(MUSE, "muse_small", hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert count_params(model).total == 23_138_816
+    assert (model.norm_placement, model.attention_output_gate, model.qk_layernorm_affine) == ("sandwich", True, False)
+    assert (model.ffn_hidden_size, model.kv_channels) == (1280, 96)
+    # window pattern [256, 256, 0] aligned to the 3-layer NoPE phase: layers 2 and 5 global
+    assert (model.window_size, model.window_attn_skip_freq) == (256, 3)
+    assert model.make_vocab_size_divisible_by == 1  # 3,000 rows, as torchtitan builds them: no padding
+    assert model.scalings == {"output_multiplier": 0.5, "output_soft_cap_temp": 15.0}
+
+
+def test_a_flavor_chosen_through_partial_with_a_vision_encoder_is_refused() -> None:
+    with pytest.raises(InputError, match="not supported: a vision-language model"):
+        import_torchtitan_registry(MUSE, "muse_small_mm", hardware="h100-80gb", nodes=1)
+
+
+def test_a_config_returning_another_config_function_called_with_settings_is_followed() -> None:
+    # muse_small_flex() returns _base(attn_backend="flex"): the same job as muse_small(), whose _base() runs
+    # with its default backend
+    flex = import_torchtitan_registry(MUSE, "muse_small_flex", hardware="h100-80gb", nodes=1)
+    plain = import_torchtitan_registry(MUSE, "muse_small", hardware="h100-80gb", nodes=1)
+    assert flex.job == plain.job and flex.job["parallel"]["mbs"] == 2
+
+
+def test_model_registry_num_mtp_layers_builds_the_mtp_blocks() -> None:
+    # 2 MTP blocks of (enorm + hnorm 2 x 512, eh_proj 1024 x 512, one decoder layer 3,344,384, a norm 512)
+    config = import_torchtitan_registry(MUSE, "muse_small_mtp", hardware="h100-80gb", nodes=1)
+    from primus.catalog.models import resolve_model
+
+    model = resolve_model(config.job["model"], "test")
+    assert model.mtp_num_layers == 2 and count_params(model).mtp_total == 2 * 3_870_208
+    assert not any("num_mtp_layers" in n and "not read" in n for n in config.notes)
+
+
+def test_a_registry_helper_that_is_not_a_config_says_so() -> None:
+    with pytest.raises(InputError, match=r"not a config: enable_fused_kernels\(config\) -> None"):
+        import_torchtitan_registry(MUSE, "enable_fused_kernels", hardware="h100-80gb", nodes=1)
+
+
+def test_a_conf_file_of_parallel_sizes_names_the_model_file_to_import() -> None:
+    with pytest.raises(InputError, match=r"not a model definition: it sets only parallel sizes \(TP, PP, EP\).*"
+                                         r"Acme-8B-Instruct\.sh beside it"):
+        import_launch("megatron", LAUNCH / "megatron" / "parallel_sizes_only.sh", hardware="h100-80gb")
+    model = import_launch("megatron", LAUNCH / "megatron" / "Acme-8B-Instruct.sh", hardware="h100-80gb")
+    assert model.model_only
+
+
+def test_a_file_world_size_that_contradicts_its_layout_says_where_it_came_from() -> None:
+    # the GPT-3 175B example's torchrun asks for NUM_NODES=1 x 8 GPUs while TP 8 x PP 16 needs 128
+    with pytest.raises(InputError, match=r"the world size is the file's torchrun \(--nnodes 1 x --nproc-per-node 8\)"
+                                         r".*--nodes 16 at the least"):
+        import_launch("megatron", LAUNCH / "gpt3_175b_distributed.sh", hardware="h100-80gb")
+    assert import_launch("megatron", LAUNCH / "gpt3_175b_distributed.sh", hardware="h100-80gb",
+                         nodes=16).job["parallel"]["dp"] == 1
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("hf_sft.template.yaml", r"not an experiment: a template \(<YOUR_MODEL_YAML>"),
+    ("llama3_8B-lora-overlay.yaml", r"not an experiment: .* has none \(top-level keys: extends, lora"),
+])
+def test_a_primus_yaml_that_is_not_an_experiment_says_what_it_is(name: str, words: str) -> None:
+    path = LAUNCH / "primus_checkout" / "examples" / "megatron" / "configs" / "MI355X" / name
+    with pytest.raises(InputError, match=words):
+        import_launch("primus", path, hardware="mi355x", nodes=1)
+
+
+def test_a_flavor_whose_vocabulary_comes_from_the_tokenizer_says_so() -> None:
+    # torchtitan v0.1.0's debug_model.toml: debugmodel's vocab_size is the ModelArgs default -1, set from
+    # model.tokenizer_path when the job starts
+    with pytest.raises(InputError, match="vocab_size is -1: torchtitan sets it from the tokenizer file"):
+        import_launch("torchtitan", TT_CHECKOUT / "qwen3" / "train_configs" / "debug_model.toml",
+                      hardware="h100-80gb", nodes=1)

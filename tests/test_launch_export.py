@@ -251,3 +251,17 @@ def test_the_legacy_grouped_gemm_under_fp8_is_refused_for_megatron() -> None:
 
     with pytest.raises(InputError, match="export --to primus"):
         export_job(_legacy("fp8", "delayed"), "megatron")
+
+
+def test_a_torchtitan_export_for_a_release_without_tomls_launches_the_registry_form() -> None:
+    # torchtitan@2026.08 (pytorch/torchtitan b5bcd76) reads no TOML since #2386: the launch line is the
+    # registry config with command-line overrides, and a note says the TOML keys are for v0.2.2
+    from primus.job import job_from_mapping
+
+    base = _job("llama3.1-70b", tp=8, sp=True, sharding="fsdp", nodes=8)
+    data = {**base.spec.model_dump(mode="json", exclude_none=True), "stack": "torchtitan@2026.08"}
+    exported = export_job(job_from_mapping(data, "test"), "torchtitan")
+    launch = next(line for line in exported.text.splitlines() if line.startswith("# Launch"))
+    assert launch.startswith("# Launch (torchtitan@2026.08): torchrun --nnodes 8 --nproc-per-node 8 "
+                             "-m torchtitan.train --module llama3 --config llama3_70b")
+    assert any("reads no TOML" in n for n in exported.notes)

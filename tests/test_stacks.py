@@ -66,7 +66,7 @@ def test_a_citable_source_is_a_commit_url_or_arxiv_id_and_a_vague_one_is_not() -
 
 
 def test_a_bare_name_is_the_newest_release_and_an_unknown_one_the_newest_not_after_it() -> None:
-    assert resolve_stack("torchtitan").release == "2025.04"
+    assert resolve_stack("torchtitan").release == "2026.08"  # pytorch/torchtitan b5bcd76, Python configs
     old = resolve_stack("torchtitan@2025.01")  # between torchtitan 9dec370 (2024-12) and PR #1033 (2025-04)
     assert old.release == "2024.12" and old.note and "newest release not after it" in old.note
     assert old["cross_entropy"] == "eager" and resolve_stack("torchtitan@2025.06")["cross_entropy"] == "compiled"

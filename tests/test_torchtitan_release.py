@@ -84,10 +84,22 @@ def test_a_v0_2_file_gets_the_newest_release_and_says_which_key_allows_it(run_cl
     assert any("quantize.linear" in n and "since 2025-09-30" in n for n in doc["notes"])
 
 
-def test_a_file_no_key_dates_keeps_the_bare_name_and_says_so(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_toml_no_key_dates_is_dated_before_torchtitan_dropped_tomls(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # pytorch/torchtitan #2386 (9810191, 2026-02-23) replaced the TOML files by Python config registries:
+    # the newest described release before that is 2025.04, not 2026.08
     code, doc, _ = _import(run_cli, tmp_path, UNDATED)
-    assert code == 0 and doc["job"]["stack"] == "torchtitan"
-    assert any("no key that dates it" in n for n in doc["notes"])
+    assert code == 0 and doc["job"]["stack"] == "torchtitan@2025.04"
+    assert any("no key that dates it more closely" in n and "2026-02-23" in n for n in doc["notes"])
+
+
+def test_a_registry_config_runs_on_the_newest_release() -> None:
+    from primus.launch.torchtitan import import_torchtitan_registry
+
+    registry = Path(__file__).parent / "data" / "launch" / "torchtitan_registry" / "torchtitan" / "models" / \
+        "llama3" / "config_registry.py"
+    config = import_torchtitan_registry(registry, "llama3_70b", hardware="h100-80gb", nodes=8)
+    assert config.job["stack"] == "torchtitan@2026.08"
+    assert any("config_registry.py function" in n and "#2386" in n for n in config.notes)
 
 
 def test_keys_that_never_coexisted_are_one_line_and_exit_2(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -183,6 +183,7 @@ class Cluster:
     gpus: int
     size_key: str  # "nodes" or "gpus"
     size_value: int
+    source: str = "the command line"  # where the world size was read, for a layout that contradicts it
 
 
 def resolve_cluster(where: str, out: Collector, *, cli_hardware: str | None, cli_nodes: int | None,
@@ -207,14 +208,16 @@ def resolve_cluster(where: str, out: Collector, *, cli_hardware: str | None, cli
     if file_nnodes is not None and file_nproc is not None:
         if header.get("gpus") == file_nnodes * file_nproc:  # the job said gpus: keep its spelling
             return _by_gpus(hardware, spec, file_nnodes * file_nproc)
+        source = f"the file's torchrun (--nnodes {file_nnodes} x --nproc-per-node {file_nproc})"
         if file_nproc == gpn:
-            return Cluster(hardware, spec, file_nnodes * gpn, "nodes", file_nnodes)
-        return _by_gpus(hardware, spec, file_nnodes * file_nproc)
+            return Cluster(hardware, spec, file_nnodes * gpn, "nodes", file_nnodes, source)
+        return Cluster(hardware, spec, file_nnodes * file_nproc, "gpus", file_nnodes * file_nproc, source)
     if header.get("nodes") is not None:
         return Cluster(hardware, spec, _pos_int(header["nodes"], where, "primus-job.nodes") * gpn, "nodes",
-                       header["nodes"])
+                       header["nodes"], "the primus-job header")
     if header.get("gpus") is not None:
-        return _by_gpus(hardware, spec, _pos_int(header["gpus"], where, "primus-job.gpus"))
+        gpus = _pos_int(header["gpus"], where, "primus-job.gpus")
+        return Cluster(hardware, spec, gpus, "gpus", gpus, "the primus-job header")
     raise InputError(where, None, "the file does not give the world size; give --nodes or --gpus")
 
 
@@ -228,11 +231,19 @@ def _pos_int(value: Any, where: str, name: str) -> int:
     return value
 
 
-def data_parallel(world: int, tp: int, pp: int, cp: int, where: str) -> int:
-    """Megatron's data-parallel size: world / (TP × PP × CP), which must divide exactly."""
+def data_parallel(world: int, tp: int, pp: int, cp: int, where: str, source: str | None = None,
+                  gpus_per_node: int | None = None) -> int:
+    """Megatron's data-parallel size: world / (TP × PP × CP), which must divide exactly. When the
+    world size came from the file (`source`), the refusal says so and names the --nodes that holds
+    the layout (Megatron-LM's GPT-3 175B example states NUM_NODES=1 for TP 8 × PP 16)."""
     denom = tp * pp * cp
     if world % denom:
-        raise InputError(where, "parallel", f"TP×PP×CP = {denom} does not divide the {world} GPUs")
+        hint = ""
+        if source is not None and source != "the command line":
+            fewest = f"--nodes {-(-denom // gpus_per_node)}" if gpus_per_node else f"--gpus {denom}"
+            hint = (f": the world size is {source}, which contradicts the file's own layout; give the size it runs "
+                    f"at ({fewest} at the least)")
+        raise InputError(where, "parallel", f"TP×PP×CP = {denom} does not divide the {world} GPUs{hint}")
     return world // denom
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -92,10 +92,39 @@ def _commands(text: str, where: str, out: Collector, base_dir: Path | None = Non
         if items and items[0].startswith("--"):
             words += items
             used.append(var)
+    _layout_only(script, words, where)
     if not words:
         raise InputError(where, None, "no command with -- options found (expected Megatron-LM arguments)")
     out.note(f"no launch line: the arguments of {', '.join(used)} are read (a model definition)")
     return words, False, script
+
+
+#: Variables of Megatron-LM's modelopt conf files that hold parallel sizes (conf/arguments.sh turns them
+#: into --tensor-model-parallel-size, ...), and the options that say a file defines a model.
+LAYOUT_VARIABLES: Final = ("TP", "PP", "EP", "ETP", "CP", "VP", "DP")
+MODEL_OPTIONS: Final = ("--num-layers", "--hidden-size", "--num-attention-heads")
+#: The variable of those files naming the checkpoint the model is read from (conf/arguments.sh)
+CHECKPOINT_VARIABLE: Final = "HF_MODEL_CKPT"
+
+
+def _layout_only(script: Script, words: list[str], where: str) -> None:
+    """Refuse, with what to import instead, a file with no launch line that sets parallel sizes and
+    no model (Megatron-LM's ``conf/moonshotai/kimi_k2_instruct.sh``: ``TP=8 ETP=1 EP=64`` and a
+    checkpoint path; ``conf/arguments.sh`` sources the model's own file by a name given at run time)."""
+    sizes = [v for v in LAYOUT_VARIABLES if v in script.variables]
+    if not sizes or any(w.split("=")[0] in MODEL_OPTIONS for w in words):
+        return
+    extra = sorted({w.split("=")[0] for w in words if w.startswith("--")})
+    checkpoint = script.variables.get(CHECKPOINT_VARIABLE)
+    source = "the model definition that Megatron-LM's conf/arguments.sh sources by the name given at run time"
+    if isinstance(checkpoint, str) and checkpoint.strip("/"):
+        stem = checkpoint.rstrip("/").split("/")[-1]
+        sibling = Path(where).parent / f"{stem}.sh"
+        source = (f"{sibling.name} beside it (the model of {CHECKPOINT_VARIABLE}={checkpoint}): import that file"
+                  if sibling.is_file() else f"the model of {CHECKPOINT_VARIABLE}={checkpoint}, defined in no file here")
+    also = f" and options {', '.join(extra)}" if extra else ""
+    raise InputError(where, None, f"not a model definition: it sets only parallel sizes ({', '.join(sizes)}){also}; "
+                     f"the model comes from {source}")
 
 
 def _options(words: tuple[str, ...] | list[str]) -> int:
@@ -265,7 +294,9 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
         return _model_only(parsed, header, where, out)
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               file_nnodes=parsed.nnodes, file_nproc=parsed.nproc, base_dir=base_dir)
-    job, consumed = job_from_args(parsed.ns, _context(parsed, header, where, cluster.gpus), out)
+    ctx = replace(_context(parsed, header, where, cluster.gpus), world_source=cluster.source,
+                  gpus_per_node=cluster.spec.gpus_per_node)
+    job, consumed = job_from_args(parsed.ns, ctx, out)
     if parsed.expandable_segments is not None:
         job["allocator"] = {"expandable_segments": parsed.expandable_segments}
     _skip_unread(parsed, consumed, out)

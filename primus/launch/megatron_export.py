@@ -40,6 +40,7 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
         "add_bias_linear": m.add_bias_linear, "add_qkv_bias": m.add_qkv_bias,
         "qk_layernorm": m.qk_layernorm or m.multi_latent_attention,
+        "attention_output_gate": m.attention_output_gate,
         "softmax_type": m.softmax_type, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
         "window_size": (m.window_size - 1, 0) if m.window_size else None,
         "window_attn_skip_freq": m.window_attn_skip_freq,
@@ -63,6 +64,7 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     notes += [f"model.{name} has no Megatron-LM option here: the launch config omits it" for name, used in (
         ("norm_placement", m.norm_placement != "pre"),
         ("qk_layernorm_per_head", m.qk_layernorm and not m.qk_layernorm_per_head),
+        ("qk_layernorm_affine", m.qk_layernorm and not m.qk_layernorm_affine),
         ("add_proj_bias", m.add_proj_bias and not m.add_bias_linear),
         ("output_layer_bias", m.output_layer_bias),
         ("moe_shared_expert_gate", m.moe_shared_expert_gate),

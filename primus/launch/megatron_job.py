@@ -51,6 +51,8 @@ class ImportContext:
     prefer: tuple[str, ...] = ()
     model_name: str | None = None  # what the file calls the model (header, tokenizer id, file name)
     recompute_layer_ids: tuple[int, ...] | None = None  # AMD Primus's list of fully recomputed layers
+    world_source: str | None = None  # where the world size was read (Cluster.source)
+    gpus_per_node: int | None = None
 
 
 class ArgReader:
@@ -151,7 +153,8 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
 
     for name in ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "max_position_embeddings",
                  "normalization", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
-                 "softmax_type", "hidden_dropout", "attention_dropout", "untie_embeddings_and_output_weights",
+                 "attention_output_gate", "softmax_type", "hidden_dropout", "attention_dropout",
+                 "untie_embeddings_and_output_weights",
                  "make_vocab_size_divisible_by", "position_embedding_type", "window_attn_skip_freq",
                  "num_experts", "moe_shared_expert_intermediate_size", "multi_latent_attention"):
         take(name)
@@ -245,7 +248,7 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
     tp = r.pos("tensor_model_parallel_size") or 1
     pp = r.pos("pipeline_model_parallel_size") or 1
     cp = r.pos("context_parallel_size") or 1
-    dp = data_parallel(ctx.world, tp, pp, cp, ctx.where)
+    dp = data_parallel(ctx.world, tp, pp, cp, ctx.where, ctx.world_source, ctx.gpus_per_node)
     vp = _virtual(r, ctx, model, pp)
     ep, etp = r.pos("expert_model_parallel_size") or 1, r.pos("expert_tensor_parallel_size") or tp
     if not model.is_moe:

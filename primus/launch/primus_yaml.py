@@ -14,6 +14,7 @@ catalog model of the same name; architecture keys in the overrides apply on top 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,12 +60,16 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
 }
 _SECTION = "modules.pre_trainer.overrides"
+#: A template's slot for the user to fill in (`model: <YOUR_MODEL_YAML>`)
+TEMPLATE_SLOT: Final = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
 
 
 def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("modules"), dict) or not doc["modules"]:
-        raise InputError(where, "modules", "a Primus experiment needs a 'modules' mapping")
+        keys = ", ".join(str(k) for k in list(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
+        raise InputError(where, "modules", f"not an experiment: a Primus experiment has a 'modules' mapping, this file "
+                         f"has none (top-level keys: {shorten(keys, 80)})")
     name = "pre_trainer" if "pre_trainer" in doc["modules"] else next(iter(doc["modules"]))
     module = doc["modules"][name]
     if not isinstance(module, dict):
@@ -108,6 +113,9 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
             unknown.append(f"{key}: {value}")
     _fp4_recipe(ns, overrides, out)
     model_file = str(substitute(module.get("model", BASE_MODEL_FILE), where, f"modules.{name}.model", out))
+    if TEMPLATE_SLOT.fullmatch(model_file):  # AMD's native_hf_to_megatron_sft.template.yaml: <YOUR_MODEL_YAML>
+        raise InputError(where, f"modules.{name}.model", f"not an experiment: a template ({model_file} is a slot to "
+                         "fill in); import the experiment written from it")
     file_ns, slug = _model_file(model_file, ns, where, name, primus_root, out)
     for key, value in module.items():
         if key not in ("framework", "config", "model", "overrides"):

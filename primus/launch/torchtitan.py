@@ -22,6 +22,7 @@ from primus import __version__
 from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.arch import build_model, catalog_spec, model_reference
+from primus.launch.arch import spec_fields as spec_of
 from primus.launch.common import (
     Collector,
     Exported,
@@ -34,7 +35,7 @@ from primus.launch.common import (
 )
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
-from primus.launch.torchtitan_release import torchtitan_release
+from primus.launch.torchtitan_release import TOML_UNTIL, registry_release, torchtitan_release
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -126,7 +127,7 @@ def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None 
     package, registry = read_registry(path, config, where)
     out = Collector()
     for item in registry.unresolved:
-        out.note(f"not read (not a literal): {item}")
+        out.note(item if item.startswith("not read") else f"not read (not a literal): {item}")
     t = _Toml(registry.doc, where)
     t.chunked_loss = registry.chunked_loss
     if registry.chunked_loss:
@@ -134,17 +135,24 @@ def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None 
                  "[tokens, vocab] logits; modelled as a fused cross-entropy (no eager fp32 logits)")
     out.note(f"config {config} of {package}'s config registry, read statically (torchtitan after #2386, "
              "pytorch/torchtitan 9810191)")
-    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent)
+    return _import(t, {}, where, out, hardware, nodes, gpus, path.parent, registry_release())
 
 
 def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardware: str | None, nodes: int | None,
-            gpus: int | None, base_dir: Path | None) -> LaunchConfig:
+            gpus: int | None, base_dir: Path | None, release: tuple[str, str] | None = None) -> LaunchConfig:
+    """`release`: the stack and how it was decided, when the form of the file (a registry) decides it."""
     for note in t.renamed:
         out.note(note)
     if "job.description" in t.flat:
         out.note(f"job description: {t.get('job.description')}")
     name, flavor = str(t.get("model.name", "llama3")), str(t.get("model.flavor", "debugmodel"))
     slug, model = _model(name, flavor, header, where, out)
+    mtp = t.int("model.num_mtp_layers", 0, where, low=0)
+    if mtp:  # model_registry(..., num_mtp_layers=N): DeepSeek-V3's MTP blocks, as Megatron-LM builds them
+        model = build_model({**spec_of(model), "mtp_num_layers": mtp}, where)
+        slug, how = model_reference(model, name=f"{name}-{flavor}-mtp{mtp}")
+        out.note(f"num_mtp_layers {mtp}: {mtp} multi-token-prediction block(s) (enorm, hnorm, the 2h-to-h eh_proj, "
+                 f"a copy of the last layer, a norm; torchtitan deepseek_v3 _build_mtp_layers) and their loss; {how}")
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
     job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
@@ -157,7 +165,7 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
     job["global_batch_size"] = gbs
     job["framework"] = "torchtitan"
     if "stack" not in header:  # a `# primus-job:` header's stack wins
-        job["stack"], how = torchtitan_release(t.written, where)
+        job["stack"], how = release or torchtitan_release(t.written, where)
         out.note(how)
     job["parallel"] = par
     if par["pp"] > 1:
@@ -395,28 +403,36 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
                "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
     if layout.pp > 1:
         written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
+    torchrun = f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+    registry = _registry_line(name, flavor, tables, layout.mbs, spec.seq_len)
+    stack = job.resolved_stack
+    if stack.name == "torchtitan" and stack.release >= TOML_UNTIL[0][:7].replace("-", "."):
+        notes.append(f"stack {stack.label} reads no TOML (pytorch/torchtitan {TOML_UNTIL[1]}): launch the registry "
+                     "form above; the keys below load in torchtitan up to v0.2.2")
+        launch = [f"# Launch ({stack.label}): {torchrun} {registry}",
+                  "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
+    else:
+        launch = [f"# Launch: {torchrun} -m torchtitan.train --job.config_file <this file>",
+                  "# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
+                  f"#   {registry}",
+                  "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
     lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
-             f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.",
-             f"# Launch: torchrun --nnodes {job.num_nodes} --nproc-per-node "
-             f"{min(job.num_gpus, job.cluster.gpus_per_node)} -m torchtitan.train --job.config_file <this file>",
-             *_head_lines(name, flavor, tables, layout.mbs, spec.seq_len),
+             f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.", *launch,
              *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
 
 
-def _head_lines(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> list[str]:
-    """This file loads in torchtitan up to v0.2.2; after #2386 (9810191) torchtitan has no TOML configs:
-    the same run is the package's registry config with command-line overrides (the token budget is the
-    micro-batch in tokens, torchtitan/config/configs.py)."""
+def _registry_line(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> str:
+    """The same run for torchtitan after #2386 (9810191), which has no TOML configs: the package's registry
+    config with command-line overrides (the token budget is the micro-batch in tokens,
+    torchtitan/config/configs.py)."""
     config = f"{name}_{flavor.lower().replace('-', '_').replace('.', '_')}"
     overrides = [f"--training.num_tokens_per_microbatch_per_dp_rank {mbs * seq}",
                  f"--training.max_context_length {seq}"]
     overrides += [f"--parallelism.{k} {_toml(v).strip(chr(34))}" for k, v in tables["parallelism"].items()]
-    return ["# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
-            f"#   -m torchtitan.train --module {name} --config {config} " + " ".join(overrides),
-            "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
+    return f"-m torchtitan.train --module {name} --config {config} " + " ".join(overrides)
 
 
 def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:

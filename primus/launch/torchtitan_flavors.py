@@ -8,7 +8,9 @@ dataclass defaults in ``model/args.py``. When a TOML sits inside such a checkout
 run: only literal keyword values count, and anything else is reported. Families read: ``llama3``
 (the SwiGLU width rule of ``FeedForward``: 2/3 of 4 x dim, times ``ffn_dim_multiplier``, rounded up to
 ``multiple_of``), ``qwen3`` (dense, and MoE with ``moe_args``) and ``deepseek_v3`` (MLA, dense layers
-first, shared experts). ``flux`` is not a language model.
+first, shared experts), and, for flavors torchtitan after #2386 builds in functions, also ``gpt_oss``,
+``kimi_k2_7`` and ``muse_glimmer`` (`primus.launch.torchtitan_muse`); a flavor may be
+``functools.partial(builder, key=literal)``. ``flux`` is not a language model.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from primus.yamlio import read_text
 
 NOT_LANGUAGE: Final = {"flux": "diffusion (an image model)",
                         "qwen3_5": "hybrid (Gated DeltaNet linear-attention layers)"}
-FAMILIES: Final = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss", "kimi_k2_7")
+#: Megatron-LM's --make-vocab-size-divisible-by default, which a ModelSpec takes unless told; torchtitan
+#: builds the embedding at vocab_size exactly, so a vocabulary that is no multiple of it gets 1
+MEGATRON_VOCAB_MULTIPLE: Final = 128
+FAMILIES: Final = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss", "kimi_k2_7", "muse_glimmer")
 
 
 def package_dir(toml: Path, name: str) -> Path | None:
@@ -95,7 +100,8 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Call):
+                if (isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Call)
+                        and not _partial(value)):
                     cls = ast.unparse(value.func).split(".")[-1]
                     args = _call_kwargs(value, where)
                     defaults: dict[str, Any] = {}
@@ -111,11 +117,22 @@ def read_flavor(package: Path, flavor: str, where: str) -> tuple[str, dict[str, 
             for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == flavor and isinstance(value, ast.Name):
                     return value.id, _built_flavor(tree, value.id, package.name, where)
+                if isinstance(key, ast.Constant) and key.value == flavor and _partial(value):
+                    # `"30B_mm": partial(_muse_glimmer_30b, with_vision=True)`: the builder, with those settings
+                    assert isinstance(value, ast.Call) and isinstance(value.args[0], ast.Name)
+                    bound = {k.arg: _literal(k.value) for k in value.keywords if k.arg}
+                    return value.args[0].id, _built_flavor(tree, value.args[0].id, package.name, where, bound)
     raise InputError(where, "model.flavor", f"{flavor!r} is not a flavor of {package / '__init__.py'}")
 
 
+def _partial(node: ast.AST) -> bool:
+    """``functools.partial(FUNCTION, key=literal, ...)``."""
+    return (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "partial"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and all(k.arg for k in node.keywords))
+
+
 #: The layer builders of flavors built by functions (torchtitan after #2386) that are read: dense only.
-LAYER_BUILDERS: Final = {"llama3": ("_build_llama3_layers",),
+LAYER_BUILDERS: Final = {"muse_glimmer": ("_build_muse_glimmer_layers",), "llama3": ("_build_llama3_layers",),
                           "qwen3": ("_build_qwen3_layers", "_build_qwen3_moe_layers"),
                           "deepseek_v3": ("_build_dsv3_layers",), "gpt_oss": ("_build_gptoss_layers",),
                           "kimi_k2_7": ("_build_kimi_layers",)}
@@ -125,7 +142,8 @@ _DSV3: Final = {"n_dense_layers": "n_dense_layers", "q_lora_rank": "q_lora_rank"
                 "v_head_dim": "v_head_dim", "dense_hidden_dim": "inter_dim", "moe_hidden_dim": "moe_inter_dim"}
 
 
-def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> dict[str, Any]:
+def _built_flavor(tree: ast.Module, function: str, package: str, where: str,
+                  bound: dict[str, Any] | None = None) -> dict[str, Any]:
     """A flavor that torchtitan after #2386 builds in a function (``llama3_configs = {"8B": _8b}``, the
     function returning ``Llama3Model.Config(dim=..., layers=_build_llama3_layers(n_layers=..., hidden_dim=
     compute_ffn_hidden_dim(dim, multiple_of=1024, ffn_dim_multiplier=1.3), rope=...))``), read with the
@@ -133,8 +151,8 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
     from primus.launch.torchtitan_registry import MAX_DEPTH as MAX_CALLS
     from primus.launch.torchtitan_registry import Call, _Reader
 
-    reader = _Reader(tree, where)
-    model = reader.run(function)
+    reader = _Reader(tree, where, follow=False)
+    model = reader.run(function, bound=bound)
     for _ in range(MAX_CALLS):  # a flavor that returns another function's config, called with its settings
         if not (isinstance(model, Call) and model.name in reader.functions and not model.name.startswith("_build")):
             break
@@ -178,6 +196,10 @@ def _built_flavor(tree: ast.Module, function: str, package: str, where: str) -> 
     rope = kw.get("rope")
     if isinstance(rope, Call):
         args["max_seq_len"] = rope.kwargs.get("max_context_length")
+    if layers.name == "_build_muse_glimmer_layers":
+        from primus.launch.torchtitan_muse import muse_glimmer_args
+
+        args.update(muse_glimmer_args(tree, model, layers, where))
     missing = [k for k in ("dim", "vocab_size", "n_layers", "n_heads") if not isinstance(args[k], int)]
     if missing:
         raise InputError(where, "model.flavor", f"{function}: cannot read {', '.join(missing)} statically")
@@ -196,6 +218,10 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
     unresolved = [f"{k} = {v[1]}" for k, v in args.items() if isinstance(v, tuple) and v[:1] == ("unresolved",)]
     if unresolved:
         raise InputError(where, "model.flavor", f"cannot read statically: {', '.join(unresolved)}")
+    if isinstance(args.get("vocab_size"), int) and args["vocab_size"] < 1:  # v0.1's ModelArgs default, -1
+        raise InputError(where, "model.flavor", f"{name}: the flavor's vocab_size is {args['vocab_size']}: torchtitan "
+                         "sets it from the tokenizer file at run time (model.tokenizer_path), which primus does not "
+                         "read; use a flavor that states its vocabulary")
     dim, heads = int(args["dim"]), int(args["n_heads"])
     fields: dict[str, Any] = {
         "num_layers": int(args["n_layers"]), "hidden_size": dim, "num_attention_heads": heads,
@@ -205,6 +231,8 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
         "untie_embeddings_and_output_weights": not args.get("enable_weight_tying", False),
         "max_position_embeddings": args.get("max_seq_len"),
     }
+    if int(args["vocab_size"]) % MEGATRON_VOCAB_MULTIPLE:  # torchtitan never pads the vocabulary
+        fields["make_vocab_size_divisible_by"] = 1
     if name == "llama3" and isinstance(args.get("hidden_dim"), int):
         fields.update(ffn_hidden_size=int(args["hidden_dim"]), kv_channels=dim // heads)
         return fields
@@ -229,6 +257,10 @@ def _fields(name: str, args: dict[str, Any], where: str) -> dict[str, Any]:
         return _deepseek(fields, args)
     if name == "gpt_oss":
         return _gpt_oss(fields, args)
+    if name == "muse_glimmer":
+        from primus.launch.torchtitan_muse import muse_glimmer_fields
+
+        return muse_glimmer_fields(fields, args, where)
     raise InputError(where, "model.name", f"{name}: flavors are read for {', '.join(FAMILIES)} only")
 
 

@@ -9,8 +9,9 @@ torchtitan/config/job_config.py).
 The stack release is the newest one the file's keys allow: with a key that was later removed, the
 stack described (`stacks/torchtitan.yaml`) as of the month it was removed (the newest described release
 not after that month); with only keys that were added, the newest release. Keys from both sides of a
-change that never coexisted are a contradiction, refused with both named. A file with no dating key
-keeps the bare name (the newest release) and says so.
+change that never coexisted are a contradiction, refused with both named. Every TOML predates #2386
+(2026-02-23), which replaced TOMLs by Python config registries: a TOML with only added keys, or none,
+gets the newest release described before that; a registry config gets the newest release.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ UNTIL: Final[dict[str, tuple[str, str]]] = {
     "training.compile": ("2025-08-20", "#1608 moved it to [compile] enable and components"),
     "float8.": ("2025-09-26", "#1701 moved [float8] under [quantize]"),
 }
+#: The day torchtitan stopped reading TOML configs, and the change: every TOML predates it.
+TOML_UNTIL: Final = ("2026-02-23", "#2386, 9810191, replaced them by Python config registries")
 #: Key (or section) -> (day it was added, the change).
 SINCE: Final[dict[str, tuple[str, str]]] = {
     "parallelism.": ("2025-03-18", "#980 added [parallelism]"),
@@ -62,8 +65,8 @@ def _month(day: str) -> str:
 
 
 def torchtitan_release(keys: Iterable[str], where: str) -> tuple[str, str]:
-    """The stack (`torchtitan@YYYY.MM`, a described release, or bare `torchtitan`) for a TOML written with
-    these dotted keys, and one sentence saying how it was decided."""
+    """The stack (`torchtitan@YYYY.MM`, a described release) for a TOML written with these dotted keys,
+    and one sentence saying how it was decided."""
     written = sorted(keys)
     until = _hits(written, UNTIL)
     since = _hits(written, SINCE)
@@ -78,10 +81,18 @@ def torchtitan_release(keys: Iterable[str], where: str) -> tuple[str, str]:
         return stack.label, (f"stack {stack.label}: the file uses {key}, which torchtitan had until {day} "
                              f"(pytorch/torchtitan {change}); {stack.label} is the newest described release "
                              "not after that")
-    newest = resolve_stack(STACK)
+    toml = resolve_stack(f"{STACK}@{_month(TOML_UNTIL[0])}")  # the newest release a TOML can be from
+    capped = f"TOML files ended {TOML_UNTIL[0]} (pytorch/torchtitan {TOML_UNTIL[1]})"
     if since:
         day, key, change = since[-1]
-        return newest.label, (f"stack {newest.label}: the file uses {key}, which torchtitan has had since {day} "
-                              f"(pytorch/torchtitan {change}); no key says it is older, so the newest release")
-    return STACK, (f"stack {STACK} (newest release, {newest.label}): the file uses no key that dates it "
-                   "(primus.launch.torchtitan_release)")
+        return toml.label, (f"stack {toml.label}: the file uses {key}, which torchtitan has had since {day} "
+                            f"(pytorch/torchtitan {change}), and {capped}: the newest described release between")
+    return toml.label, (f"stack {toml.label}: the file uses no key that dates it more closely, and {capped}: "
+                        "the newest described release before that (primus.launch.torchtitan_release)")
+
+
+def registry_release() -> tuple[str, str]:
+    """The stack of a ``config_registry.py`` config: torchtitan after #2386, so the newest release."""
+    newest = resolve_stack(STACK)
+    return newest.label, (f"stack {newest.label}: a config_registry.py function, the form torchtitan has read "
+                          f"since {TOML_UNTIL[0]} (pytorch/torchtitan {TOML_UNTIL[1]}): the newest release")

@@ -56,6 +56,8 @@ def check_supported(model: ModelSpec, kind: str, moe_probs: str = "unpermute") -
         ("sandwich or post norms", model.norm_placement != "pre"),
         ("q/k norms over the whole projection", model.qk_layernorm and not model.qk_layernorm_per_head),
         ("a gated shared expert", model.moe_shared_expert_gate),
+        ("an attention output gate", model.attention_output_gate),
+        ("q/k norms without weights", model.qk_layernorm and not model.qk_layernorm_affine),
         ("an attention output bias without add_bias_linear", model.add_proj_bias and not model.add_bias_linear),
     ) if used]
     if unbuilt:

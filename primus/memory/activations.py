@@ -151,8 +151,12 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
                                                                          qkv_freed_by),
             Saved("core_attention.v", T * v_dim, act, qkv_freed_by)]
     fp8_proj = gemm != act
-    out.append(Saved("core_attention.output", T * o_dim, act, "core_attn" if fp8_proj else None))
-    if fp8_proj:
+    gated = model.attention_output_gate and not model.multi_latent_attention
+    out.append(Saved("core_attention.output", T * o_dim, act, "core_attn" if fp8_proj and not gated else None))
+    if gated:  # x * sigmoid(gate.float()) (Megatron-Core _apply_output_gate): the multiply keeps x and the
+        # fp32 sigmoid, and its product, cast back, is linear_proj's input
+        out.append(Saved("attention_output_gate.sigmoid", T * o_dim, FP32))
+    if fp8_proj or gated:
         out.append(Saved("linear_proj.input", T * o_dim, gemm))
     if ctx.flash_attention:
         out.append(Saved("core_attention.softmax_lse", T * heads, FP32, "core_attn"))

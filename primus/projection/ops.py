@@ -240,9 +240,13 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     groups = max(model.query_groups // tp, 1)
     d = model.head_dim
     # torchtitan's op-level SAC keeps wq and wv outputs and re-runs wk and wo (primus.memory.activations)
-    gemms = (Gemm("attention.linear_qkv", T, (heads + 2 * groups) * d, h, op_recompute=groups / (heads + 2 * groups)),
+    gate = heads * d if model.attention_output_gate else 0  # Megatron-Core's output gate rides in linear_qkv
+    qkv = (heads + 2 * groups) * d + gate
+    gemms = (Gemm("attention.linear_qkv", T, qkv, h, op_recompute=groups * d / qkv),
              Gemm("attention.linear_proj", T, h, heads * d, cast_input=True, op_recompute=1.0))
     mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
+    if gate:  # x * sigmoid(gate.float()): read x and the gate, write the product; backward reads those and dy
+        mem.append(MemOp("attention.output_gate", T * gate * 3 * ACT, T * gate * 5 * ACT))
     if model.position_embedding_type == "rope":  # rotary on q and k: read and write each, both passes
         qk = T * (heads + groups) * d * 2 * ACT
         mem.append(MemOp("rotary", qk, qk))

@@ -90,6 +90,14 @@ class ModelSpec(Spec):
     #: GLM-4.5); False: over the whole q and k projections (OLMo 2, OLMoE: weights of heads × head_dim and
     #: query_groups × head_dim, split across TP with the heads)
     qk_layernorm_per_head: Bool = True
+    #: False: the q/k norms have no learnable scale (torchtitan's Muse Glimmer builds them with
+    #: ``elementwise_affine=False``): no parameters, the same saved inputs and statistics
+    qk_layernorm_affine: Bool = True
+    #: Megatron-Core's ``attention_output_gate`` (Qwen3-Next; torchtitan's Muse Glimmer ``o_gate``): the
+    #: QKV projection also yields a per-head gate of heads × head_dim, and the attention output is
+    #: multiplied by its sigmoid before ``linear_proj`` (megatron/core/transformer/attention.py
+    #: ``_apply_output_gate``, Megatron-LM d98e8a6)
+    attention_output_gate: Bool = False
     #: where the decoder layer normalises: "pre" (Megatron: before attention and MLP), "post" (OLMo 2: on
     #: the attention and MLP outputs, before the residual add; the same weights and saved bytes as "pre"),
     #: "sandwich" (Gemma 2 and 3: both, four norms per layer)
@@ -170,6 +178,10 @@ class ModelSpec(Spec):
             raise ValueError("moe_shared_expert_gate needs moe_shared_expert_intermediate_size (a shared expert)")
         if not self.qk_layernorm_per_head and (not self.qk_layernorm or self.multi_latent_attention):
             raise ValueError("qk_layernorm_per_head false needs qk_layernorm (and standard attention)")
+        if not self.qk_layernorm_affine and (not self.qk_layernorm or self.multi_latent_attention):
+            raise ValueError("qk_layernorm_affine false needs qk_layernorm (and standard attention)")
+        if self.attention_output_gate and self.multi_latent_attention:
+            raise ValueError("attention_output_gate is modelled for standard attention, not multi-latent attention")
         if self.window_attn_skip_freq is not None and self.window_size is None:
             raise ValueError("window_attn_skip_freq needs window_size")
         return self

@@ -139,10 +139,13 @@ def _attention(model: ModelSpec) -> list[Weight]:
                        column=False)
         return out
     d = model.head_dim
-    qkv_out = (heads + 2 * model.query_groups) * d
+    gate = heads * d if model.attention_output_gate else 0  # Megatron-Core fuses the gate into linear_qkv
+    qkv_out = (heads + 2 * model.query_groups) * d + gate
     out += _linear("attention.linear_qkv", h, qkv_out, bias=model.add_bias_linear or model.add_qkv_bias,
                    column=True)
-    if model.qk_layernorm and model.qk_layernorm_per_head:  # head_dim-wide norms, shared across heads
+    if not model.qk_layernorm_affine:  # scaleless q/k norms: nothing learnable
+        pass
+    elif model.qk_layernorm and model.qk_layernorm_per_head:  # head_dim-wide norms, shared across heads
         out.append(_norm(model, "attention.q_layernorm", d))
         out.append(_norm(model, "attention.k_layernorm", d))
     elif model.qk_layernorm:  # norms over the whole q and k projections, split with the heads

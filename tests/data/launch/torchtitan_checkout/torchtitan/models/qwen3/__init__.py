@@ -4,6 +4,9 @@
 from .model.args import Qwen3ModelArgs
 
 qwen3_args = {
+    # a debug flavor whose vocabulary torchtitan takes from the tokenizer at run time (v0.1's ModelArgs
+    # default, -1)
+    "debugmodel": Qwen3ModelArgs(dim=256, n_layers=2, vocab_size=-1),
     "1.7B": Qwen3ModelArgs(
         vocab_size=151936,
         max_seq_len=4096,
