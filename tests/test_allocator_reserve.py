@@ -34,9 +34,9 @@ def test_the_default_reserve_is_within_the_bound_runs_that_ran_set() -> None:
                    "DGXC25.04.01-H100-Llama3-70B-FP8-64"):
         peak, room = _peak_and_room(run_id, "none")
         bounds[run_id] = 1 - peak / room
-    assert 0.091 < bounds["MB25.11-DGX-H100-Qwen3-30B-A3B-FP8-CS"] < 0.093  # the binding one: 9.20%
+    assert 0.117 < bounds["MB25.11-DGX-H100-Qwen3-30B-A3B-FP8-CS"] < 0.119  # TE's in-place loss: 11.80%
     # fp32 gradient shards: Composer mixed_precision DEFAULT reduce-scatters in fp32 (stacks/llm-foundry.yaml)
-    assert 0.093 < bounds["MPT-H100-80GB-amp_bf16-3b-s8192-n8"] < 0.094
+    assert 0.093 < bounds["MPT-H100-80GB-amp_bf16-3b-s8192-n8"] < 0.094  # the binding one
     assert 0.142 < bounds["DGXC25.04.01-H100-Llama3-70B-FP8-64"] < 0.143  # 67.06 of 78.19 GiB
     reserve = allocators().default.reserve_fraction
     assert reserve <= min(bounds.values()) and min(bounds.values()) - reserve < 0.01

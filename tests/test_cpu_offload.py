@@ -59,11 +59,13 @@ def test_offloading_k_of_80_layers_leaves_80_minus_k_layers_beside_the_loss(offl
 
 
 def test_the_reloaded_layer_counts_only_where_the_last_layers_backward_outweighs_the_loss() -> None:
-    # Llama 3 70B at MBS 2: the loss keeps 4,739,760,128 B (bf16 logits over the 128,256 vocabulary, the
-    # final norm and the output layer's input) plus one bf16 logits transient of 4,202,692,608 B; the last
-    # layer's backward adds the reloaded layer (3,896,639,488 B) and its working set (the FC1 output's
-    # gradient and the layer input's, 2,147,483,648 B): 8.94 GB against 6.04 GB, so the loss makes the peak
-    report = _memory(40)
+    # Llama 3 70B at MBS 2 with Megatron-Core's native fused loss: the loss keeps 4,739,760,128 B (bf16
+    # logits over the 128,256 vocabulary, the final norm and the output layer's input) plus one bf16 logits
+    # transient of 4,202,692,608 B; the last layer's backward adds the reloaded layer (3,896,639,488 B) and
+    # its working set (the FC1 output's gradient and the layer input's, 2,147,483,648 B): 8.94 GB against
+    # 6.04 GB, so the loss makes the peak
+    native = {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "native"}
+    report = _memory(40, kernels=native)
     terms = report.stages[0].terms
     assert terms["other.logits_and_loss"] == 4_739_760_128
     assert terms["activations.backward_working_set"] == 4_202_692_608
@@ -71,7 +73,7 @@ def test_the_reloaded_layer_counts_only_where_the_last_layers_backward_outweighs
     # with the vocabulary a tenth as large the last layer's backward makes the peak: the reloaded layer
     # and that layer's working set replace the loss and its transient
     small = job_from_mapping({**GB200_70B, "model": {"base": "llama3-70b", "vocab_size": 12_800},
-                              "cpu_offloading": {"num_layers": 40}}, "t")
+                              "cpu_offloading": {"num_layers": 40}, "kernels": native}, "t")
     small_terms = MemoryModel(small).evaluate(pinned_layout(small)).stages[0].terms
     gap = (LAYER + 2_147_483_648 - small_terms["other.logits_and_loss"]
            - small_terms["activations.backward_working_set"])
@@ -158,15 +160,17 @@ def test_cpsat_counts_the_resident_layers_to_the_byte() -> None:
 def test_a_gb200_preset_job_file_through_fit_holds_40_layers_beside_the_loss(run_cli, write_job) -> None:
     # Megatron-Bridge v0.2.0 (7af9601, NeMo 25.11) LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG: 64 GB200, MBS 2,
     # Megatron-FSDP, cpu_offloading_num_layers 40, as a user types it. 40 layers beside the loss (not 41)
-    # + the loss 4,739,760,128 + its transient 4,202,692,608 + FSDP state 20,567,549,696 + NCCL 563,085,312
-    # + token ids 131,072 B: 185,938,798,336 B (173.17 GiB). The run ran; 6.36 GiB of this stays over
-    # capacity, not located (docs/stacks.md), so fit still answers no.
+    # + the loss 4,739,760,128 + the largest transient beside it, the last layer's backward working set
+    # 2,147,483,648 (Transformer Engine's cross-entropy, which the preset runs, writes the gradient over the
+    # logits: its own transient is 262,144 B) + FSDP state 20,567,549,696 + NCCL 563,085,312 + token ids
+    # 131,072 B: 183,883,589,376 B (171.25 GiB). The run ran; 4.44 GiB of this stays over capacity, not
+    # located (docs/stacks.md), so fit still answers no.
     job = {**GB200_70B, "fp8_recipe": "tensorwise", "cpu_offloading": {"num_layers": 40}}
     code, out, _ = run_cli("fit", write_job(job), "--format", "json")
     answer = json.loads(out)
-    assert code == 1 and answer["peak_bytes"] == 40 * LAYER + 4_739_760_128 + 4_202_692_608 + 20_567_549_696 \
-        + 563_085_312 + 131_072 == 185_938_798_336
-    assert answer["headroom_bytes"] == -6_826_089_666 and not answer["over_hbm"]
+    assert code == 1 and answer["peak_bytes"] == 40 * LAYER + 4_739_760_128 + 2_147_483_648 + 20_567_549_696 \
+        + 563_085_312 + 131_072 == 183_883_589_376
+    assert answer["headroom_bytes"] == -4_770_880_706 and not answer["over_hbm"]
 
 
 def test_a_gb300_preset_job_file_through_fit_fits(run_cli, write_job) -> None:

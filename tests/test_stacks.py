@@ -120,10 +120,10 @@ def test_an_unknown_stack_is_one_line_and_exit_2(run_cli, write_job) -> None:  #
 
 def test_stack_option_replaces_the_files_stack_and_job_show_says_so(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
     path = write_job({**BASE, "stack": "megatron-bridge"})
-    code, out, _ = run_cli("job", "show", path, "--stack", "nemo@25.04.01", "--format", "json")
+    code, out, _ = run_cli("job", "show", path, "--stack", "nemo@25.03", "--format", "json")
     doc = as_json(out)
     assert code == 0 and (doc["stack"], doc["stack_release"]) == ("nemo", "24.07")
-    assert doc["assumed"][0].startswith("stack nemo@24.07 (nemo@25.04.01 is not described")
+    assert doc["assumed"][0].startswith("stack nemo@24.07 (nemo@25.03 is not described")
 
 
 def test_stacks_list_json_gives_name_releases_and_source(run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -182,7 +182,7 @@ def test_fit_on_a_published_job_file_exits_0(run_cli, write_job) -> None:  # typ
     # DGX Cloud 25.04.01 Llama 3 70B FP8 on 64 H100, TP4 PP8 VP5, as published (recompute unstated)
     row = next(r for r in _dev_rows() if r.run_id == "DGXC25.04.01-H100-Llama3-70B-FP8-64")
     mapping = published_job(row)
-    assert mapping["stack"] == "nemo@24.07" and "recompute" not in mapping["parallel"]
+    assert mapping["stack"] == "nemo@25.04" and "recompute" not in mapping["parallel"]
     code, out, _ = run_cli("fit", write_job(mapping), "--format", "json")
     assert code == 0 and as_json(out)["fits"] is True
 

@@ -20,6 +20,7 @@ from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.launch.api import launchable
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.projection.profile import require_precision
@@ -277,6 +278,9 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     check_out(out_file, "export", (job_file, tune_file))
     base = load_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
+    job, changed = launchable(job, kind)  # what the target runs is what fit checks
+    for note in changed:
+        echo(f"primus: note: {note}", err=True)
     layout = None
     if fix is not None:
         job, layout = _fix(job, fix)

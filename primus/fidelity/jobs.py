@@ -34,6 +34,7 @@ from primus.memory.shapes import layout_for
 from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
 from primus.stacks.apply import pipeline_split
+from primus.stacks.schema import loss_kernels
 
 PRECISIONS: dict[str, tuple[str, str | None]] = {
     "bf16": ("bf16", None), "fp16": ("fp16", None), "fp8": ("fp8", ""), "fp8-block": ("fp8", "blockwise"),
@@ -222,7 +223,7 @@ def build(row: RunRow) -> RowJobs:
     keys = rule.job_keys(tp=tp, scaleup_domain=cluster_domain, is_moe=is_moe)
     if shipped is not None and shipped.settings.cross_entropy:  # the row's own options still win below
         ce = shipped.settings.cross_entropy
-        keys["kernels"].update(cross_entropy_fusion=ce == "fused", eager_cross_entropy=ce == "eager")
+        keys["kernels"].update(loss_kernels(ce))
         assumed.append(f"cross-entropy {ce} (the stack's recipe: {shipped.source})")
     model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,29 @@ def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, no
     return job_from_mapping(config.job, str(p), p.parent), config
 
 
+#: Megatron-LM's own launcher refuses Transformer Engine's fused cross-entropy; Megatron-Core (which
+#: Megatron-Bridge and NeMo drive) only warns, and AMD Primus's Megatron accepts it.
+TE_LOSS_REFUSED = ("NVIDIA/Megatron-LM d98e8a6 megatron/training/arguments.py lines 1697-1702 refuse "
+                   "--cross-entropy-fusion-impl te with --cross-entropy-loss-fusion ('stability issues')")
+
+
+def launchable(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
+    """The job as the target launches it, and why it differs: Megatron-LM runs a fused loss only with its
+    native kernel, which keeps one more bf16 logit tensor in the loss's backward than Transformer Engine's
+    in-place one, so the export is checked (and written) as that job."""
+    k = job.spec.kernels
+    if _kind(kind) != "megatron" or not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te"):
+        return job, ()
+    native = job.with_spec(kernels={**k.model_dump(), "cross_entropy_fusion_impl": "native"})
+    return native, (f"cross-entropy written as Megatron-Core's native fused kernel, not Transformer Engine's: "
+                    f"{TE_LOSS_REFUSED}; the native kernel keeps one more bf16 logit tensor in the loss's "
+                    "backward, and the export is checked as written",)
+
+
 def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:
     """A launch config for a job whose parallel axes are all pinned (or for `layout`, e.g. a completion
     found by `fit`). Settings the target rejects raise InputError; ones it cannot express are noted."""
+    job, notes = launchable(job, kind)
     if layout is None:
         try:
             layout = pinned_layout(job)
@@ -91,8 +112,8 @@ def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:
             free = exc.reason.split(" are free")[0]
             raise InputError(exc.where, exc.field, f"{free} are free: a launch config needs every axis; pin "
                              "them, export a tune result, or use --complete (fit's layout of most headroom)") from None
-    chosen = layout
-    return _EXPORTERS[_kind(kind)](job, chosen)
+    exported = _EXPORTERS[_kind(kind)](job, layout)
+    return replace(exported, notes=(*notes, *exported.notes)) if notes else exported
 
 
 def tune_job(path: str | Path) -> Job:

@@ -66,6 +66,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--overlap-param-gather", "true"), _a("--tp-comm-overlap", "true"),
     _a("--overlap-moe-expert-parallel-comm", "true"), _a("--attention-backend", "str"),
     _a("--use-flash-attn", "true"), _a("--cross-entropy-loss-fusion", "true"),
+    _a("--cross-entropy-fusion-impl", "str"),
     # architecture
     _a("--num-layers", "int"), _a("--hidden-size", "int"), _a("--ffn-hidden-size", "int"),
     _a("--num-attention-heads", "int"), _a("--group-query-attention", "true"), _a("--num-query-groups", "int"),
@@ -99,7 +100,8 @@ MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
     "moe_token_dispatcher_type": "allgather", "moe_use_legacy_grouped_gemm": False, "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False, "attention_backend": "auto",
-    "cross_entropy_loss_fusion": False, "account_for_embedding_in_pipeline_split": False,
+    "cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native",
+    "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False, "group_query_attention": False, "num_query_groups": 1,
     "make_vocab_size_divisible_by": 128, "position_embedding_type": "learned_absolute",
     "untie_embeddings_and_output_weights": False, "normalization": "LayerNorm", "swiglu": False,

@@ -154,7 +154,9 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     ns.update(overlap_grad_reduce=ov.grad_reduce, overlap_param_gather=gather, tp_comm_overlap=tp_comm,
               overlap_moe_expert_parallel_comm=ov.moe_a2a and m.is_moe,
               attention_backend="auto" if spec.kernels.flash_attention else "unfused",
-              cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion)
+              cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion,
+              cross_entropy_fusion_impl="te" if spec.kernels.cross_entropy_fusion
+              and spec.kernels.cross_entropy_fusion_impl == "te" else None)
     return ns, notes, written
 
 

@@ -121,8 +121,14 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
     backend = str(r.get("attention_backend"))
     if r.get("use_flash_attn"):
         backend = "flash" if backend == "auto" else backend
-    job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"),
-                      "cross_entropy_fusion": bool(r.get("cross_entropy_loss_fusion"))}
+    fused_loss = bool(r.get("cross_entropy_loss_fusion"))
+    impl = r.get("cross_entropy_fusion_impl")  # read either way: without the fusion it selects nothing
+    if impl not in ("native", "te"):
+        raise InputError(r.ctx.where, r.ctx.label("cross_entropy_fusion_impl"),
+                         f"must be native or te (Megatron-LM's choices), got {impl!r}")
+    job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"), "cross_entropy_fusion": fused_loss}
+    if fused_loss:
+        job["kernels"]["cross_entropy_fusion_impl"] = impl
     return job, r.consumed
 
 

@@ -74,6 +74,8 @@ class ActContext:
     numerics: Numerics
     flash_attention: bool = True
     cross_entropy_fusion: bool = False
+    #: the fused loss is Transformer Engine's, in place on the logits (KernelOptions.cross_entropy_fusion_impl)
+    cross_entropy_in_place: bool = False
     eager_cross_entropy: bool = False
     moe_capacity_factor: float | None = None
     moe_imbalance: float = 1.0
@@ -426,8 +428,15 @@ def loss_working_bytes(ctx: ActContext, padded_vocab: int) -> int:
     (torchtitan PR #996, 2025: its eager loss was the Llama-3-8B peak and chunking it saved 7.3 GiB).
     Across TP it runs under DTensor's `loss_parallel` on the vocabulary shards, whose log-softmax
     backward holds one more fp32 shard-sized temporary (three in all; tests/test_trace_loss.py measures
-    both forms with torch's MemTracker)."""
+    both forms with torch's MemTracker). Transformer Engine's fused cross-entropy
+    (`cross_entropy_fusion_impl: te`) has none: its forward writes the gradient over the kept logits and
+    its backward scales them in place; beside them it allocates, per token, the fp32 loss and its three
+    fp32 softmax statistics (max, sum of exponentials, target logit), and under TP those of every TP rank,
+    all-gathered (lines 285-315)."""
     logits = ctx.tokens * padded_vocab // ctx.tp
+    if ctx.cross_entropy_fusion and ctx.cross_entropy_in_place:
+        gathered = 3 * ctx.tp if ctx.tp > 1 else 0
+        return nbytes((1 + 3 + gathered) * ctx.tokens, FP32)
     if ctx.eager_cross_entropy and not ctx.cross_entropy_fusion:
         return (EAGER_LOSS_PARALLEL_BUFFERS if ctx.tp > 1 else EAGER_LOSS_BUFFERS) * nbytes(logits, FP32)
     return nbytes(logits, ctx.numerics.activation)

@@ -106,6 +106,7 @@ class MemoryModel:
             seq_len=spec.seq_len, mbs=layout.mbs, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp,
             numerics=self.numerics, flash_attention=spec.kernels.flash_attention,
             cross_entropy_fusion=spec.kernels.cross_entropy_fusion,
+            cross_entropy_in_place=spec.kernels.cross_entropy_fusion_impl == "te",
             eager_cross_entropy=spec.kernels.eager_cross_entropy,
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
             framework=spec.framework, recompute_modules=selective_modules(spec.parallel.recompute_modules),
@@ -205,7 +206,10 @@ class MemoryModel:
                           else "not applied (Megatron-Core offloads only at PP 1 without recompute)"))
         out.append("sequence parallel: norm/dropout regions split across TP" if layout.sp
                    else "no sequence parallel: norm/dropout regions replicated across TP")
-        out.append("cross-entropy fused: bf16 logits kept" if spec.kernels.cross_entropy_fusion
+        te_loss = spec.kernels.cross_entropy_fusion_impl == "te"
+        out.append(("cross-entropy fused (Transformer Engine, in place: the logits' gradient overwrites them): "
+                    "bf16 logits kept, no second logit tensor" if te_loss else "cross-entropy fused: bf16 logits kept")
+                   if spec.kernels.cross_entropy_fusion
                    else "eager PyTorch cross-entropy: fp32 log-softmax kept; its gradient and the logits' "
                         "fp32 gradient allocated in backward" if spec.kernels.eager_cross_entropy
                    else "unfused vocab-parallel cross-entropy: fp32 softmax over the padded vocab kept")

@@ -122,6 +122,12 @@ class KernelOptions(Spec):
 
     flash_attention: Bool = True
     cross_entropy_fusion: Bool = False
+    #: which fused cross-entropy runs (Megatron-Core's `cross_entropy_fusion_impl`): `native`, Megatron's
+    #: kernel, whose backward writes the logits' gradient into a new tensor; or `te`, Transformer Engine's
+    #: parallel_cross_entropy, which writes the gradient over the logits during the forward (TE v2.9
+    #: transformer_engine/pytorch/triton/cross_entropy.py lines 187 and 263: in place), so the loss
+    #: allocates no second logit-sized tensor. Read only with `cross_entropy_fusion`.
+    cross_entropy_fusion_impl: Literal["native", "te"] = "native"
     eager_cross_entropy: Bool = False
 
     @model_validator(mode="after")

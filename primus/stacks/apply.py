@@ -20,6 +20,7 @@ from typing import Any
 from primus.errors import InputError
 from primus.memory.activations import implied_selective
 from primus.stacks.core import Stack
+from primus.stacks.schema import loss_kernels
 
 ACCOUNTED = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
 
@@ -38,8 +39,7 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
                     "tp_comm": bool(v["tp_comm_overlap"]) and (tp is None or tp > 1),
                     "moe_a2a": bool(v["moe_a2a_overlap"]) and is_moe},
         # a compiled loss keeps neither the fused nor the eager buffers: the ledger's default form
-        "kernels": {"flash_attention": v["flash_attention"], "cross_entropy_fusion": ce == "fused",
-                    "eager_cross_entropy": ce == "eager"},
+        "kernels": {"flash_attention": v["flash_attention"], **loss_kernels(str(ce))},
         "moe": {"token_dispatcher": dispatcher(stack, scaleup_domain)},
     }
     selective = v["selective_recompute"]  # set only where it is not the framework's own mode
@@ -79,8 +79,8 @@ def apply_stack(stack: Stack, data: Mapping[str, Any], *, scaleup_domain: int) -
                             tp=tp if isinstance(tp, int) else None)
     kernels = data.get("kernels")
     if isinstance(kernels, Mapping) and ("cross_entropy_fusion" in kernels or "eager_cross_entropy" in kernels):
-        for key in ("cross_entropy_fusion", "eager_cross_entropy"):  # the job chose its loss
-            defaults["kernels"].pop(key)
+        for key in ("cross_entropy_fusion", "eager_cross_entropy"):  # the job chose its loss (a fused one
+            defaults["kernels"].pop(key)  # still runs the stack's kernel unless it names one)
     applied: list[str] = []
     merged = _under(defaults, data, "", applied)
     rule = sharding_rule(stack)

@@ -22,9 +22,17 @@ Label = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9]
 #: Kernel sets with a profile section (`stacks.<name>` in hardware/profiles) or the default one.
 Kernels = Literal["megatron-core-te", "pytorch-eager", "pytorch-compile"]
 #: How the loss is computed: Megatron's vocab-parallel cross-entropy (fp32 softmax kept), a fused
-#: cross-entropy (bf16 logits kept), PyTorch's eager F.cross_entropy over fp32 logits, or a loss compiled with
-#: the model (torch.compile; the ledger holds it as the vocab-parallel form).
-CrossEntropy = Literal["vocab_parallel", "fused", "eager", "compiled"]
+#: cross-entropy (bf16 logits kept; `fused` is Megatron-Core's native kernel, `fused_te` Transformer Engine's,
+#: which writes the gradient over the logits: cross_entropy_fusion_impl 'te'), PyTorch's eager
+#: F.cross_entropy over fp32 logits, or a loss compiled with the model (torch.compile; the ledger holds it
+#: as the vocab-parallel form).
+CrossEntropy = Literal["vocab_parallel", "fused", "fused_te", "eager", "compiled"]
+
+
+def loss_kernels(ce: str) -> dict[str, object]:
+    """The job's `kernels` keys for a stack's or a recipe's cross-entropy."""
+    return {"cross_entropy_fusion": ce in ("fused", "fused_te"), "eager_cross_entropy": ce == "eager",
+            "cross_entropy_fusion_impl": "te" if ce == "fused_te" else "native"}
 #: even: layers split evenly over PP x VP chunks; even_else_accounted: when they do not divide, the
 #: embedding and the loss count as layers (Megatron's account_for_*_in_pipeline_split), else an
 #: explicit layout with the extra layers off the first and last stages.
