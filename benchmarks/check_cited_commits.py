@@ -5,7 +5,9 @@
 Each GIT_DIR is a clone (bare or not) of a repository primus cites (NVIDIA/Megatron-LM, AMD-AGI/Primus,
 pytorch/torchtitan, ...). A cited hash is a word of 7 to 40 hexadecimal digits with at least one
 letter and one digit, in the files people read (README.md, docs/, the data folders, primus/ and tests/).
-Hashes of primus's own history count as found. Prints each hash found in none of the repositories
+Hashes of primus's own history count as found. A hash written as "Hugging Face revision HASH" is a
+model repository's revision on the Hugging Face Hub, which no git clone here holds (and nothing may be
+downloaded): it is listed apart, not looked up. Prints each other hash found in none of the repositories
 with the files that cite it, and exits 1 when there is one. Nothing here is timed.
 """
 
@@ -21,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 FOLDERS = ("README.md", "docs", "primus", "stacks", "hardware", "models", "constraints", "examples", "tests")
 SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml", ".csv", ".sh"}
 HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+HF_REVISION = re.compile(r"Hugging Face revision ([0-9a-f]{7,40})\b")
 
 
 def cited() -> dict[str, set[str]]:
@@ -41,9 +44,24 @@ def exists(git_dir: Path, commit: str) -> bool:
     return result.returncode == 0
 
 
+def hub_revisions() -> set[str]:
+    """Hashes cited as Hugging Face Hub revisions (not git commits of any repository here)."""
+    out: set[str] = set()
+    for name in FOLDERS:
+        root = REPO / name
+        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in SUFFIXES]
+        for path in files:
+            out.update(HF_REVISION.findall(path.read_text(encoding="utf-8", errors="replace")))
+    return out
+
+
 def main(argv: list[str]) -> int:
     repos = [REPO, *(Path(a) for a in argv)]
-    missing = {h: files for h, files in sorted(cited().items()) if not any(exists(r, h) for r in repos)}
+    hub = hub_revisions()
+    if hub:
+        print(f"{len(hub)} Hugging Face Hub revision(s), not git commits, not looked up: {', '.join(sorted(hub))}")
+    missing = {h: files for h, files in sorted(cited().items())
+               if h not in hub and not any(exists(r, h) for r in repos)}
     for commit, files in missing.items():
         print(f"{commit}: in none of the repositories; cited by {', '.join(sorted(files))}")
     print(f"{len(missing)} cited hash(es) not found in {len(repos)} repositories")

@@ -14,7 +14,15 @@ from primus.cli.project_cmd import project_cmd
 from primus.cli.solver_cmds import enumerate_cmd
 from primus.fidelity import ErrorBar, error_bar
 from primus.fidelity.errorbars import DATA
-from primus.fidelity.loso import BAR_QUANTILE, MIN_SOURCES, HeldOut, coverage, error_bar_table
+from primus.fidelity.loso import (
+    BAR_QUANTILE,
+    MIN_SOURCES,
+    HeldOut,
+    coverage,
+    error_bar_table,
+    held_from_rows,
+    out_of_band,
+)
 from primus.fidelity.stats import weighted_percentile
 
 
@@ -33,10 +41,14 @@ def test_fitted_accelerators_get_their_leave_one_source_out_bar() -> None:
 
 
 def test_groups_from_too_few_sources_are_widened_to_the_pooled_bar_and_say_so() -> None:
-    bar = error_bar("h200", False)  # 2 runs from one source
-    entry = _data()["accelerators"]["h200"]["dense"]
-    assert bar.fitted and "widened to the pooled dense bar" in bar.basis and entry["widened"]
-    assert bar.pct == _data()["pooled"]["dense"]["pct"] >= entry["own_pct"]
+    bar = error_bar("gb300", True)  # 9 MoE runs from two sources
+    entry = _data()["accelerators"]["gb300"]["moe"]
+    assert entry["sources"] < MIN_SOURCES
+    assert bar.fitted and "widened to the pooled moe bar" in bar.basis and entry["widened"]
+    assert bar.pct == _data()["pooled"]["moe"]["pct"] >= entry["own_pct"]
+    # one that is already wider than the pooled bar keeps its own (never narrowed): H200 dense, one source
+    h200 = _data()["accelerators"]["h200"]["dense"]
+    assert h200["sources"] < MIN_SOURCES and not h200.get("widened") and h200["pct"] > _data()["pooled"]["dense"]["pct"]
 
 
 def _held(source: str, errors: list[float], acc: str = "h100-80gb", moe: bool = False) -> list[HeldOut]:
@@ -45,7 +57,7 @@ def _held(source: str, errors: list[float], acc: str = "h100-80gb", moe: bool = 
 
 def test_each_source_weighs_the_same_in_a_bar() -> None:
     # one source of 8 runs within 2%, two sources of one run each at 30%: equal source weights put the
-    # 80th percentile at 30%, where counting runs would put it at 2%
+    # 68th percentile at 30%, where counting runs would put it at 2%
     held = _held("big", [1, 2, 1, 2, 1, 2, 1, 2]) + _held("a", [30]) + _held("b", [-30])
     assert error_bar_table(held)["accelerators"]["h100-80gb"]["dense"]["pct"] == 30.0
     assert weighted_percentile([1.0, 2.0, 3.0], [1.0, 1.0, 2.0], 50) == 2.0  # cumulative weight 2 of 4
@@ -67,12 +79,20 @@ def test_coverage_counts_each_source_against_bars_derived_without_it() -> None:
 
 
 def test_the_shipped_bars_cover_two_runs_in_three_of_a_new_source() -> None:
+    # issue 19: a p68 bar should cover 60-80% of a new source's runs, overall and in every group of >= 10
     cov = _data()["coverage"]
-    assert _data()["quantile"] == BAR_QUANTILE
+    assert _data()["quantile"] == BAR_QUANTILE == 68.0
     assert 60.0 <= cov["overall"]["pct"] <= 80.0
+    outside = {g["group"]: g for g in out_of_band(held_from_rows(_data()["held_out"]))}
     for key, c in cov.items():
-        if c["n"] >= 10:
+        if c["n"] >= 10 and key not in outside:
             assert 60.0 <= c["pct"] <= 80.0, key
+    # Not met for one group, named in docs/accuracy.md: A100 dense covers 93.9%, too wide, never too narrow.
+    # 25 of its 33 runs are MosaicML's; held out, they are judged by a bar resting on the 2 other A100
+    # sources (Korthikanti's 7 runs and BLOOM's 1, weighted equally), BLOOM's +21.9% run setting it
+    assert set(outside) == {"a100-80gb dense"}
+    a100 = outside["a100-80gb dense"]
+    assert a100["over"] and a100["source"] == "mosaicml" and a100["bar_sources"] < MIN_SOURCES
 
 
 def test_spec_derived_profiles_get_the_wider_stated_bar() -> None:

@@ -264,3 +264,20 @@ def test_llm_foundry_reduce_scatters_fp32_gradients(run_cli, write_job) -> None:
         doc = as_json(out)
         totals.append(doc["breakdown"].get("fsdp_comm", 0.0) + doc["hidden"].get("fsdp_comm", 0.0))
     assert totals[0] > totals[1] > 0
+
+
+def test_a_megatron_lm_of_2025_is_read_with_megatron_cores_defaults_not_the_2022_papers(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # Megatron Core 0.8.0 (core_v0.8.0 baf94af, 2024-08-12): TE flash attention, no recompute by default,
+    # the distributed optimizer as its MoE example launches it; the 2022.05 release is the papers' setup
+    stack = job_from_mapping({**BASE, "stack": "megatron-lm@2025.06"}, "t").resolved_stack
+    assert stack.release == "2024.08"
+    assert (stack.values["flash_attention"], stack.values["recompute"], stack.values["sharding"]) == (True, "none",
+                                                                                                      "dist_opt")
+    assert job_from_mapping({**BASE, "stack": "megatron-lm@2022.05"}, "t").resolved_stack.values["flash_attention"] \
+        is False
+    # Llama 3.1 70B on 64 H100, TP8 PP4 DP2 with SP and no recompute fits a 2025 Megatron-LM at 48.28 GiB
+    job = {"model": "llama3.1-70b", "hardware": "h100-80gb", "nodes": 8, "seq_len": 8192, "global_batch_size": 128,
+           "stack": "megatron-lm@2025.06",
+           "parallel": {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "sp": True, "recompute": "none", "sharding": "dist_opt"}}
+    code, out, _ = run_cli("fit", write_job(job), "--format", "json")
+    assert code == 0 and round(as_json(out)["peak_bytes"] / 2**30, 2) == 48.28

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from primus.fidelity.loso import held_from_rows, out_of_band
 from primus.fidelity.mbs_pairs import mbs_pairs
 from primus.fidelity.stats import percentile
 from primus.fidelity.validate import ValidationReport
@@ -113,10 +114,9 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
         *textwrap.wrap(
             "`primus.fidelity.error_bar(hardware, is_moe)` (shown by `primus project`, `primus enumerate --rank` and "
             f"as `error_bar_pct` on every `primus validate` row): the {q:.0f}th percentile of |held-out error| per "
-            "accelerator and dense/MoE, each source weighted equally (a new source is what a user is). The level is "
-            "the one at which the bars cover about two runs in three of a source they never saw: errors within a "
-            "source are correlated (a source misses by its own offset), so the 68th percentile of the held-out "
-            "errors covers fewer than 68% of a new source's runs. A group whose held-out runs come from fewer than 3 "
+            "accelerator and dense/MoE, each source weighted equally (a new source is what a user is), so that the "
+            "bars cover about two runs in three of a source they never saw (the coverage below measures it). A "
+            "group whose held-out runs come from fewer than 3 "
             "sources is widened to the pooled bar of its kind (never narrowed by it). Accelerators without a fitted "
             "profile (AMD's) get the spec-derived bar: the same percentile of the uncalibrated projection's error "
             "over every complete run.", 110),
@@ -144,6 +144,13 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
             if c is None or (key not in ("overall", "dense", "moe") and c["n"] < 10):
                 continue
             lines.append(f"| {key} | {c['inside']} | {c['n']} | {_f(c['pct'])} |")
+        for g in out_of_band(held_from_rows(bars["held_out"]), q) if bars.get("held_out") else []:
+            how = "too wide for these runs, never too narrow" if g["over"] else "too narrow"
+            lines += ["", *textwrap.wrap(
+                f"**{g['group']} is outside 60-80% ({_f(g['pct'])}%).** {g['source_runs']} of its {g['runs']} runs "
+                f"come from {g['source']}; held out, they are judged by a ±{_f(g['bar_pct'])}% bar resting on "
+                f"{g['bar_sources']} source(s), while their median |error| is {_f(g['median_abs_pct'])}%: the bar is "
+                f"{how}. Not adjusted: a group's bar rests on the sources that remain, weighted equally.", 110)]
         small = [k for k in cov if k not in ("overall", "dense", "moe") and cov[k]["n"] < 10]
         if small:
             lines += ["", *textwrap.wrap(f"Groups with fewer than 10 runs ({', '.join(sorted(small))}) are counted "

@@ -38,10 +38,11 @@ HF_TOKENIZERS: Final[dict[str, tuple[int, str]]] = {
     "deepseek-ai/deepseek-r1-distill-qwen-14b": (152064, _CONFIG),
     "deepseek-ai/deepseek-r1-distill-qwen-32b": (152064, _CONFIG),
     "thudm/glm-4-9b": (151552, "padded_vocab_size of THUDM/glm-4-9b's config.json"),
-    "nvidia/nemotron-mini-4b-instruct": (256000,
-                                         _CONFIG + " (huggingface.co/nvidia/Nemotron-Mini-4B-Instruct, b4d4a52)"),
+    "nvidia/nemotron-mini-4b-instruct": (256000, _CONFIG + " (huggingface.co/nvidia/Nemotron-Mini-4B-Instruct, "
+                                         "Hugging Face revision b4d4a52)"),
     "nvidia/minitron-4b-base": (256000, _CONFIG + " (huggingface.co/nvidia/Minitron-4B-Base)"),
-    "minimaxai/minimax-m2*": (200064, _CONFIG + " (MiniMaxAI/MiniMax-M2 35c5c79; M2.1 and M2.5 the same)"),
+    "minimaxai/minimax-m2*": (200064, _CONFIG + " (huggingface.co/MiniMaxAI/MiniMax-M2, Hugging Face revision "
+                                      "35c5c79; M2.1 and M2.5 the same)"),
 }
 _HF = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 
