@@ -15,7 +15,7 @@ from primus.job import job_from_mapping
 from primus.parallel import Layout, normalise
 from primus.projection.bound import ROUNDING, SpeedBound, pipeline_floor
 from primus.projection.ends import embedding_block, loss_block, mtp_block
-from primus.projection.ops import layer_block
+from primus.projection.ops import _attention, layer_block
 from primus.projection.placement import Placement
 from primus.projection.project import BLOCK_GROUPS, EXPERT_FREE, Projector, projector_for
 from primus.projection.timer import AnalyticTimer, MeasuredTimer
@@ -83,6 +83,43 @@ def test_the_group_bound_covers_every_layouts_own_bound(name):
         assert own(i) <= coarse[i], cands.layout(i)
     for i in range(0, cands.n, max(1, cands.n // 300)):
         assert own(i) == bounds.context_bound(cands.layout(i))
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_the_unsharded_bound_lies_between_the_group_bound_and_each_rows_own_bound(name):
+    """The level `primus project` refines the group bound to first: each row at its own micro-batch size
+    without its sharding's collectives. It is never above the group bound (the scaling argument) nor
+    below the row's own bound (FSDP's gathers and ZeRO-2's reduce-scatter only add time), and the rows
+    that shard nothing get exactly their own bound."""
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    bounds = SpeedBound(projector_for(job))
+    cands = Question(job).candidates
+    coarse = bounds.group_bounds(cands)
+    unsharded, own = bounds.unsharded_bounds(cands), bounds.row_bounds(cands)
+    tighter = 0
+    for i in range(cands.n):
+        assert own(i) <= unsharded(i) <= coarse[i], cands.layout(i)
+        tighter += unsharded(i) < coarse[i]
+        if cands.layout(i).sharding in ("none", "dist_opt"):
+            assert unsharded(i) == own(i)
+    assert tighter > 0
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_a_layers_attention_reads_neither_ep_nor_etp(name):
+    """`layer_block` builds a MoE layer's attention once per shape context for every EP and ETP (its
+    cache is keyed with EP = ETP = 1): the attention built in the layout's own context is the same."""
+    job = job_from_mapping(JOBS[name], "job.yaml")
+    proj = projector_for(job)
+    cands = Question(job).candidates
+    checked = 0
+    for i in range(0, cands.n, max(1, cands.n // 50)):
+        ctx = proj.context(normalise(cands.layout(i), is_moe=job.model.is_moe))
+        plain = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+        for window in (None, 128):
+            assert _attention(job.model, ctx, window) == _attention(job.model, plain, window)
+        checked += ctx != plain
+    assert checked > 0 or not job.model.is_moe
 
 
 def test_under_a_measured_timer_each_micro_batch_size_is_bounded_on_its_own():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -19,7 +20,7 @@ from primus.rules.expr import evaluate
 from primus.solver.api import Question
 from primus.solver.cpsat import ModelBuilder, new_solver
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
-from primus.solver.vector import Candidates, Enumerator
+from primus.solver.vector import Candidates, Enumerator, add_memory_columns
 
 JOBS = {
     "dense": {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 8192, "global_batch_size": 32},
@@ -142,3 +143,17 @@ def test_enumerator_and_cpsat_agree_on_the_most_headroom():
     solver = new_solver(60.0)
     assert solver.solve(m) == cp_model.OPTIMAL
     assert solver.value(built.memory["peak_bytes"]) == best.peak_bytes
+
+
+@pytest.mark.parametrize("name", ["moe", "fp8-mla-mtp", "listed-recompute"])
+def test_memory_columns_do_not_depend_on_the_order_of_the_rows(name):
+    """`add_memory_columns` evaluates the ledger once per run of rows that differ only in sharding; rows
+    in any order (runs broken up) get the very bytes they get in the enumerator's order."""
+    _, q, structural, _, _ = setup(name)
+    axes = {k: v for k, v in structural.cols.items() if not k.endswith("_bytes") and k != "peak_stage"}
+    shuffled = np.random.default_rng(0).permutation(structural.n)
+    again = Candidates({k: v[shuffled] for k, v in axes.items()})
+    add_memory_columns(q.tables, again)
+    for key in ("peak_bytes", "first_stage_bytes", "last_stage_bytes", "peak_stage", "weights_bytes",
+                "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes"):
+        assert np.array_equal(again.cols[key], structural.cols[key][shuffled]), key

@@ -191,10 +191,15 @@ def routed_tokens(model: ModelSpec, ctx: ActContext) -> int:
     all-gathered across ETP; scaled by the capacity factor when set, else by the imbalance knob."""
     local = ctx.tokens // ctx.sp_div
     base = local * model.topk * ctx.etp
-    factor = Fraction(ctx.moe_capacity_factor).limit_denominator(1000) if ctx.moe_capacity_factor \
-        else Fraction(ctx.moe_imbalance).limit_denominator(1000)
-    scaled = base * factor
-    return -(-scaled.numerator // scaled.denominator)
+    factor = _ratio(ctx.moe_capacity_factor or ctx.moe_imbalance)
+    return -(-(base * factor.numerator) // factor.denominator)  # ceil(base x factor), in integers
+
+
+@lru_cache(maxsize=64)
+def _ratio(x: float) -> Fraction:
+    """x as the nearest fraction with a denominator of at most 1000 (cached: `routed_tokens` runs for
+    every shape context the projection and the bounds cost)."""
+    return Fraction(x).limit_denominator(1000)
 
 
 def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:

@@ -274,6 +274,24 @@ class SpeedBound:
         """`upper_bound` of row i (its pipeline's bubble included): the level after `row_bounds`."""
         return lambda i: self.upper_bound(cands.layout(i))
 
+    def unsharded_bounds(self, cands: Candidates) -> Callable[[int], float]:
+        """`context_bound` of row i as if it did not shard (no FSDP gathers, no ZeRO-2 reduce-scatter),
+        at its own micro-batch size, evaluated once per distinct (context, recompute) among the rows
+        (lazily): the level between `group_bounds` and `row_bounds`. Sharding only adds exposed time
+        (`group_bounds`), so this covers every sharding, and it needs no placement of the
+        data-parallel groups, the key that multiplies FSDP's and ZeRO-2's bounds by every (DP, PP)."""
+        place = () if self.default_order else PLACEMENT_COLUMNS
+        _, first, ids = self._distinct(self._columns(cands, (*CONTEXT_COLUMNS, "recompute", *place)))
+        values: dict[int, float] = {}
+
+        def bound(i: int) -> float:
+            j = int(ids[i])
+            v = values.get(j)
+            if v is None:
+                v = values[j] = self.context_bound(replace(cands.layout(int(first[j])), sharding="none"))
+            return v
+        return bound
+
     def row_bounds(self, cands: Candidates) -> Callable[[int], float]:
         """`context_bound` of row i, evaluated once per distinct bound key among the rows (lazily)."""
         cols = self._columns(cands, (*CONTEXT_COLUMNS, "recompute", "sharding", *PLACEMENT_COLUMNS))

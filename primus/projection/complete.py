@@ -137,9 +137,9 @@ def complete_and_project(job: Job, profile: Profile | None = None, *, timer: Ker
         return best.with_completion(_describe(job, best.layout, 1))
     sb = SpeedBound(proj)
     top, scored, stop = best_first(
-        sb.group_bounds(cands).tolist(),
+        sb.group_bounds(cands),
         lambda i: proj.project(cands.layout(i), "fast", peak=(int(peaks[i]), True), explain=False).tokens_per_s_per_gpu,
-        RESIMULATE, refine=[sb.row_bounds(cands), sb.layout_bounds(cands)])
+        RESIMULATE, refine=[sb.unsharded_bounds(cands), sb.row_bounds(cands), sb.layout_bounds(cands)])
     finals = [proj.project(cands.layout(i), "auto", peak=(int(peaks[i]), True)) for _, i in top]
     fastest = min(p.step_time_s for p in finals)
     ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]

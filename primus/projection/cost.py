@@ -113,6 +113,11 @@ class _Tally:
         self.calls = [0] * N_CAT
         self.measured = [0] * N_CAT
 
+    def copy(self) -> _Tally:
+        out = _Tally()
+        out.v, out.calls, out.measured = list(self.v), list(self.calls), list(self.measured)
+        return out
+
     def add(self, cat: int, seconds: float, measured: bool, times: float = 1.0, launches: int = 1) -> float:
         """Add `times` × `seconds` to category `cat`; `launches`: the kernels the host issued for it."""
         t = seconds * times
@@ -166,12 +171,33 @@ def _memop_calls(op: MemOp, timer: KernelTimer) -> tuple[_Entry, _Entry]:
     return (cat, *timer.memory(MemoryCall(op.fwd_bytes))), (cat, *timer.memory(MemoryCall(op.bwd_bytes)))
 
 
+class Tallies:
+    """A block's exposed and hidden seconds before FSDP's collectives, the host's per-layer cost and the
+    launch floor (`block_tallies`): what every placement of FSDP's groups shares, so a projector keeps
+    one per block, context and block-group placement and `finish_cost` adds the rest per FSDP
+    placement."""
+
+    __slots__ = ("attn_f", "b", "core", "f", "hb", "hf", "kind", "modules", "op_recompute", "remat")
+
+    def __init__(self, kind: str, f: _Tally, b: _Tally, hf: list[float], hb: list[float], attn_f: float,
+                 core: float, modules: float, op_recompute: float, remat: float) -> None:
+        self.kind, self.f, self.b, self.hf, self.hb = kind, f, b, hf, hb
+        self.attn_f, self.core, self.modules, self.op_recompute, self.remat = attn_f, core, modules, op_recompute, remat
+
+
 def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], s: CostSettings,
                fsdp: tuple[float, float, bool] = (0.0, 0.0, False), memo: dict[object, Any] | None = None) -> BlockCost:
     """Cost one block. `fsdp`: (forward, backward) seconds of its FSDP parameter gathers and gradient
     reduce-scatters and whether they were measured, or zeros without FSDP. `memo`: the calls of each
     GEMM, attention, memory-bound op and collective already timed with this timer and these settings
     (blocks of different contexts and placements share many ops: a projector keeps one per job)."""
+    return finish_cost(block_tallies(block, timer, groups, s, memo), s, fsdp)
+
+
+def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], s: CostSettings,
+                  memo: dict[object, Any] | None = None) -> Tallies:
+    """Every kernel and collective of the block timed and tallied, with the TP, MoE, CP and re-gather
+    overlaps applied (`block_cost` without FSDP and the host floor)."""
     if memo is None:
         memo = {}
     f, b = _Tally(), _Tally()
@@ -286,13 +312,22 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
             hide = min(pooled[EP], s.ep_overlap * compute) * (1.0 - s.interference)
             tally.v[EP] -= hide
             hidden[EP] += hide
+    core_attn = attn_f + cp_exposed_f if "core_attn" in mods else 0.0
+    return Tallies(block.kind, f, b, hf, hb, attn_f + cp_exposed_f, core_attn, modules, op_recompute, remat)
+
+
+def finish_cost(tallies: Tallies, s: CostSettings, fsdp: tuple[float, float, bool] = (0.0, 0.0, False)) -> BlockCost:
+    """The block's cost from its tallies (left unchanged): FSDP's gathers and reduce-scatters hidden
+    behind `s.fsdp_overlap` of the compute, the host's per-MoE-layer cost and the launch floor."""
+    f, b = tallies.f.copy(), tallies.b.copy()
+    hf, hb = list(tallies.hf), list(tallies.hb)
     for tally, hidden, t in ((f, hf, fsdp[0]), (b, hb, fsdp[1])):
         if t > 0:
             compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
             hide = min(t, s.fsdp_overlap * compute) * (1.0 - s.interference)
             tally.add(FSDP, t - hide, fsdp[2])
             hidden[FSDP] += hide
-    if block.kind == "moe" and s.moe_host > 0:
+    if tallies.kind == "moe" and s.moe_host > 0:
         f.add(HOST, s.moe_host, False)
     if s.launch > 0:  # the host issues every kernel: a block cannot run faster than its launches
         for tally in (f, b):
@@ -301,6 +336,5 @@ def block_cost(block: Block, timer: KernelTimer, groups: dict[str, GroupShape], 
                 tally.v[HOST] += floor
     calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
     measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
-    core_attn = attn_f + cp_exposed_f if "core_attn" in mods else 0.0
-    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), core_attn + modules, calls, measured,
-                     op_recompute, attn_f + cp_exposed_f + remat)
+    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), tallies.core + tallies.modules, calls, measured,
+                     tallies.op_recompute, tallies.attn_f + tallies.remat)

@@ -23,7 +23,7 @@ flash-attention backward's five matmuls), so the inventory is written once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus.memory.activations import ActContext, routed_tokens
@@ -290,6 +290,13 @@ def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Bloc
     return Block("attention", tuple(gemms), (), tuple(mem), comms) + core
 
 
+@lru_cache(maxsize=4096)
+def _attention_block(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
+    """`_attention`, cached: it reads neither EP nor ETP, so a layer's attention is built once for every
+    expert layout of its shape context (callers pass EP = ETP = 1)."""
+    return _attention(model, ctx, window)
+
+
 def _attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
     return _mla_attention(model, ctx, window) if model.multi_latent_attention else \
         _standard_attention(model, ctx, window)
@@ -376,7 +383,8 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
 def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None = None) -> Block:
     """One decoder layer ("dense" or "moe") for one microbatch on one rank."""
     mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
-    b = _attention(model, ctx, window) + mlp
+    plain = ctx if ctx.ep == 1 and ctx.act.etp == 1 else replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+    b = _attention_block(model, plain, window) + mlp
     if model.norm_placement == "sandwich":  # Gemma 2/3: a norm on each sublayer's output as well
         b = b + Block(kind, memops=tuple(norm_op(name, ctx.Tn, model.hidden_size, ctx, fused_cast=False)
                                          for name in ("post_attention_layernorm", "post_mlp_layernorm")))

@@ -32,7 +32,7 @@ from primus.memory.recompute import recomputed_mask, selective_modules
 from primus.memory.shapes import split_layout
 from primus.memory.units import act_units, param_units
 from primus.parallel import Layout, normalise
-from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, block_cost
+from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, Tallies, block_tallies, finish_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.offload import offloaded_bytes, with_offload
 from primus.projection.ops import ACT, Block, OpContext, layer_block
@@ -121,6 +121,7 @@ class Projector:
             self.selective = "core_attention"  # as the ledger keeps it (MLA)
         self.op_sac = self.selective == "op_level"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
+        self._tallies: dict[tuple[Any, ...], Tallies] = {}
         self._blocks: dict[tuple[str, int], tuple[Block, tuple[str, ...], int]] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
@@ -161,27 +162,38 @@ class Projector:
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
         # a block's cost depends on its shape context and on the placement of the groups it talks on
         # (its collectives' groups; with FSDP also the gather groups), not on the rest of the layout
+        # (FSDP's gathers are added to the block's tallies, which are cached without them)
         block, names, cid = self._block_entry(key, ctx, self._intern(ctx))
         fsdp_on = layout.sharding == "fsdp"
-        names += FSDP_GROUPS if fsdp_on else ()
-        ck = (key, cid, self._intern(tuple(groups[g] for g in names)), fsdp_on)
+        bk = (key, cid, self._intern(tuple(groups[g] for g in names)))
+        ck = (*bk, self._intern(tuple(groups[g] for g in FSDP_GROUPS)) if fsdp_on else -1)
         cost = self._costs.get(ck)
         if cost is not None:
             return cost
+        tallies = self._tallies.get(bk)
+        if tallies is None:
+            tallies = self._tallies[bk] = block_tallies(block, self.timer, groups, self.cost_settings, self._op_calls)
         fsdp = (0.0, 0.0, False)
         if layout.sharding == "fsdp":  # per block: gather bf16 weights (forward and backward), scatter grads
             pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
             dense, expert = block_params(pu, key, self.tied)
             shards = [(p, grp) for p, grp in ((dense, groups["dp_cp"]), (expert, groups["edp"])) if p]
-            gathers = [self.timer.collective(CollectiveCall("all_gather", p * ACT, grp)) for p, grp in shards]
-            scatters = [self.timer.collective(CollectiveCall("reduce_scatter", p * self.widths.grad, grp))
+            gathers = [self._collective(CollectiveCall("all_gather", p * ACT, grp)) for p, grp in shards]
+            scatters = [self._collective(CollectiveCall("reduce_scatter", p * self.widths.grad, grp))
                         for p, grp in shards]
             gather = sum(t.seconds for t in gathers)
             measured = bool(shards) and all(t.measured for t in gathers + scatters)
             fsdp = (gather, gather + sum(t.seconds for t in scatters), measured)
-        cost = block_cost(block, self.timer, groups, self.cost_settings, fsdp, self._op_calls)
+        cost = finish_cost(tallies, self.cost_settings, fsdp)
         self._costs[ck] = cost
         return cost
+
+    def _collective(self, call: CollectiveCall) -> Any:
+        """The timer's answer for one collective call, memoised (FSDP's gathers repeat across blocks)."""
+        timed = self._op_calls.get(call)
+        if timed is None:
+            timed = self._op_calls[call] = self.timer.collective(call)
+        return timed
 
     def block(self, key: str, ctx: OpContext) -> Block:
         """The ops of one block kind in one shape context (cached: every placement of that context
