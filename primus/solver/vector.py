@@ -299,38 +299,37 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
     comm = communicators(p["tp"], p["cp"], p["dp"], p["pp"], p["ep"], p["etp"], p["edp"], model.is_moe) \
         * tables.comm_figure()
     mem = tables.memory
-    slot_bytes = np.zeros((num_slots, n), dtype=np.int64)
-    slot_parts = {k: np.zeros((num_slots, n), dtype=np.int64) for k in BREAKDOWN_KEYS}
     width = len(SHAPE_FIELDS)
+    shapes = [_view(StageShape, SHAPE_FIELDS, shape_table, s * width) for s in range(num_slots)]
+    heads_n = len(heads)
+    span = np.arange(heads_n)
+    names = ("peak_bytes", "first_stage_bytes", "last_stage_bytes", *(f"{k}_bytes" for k in BREAKDOWN_KEYS),
+             "peak_stage")
+    out = {name: np.zeros(n, dtype=np.int64) for name in names}
     sharding = c["sharding"]
-    by_sharding = []
     for k in range(len(SHARDINGS)):
         rows = np.flatnonzero(sharding == k)
-        if len(rows):
-            by_sharding.append((k, rows, parent[rows]))
-    for s in range(num_slots):
-        shape = _view(StageShape, SHAPE_FIELDS, shape_table, s * width)
-        for k, rows, of_row in by_sharding:
-            result = combine(shape, pu, au, mem.widths, mem.numerics, SHARDINGS[k], p["dp"] * p["cp"], p["edp"], comm)
-            slot_bytes[s, rows] = result.bytes[of_row]
-            for key in BREAKDOWN_KEYS:
-                part = result.breakdown[key]
-                slot_parts[key][s, rows] = part[of_row] if np.ndim(part) else part
-    c["peak_bytes"] = slot_bytes.max(axis=0)
-    c["first_stage_bytes"] = slot_bytes[0]
-    if tables.options.layout is not None:
-        last_slot = c["pp"] - 1
-        c["last_stage_bytes"] = slot_bytes[last_slot, np.arange(n)]
-    else:
-        c["last_stage_bytes"] = slot_bytes[num_slots - 1]
-    for key in BREAKDOWN_KEYS:
-        c[f"{key}_bytes"] = slot_parts[key].max(axis=0)
-    slot = slot_bytes.argmax(axis=0)
-    if tables.options.layout is not None:
-        c["peak_stage"] = slot.astype(np.int64)
-    else:  # slots are stages (0, min(1, PP-1), PP-1)
-        pp = c["pp"]
-        c["peak_stage"] = np.where(slot == 0, 0, np.where(slot == 1, np.minimum(1, pp - 1), pp - 1))
+        if not len(rows):
+            continue
+        results = [combine(shape, pu, au, mem.widths, mem.numerics, SHARDINGS[k], p["dp"] * p["cp"], p["edp"], comm)
+                   for shape in shapes]
+        slot_bytes = np.stack([np.broadcast_to(r.bytes, (heads_n,)) for r in results])
+        slot = slot_bytes.argmax(axis=0)
+        if tables.options.layout is not None:
+            last = slot_bytes[p["pp"] - 1, span]
+            stage = slot
+        else:  # slots are stages (0, min(1, PP-1), PP-1)
+            last = slot_bytes[num_slots - 1]
+            stage = np.where(slot == 0, 0, np.where(slot == 1, np.minimum(1, p["pp"] - 1), p["pp"] - 1))
+        per_head = {"peak_bytes": slot_bytes.max(axis=0), "first_stage_bytes": slot_bytes[0],
+                    "last_stage_bytes": last, "peak_stage": stage}
+        for key in BREAKDOWN_KEYS:
+            per_head[f"{key}_bytes"] = np.stack([np.broadcast_to(r.breakdown[key], (heads_n,))
+                                                 for r in results]).max(axis=0)
+        of_row = parent[rows]
+        for name in names:
+            out[name][rows] = per_head[name][of_row]
+    c.update(out)
 
 
 def field_names(cls: type) -> tuple[str, ...]:
