@@ -128,7 +128,8 @@ class SpeedBound:
         if sums is None:
             proj = self.proj
             ctx, groups = proj.context(layout), proj.groups(layout)
-            costs = self._cost_cache[key] = {k: proj.block_cost(k, layout, ctx, groups) for k in self.items}
+            cid = proj.context_id(ctx)
+            costs = self._cost_cache[key] = {k: proj.block_cost(k, layout, ctx, groups, cid) for k in self.items}
             sums = self._sum_cache[key] = (
                 sum(n * (costs[k].fwd_total + costs[k].bwd_total) for k, n in self.items.items()),
                 sum(n * costs[k].fwd_total for k, n in self.decoder.items()),

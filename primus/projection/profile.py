@@ -178,10 +178,15 @@ class OverlapParams(Spec):
 #: "Making Deep Learning Go Brrrr From First Principles", 2022, section Overhead; PyTorch's own op
 #: microbenchmarks put a tiny CUDA op at about 10 us); 10 us is the floor one kernel costs a step.
 KERNEL_LAUNCH_US = 10.0
-#: Per-step host work the GPU waits for, when a profile does not say: Megatron's optimizer step
-#: synchronises twice with the host (found-inf check and gradient-norm `.item()`), launches Adam and the
-#: norm as multi-tensor kernels, zeroes the gradient buffers and reduces the loss for logging: about 3
-#: host round trips of ~20 us plus ~40 launches of ~10 us, 0.5 ms in all (an estimate from those counts).
+#: Per-step host work the GPU waits for, when a profile does not say, derived from op counts and the
+#: per-op dispatch cost: Megatron-Core's distributed optimizer (NVIDIA/Megatron-LM d98e8a64dd) issues one
+#: gradient cast per parameter tensor (`_copy_model_grads_to_main_grads`) and one parameter copy per tensor
+#: (`_copy_main_params_to_model_params`); the gradient-norm clip reads the all-reduced norm with `.item()`
+#: (`clip_grads.get_grad_norm_fp32`), a device-to-host synchronisation that drains the stream, so what
+#: follows cannot hide behind earlier kernels; then a multi-tensor scale, Adam per parameter group (2),
+#: the loss's all-reduce for logging and the gradient-buffer zeroing. A 2-layer Llama-style model (15
+#: tensors) issues 2 x 15 + 8 = 38 ops at 5-25 us each (He 2022; `KERNEL_LAUNCH_US` takes 10): 0.19-0.95 ms,
+#: 0.38 ms at 10 us; 0.5 ms lies in that range (not fitted).
 STEP_US = 500.0
 
 
@@ -193,8 +198,10 @@ def _launch_default() -> Param:
 
 def _step_default() -> Param:
     return Param(value=STEP_US, unit="us of host work per step",
-                 source="default STEP_US (primus/projection/profile.py): optimizer-step synchronisations "
-                        "(found-inf, gradient norm), multi-tensor launches, gradient zeroing, loss reduction")
+                 source="default STEP_US (primus/projection/profile.py): the 38 host-issued ops of Megatron-Core's "
+                        "step for a 2-layer model (per-tensor gradient casts and parameter copies, the gradient-norm "
+                        ".item() synchronisation, multi-tensor scale and Adam, loss reduction, gradient zeroing) at "
+                        "5-25 us each (He 2022); 0.5 ms lies in that range")
 
 
 class HostParams(Spec):

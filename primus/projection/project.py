@@ -122,6 +122,7 @@ class Projector:
         self.op_sac = self.selective == "op_level"
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._tallies: dict[tuple[Any, ...], Tallies] = {}
+        self._plain: dict[int, tuple[OpContext, int]] = {}  # context id -> the context with EP = ETP = 1
         self._blocks: dict[tuple[str, int], tuple[Block, tuple[str, ...], int]] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
@@ -159,11 +160,13 @@ class Projector:
                          self.low, spec.moe.token_dispatcher,
                          per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te")
 
-    def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape]) -> BlockCost:
+    def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
+                   cid: int | None = None) -> BlockCost:
         # a block's cost depends on its shape context and on the placement of the groups it talks on
         # (its collectives' groups; with FSDP also the gather groups), not on the rest of the layout
-        # (FSDP's gathers are added to the block's tallies, which are cached without them)
-        block, names, cid = self._block_entry(key, ctx, self._intern(ctx))
+        # (FSDP's gathers are added to the block's tallies, which are cached without them); `cid`:
+        # `context_id(ctx)` when the caller costs several blocks of one context
+        block, names, cid = self._block_entry(key, ctx, self._intern(ctx) if cid is None else cid)
         fsdp_on = layout.sharding == "fsdp"
         bk = (key, cid, self._intern(tuple(groups[g] for g in names)))
         ck = (*bk, self._intern(tuple(groups[g] for g in FSDP_GROUPS)) if fsdp_on else -1)
@@ -195,6 +198,11 @@ class Projector:
             timed = self._op_calls[call] = self.timer.collective(call)
         return timed
 
+    def context_id(self, ctx: OpContext) -> int:
+        """A small integer standing for the context (hashing a context is slow; pass this to
+        `block_cost` when costing several blocks of it)."""
+        return self._intern(ctx)
+
     def block(self, key: str, ctx: OpContext) -> Block:
         """The ops of one block kind in one shape context (cached: every placement of that context
         shares them)."""
@@ -209,8 +217,11 @@ class Projector:
         if entry is None:
             kind, _, windowed = key.partition(":")
             if kind in EXPERT_FREE and (ctx.ep != 1 or ctx.act.etp != 1):
-                plain = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
-                entry = self._blocks[bk] = self._block_entry(key, plain, self._intern(plain))
+                plain = self._plain.get(cid)
+                if plain is None:
+                    ctx1 = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+                    plain = self._plain[cid] = (ctx1, self._intern(ctx1))
+                entry = self._blocks[bk] = self._block_entry(key, *plain)
                 return entry
             if kind == "embedding":
                 block = embedding_block(self.model, ctx)
@@ -262,12 +273,13 @@ class Projector:
                                  self.recompute_layer_ids) if layout.recompute == "full" else ()
                  for c in range(len(keys))]
 
-        def cost(key: str) -> BlockCost:
-            return self.block_cost(key, layout, ctx, groups)
-
         chunks: list[ChunkWork] = []
         fsdp_on = layout.sharding == "fsdp"
         ctx_id, gid = self._intern(ctx), self.group_id(groups)
+
+        def cost(key: str) -> BlockCost:
+            return self.block_cost(key, layout, ctx, groups, ctx_id)
+
         # a chunk's work is its blocks' costs: the same wherever the groups blocks do not talk on sit
         bid = self._intern(tuple(groups[g] for g in BLOCK_GROUPS + (FSDP_GROUPS if fsdp_on else ())))
         for (kid, ks), mask in zip(keys, masks, strict=True):
