@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from primus.cli.launch_cmds import import_cmd, job_or_launch
+from primus.cli.launch_cmds import import_cmd
+from primus.cli.launch_opts import job_or_launch
 from primus.errors import InputError
 from primus.launch import import_launch, load_launch_job
 from primus.solver.api import Question

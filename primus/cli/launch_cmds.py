@@ -16,20 +16,20 @@ import click
 import yaml
 
 from primus.cli.common import Negative, format_option, guarded, stack_option
+from primus.cli.launch_opts import COUNT, ROOT_HELP
 from primus.cli.output import echo, emit_json
 from primus.errors import InputError
-from primus.job import Job, job_from_mapping, load_job
-from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, load_launch_job, tune_job
+from primus.job import Job, load_job
+from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
 from primus.launch.api import launchable
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
-from primus.projection.profile import require_precision
 from primus.report.owned import check_replaceable, replace_file
 from primus.safe_text import escape_controls
 from primus.specs.job import Fp8Recipe, Precision, Recompute, Sharding
 
 F = TypeVar("F", bound=Callable[..., Any])
-_COUNT = click.IntRange(1, 1_000_000)
+
 
 
 def write_atomically(path: str, text: str, command: str, inputs: tuple[str | None, ...]) -> None:
@@ -68,58 +68,7 @@ def report(config: LaunchConfig) -> None:
         echo(f"  note: {note}", err=True)
 
 
-# ---- --from on fit / memory / project -------------------------------------------------------------
-
-
-_ROOT_KEY = "primus.launch.primus_root"
-_ROOT_HELP = ("The AMD Primus checkout whose primus/configs/models/megatron/ holds the experiment's model file "
-              "(default: found above the experiment file).")
-
-
-def _keep_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    ctx.meta[_ROOT_KEY] = value
-
-
-def launch_options(fn: F) -> F:
-    """``--from KIND FILE`` with ``--hardware`` and ``--nodes``/``--gpus`` for what the file leaves out,
-    and ``--primus-root`` for a Primus experiment's model file (kept in the click context, so the
-    commands need no parameter for it)."""
-    fn = click.option("--primus-root", type=click.Path(file_okay=False), default=None, expose_value=False,
-                      callback=_keep_root, help="With --from primus: " + _ROOT_HELP)(fn)
-    fn = stack_option(fn)
-    fn = click.option("--gpus", "launch_gpus", type=_COUNT, default=None,
-                      help="With --from: the world size in GPUs, when the file does not give it.")(fn)
-    fn = click.option("--nodes", "launch_nodes", type=_COUNT, default=None,
-                      help="With --from: the number of nodes, when the file does not give it.")(fn)
-    fn = click.option("--hardware", "launch_hardware", default=None, metavar="HW",
-                      help="With --from: the accelerator (catalog name or file), when the file does not name it.")(fn)
-    fn = click.option("--from", "launch_from", nargs=2, type=(click.Choice(KINDS), click.Path(dir_okay=False)),
-                      default=None, metavar="KIND FILE",
-                      help="Read the job from a launch config: megatron (argument line), primus (experiment "
-                           "YAML) or torchtitan (TOML). Unmodelled options are listed on stderr.")(fn)
-    return fn
-
-
-def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, hardware: str | None,
-                  nodes: int | None, gpus: int | None, stack: str | None = None) -> Job:
-    """The job of a JOB_FILE argument or of ``--from KIND FILE`` (exactly one)."""
-    if (job_file is None) == (launch_from is None):
-        raise InputError("command line", None, "give a job file or --from KIND FILE (exactly one)")
-    if job_file is not None:
-        if hardware is not None or nodes is not None or gpus is not None:
-            raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
-        job = load_job(job_file, stack)
-    else:
-        assert launch_from is not None
-        ctx = click.get_current_context(silent=True)
-        root = ctx.meta.get(_ROOT_KEY) if ctx is not None else None
-        job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
-                                      primus_root=root)
-        report(config)
-        if stack is not None:
-            job = job_from_mapping(config.job, job.where, job.base_dir, stack)
-    require_precision(job)
-    return job
+# ---- --from on fit / memory / project: primus.cli.launch_opts (light, so those commands load no importer)
 
 
 # ---- primus import ---------------------------------------------------------------------------------
@@ -140,9 +89,9 @@ def job_yaml(config: LaunchConfig) -> str:
               help="With --from torchtitan: a config_registry.py (torchtitan after #2386), read, never run.")
 @click.option("--config", "config_name", default=None, help="With --config-registry: the config function's name.")
 @click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
-@click.option("--nodes", type=_COUNT, default=None, help="Number of nodes, when the file does not give it.")
-@click.option("--gpus", type=_COUNT, default=None, help="Number of GPUs, when the file does not give it.")
-@click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=_ROOT_HELP)
+@click.option("--nodes", type=COUNT, default=None, help="Number of nodes, when the file does not give it.")
+@click.option("--gpus", type=COUNT, default=None, help="Number of GPUs, when the file does not give it.")
+@click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=ROOT_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               callback=lambda _ctx, _param, value: None if value == "-" else value,
               help="Write the job here (atomically) instead of stdout ('-' is stdout).")
@@ -243,8 +192,8 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
                    "sets (e.g. a pipeline layout string).")
 @click.option("--model", default=None, help="Model (without a job file), or a replacement.")
 @click.option("--hardware", default=None, help="Accelerator (without a job file), or a replacement.")
-@click.option("--nodes", type=_COUNT, default=None)
-@click.option("--gpus", type=_COUNT, default=None)
+@click.option("--nodes", type=COUNT, default=None)
+@click.option("--gpus", type=COUNT, default=None)
 @click.option("--seq-len", "seq_len", type=click.IntRange(1, 16_777_216), default=None)
 @click.option("--global-batch-size", "global_batch_size", type=click.IntRange(1, 100_000_000), default=None)
 @click.option("--precision", type=click.Choice(list(get_args(Precision))), default=None)

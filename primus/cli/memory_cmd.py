@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.launch_cmds import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options
 from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
 from primus.memory.evaluate import MemoryModel, MemoryReport, pinned_layout
 from primus.memory.ledger import BREAKDOWN_KEYS

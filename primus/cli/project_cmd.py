@@ -8,7 +8,7 @@ import click
 
 from primus import api
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.launch_cmds import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options
 from primus.cli.output import emit_json, gib, lit, stdout_console, table
 from primus.fidelity.errorbars import ErrorBar
 from primus.measure.measured_profile import MeasuredProfile

@@ -9,7 +9,7 @@ import click
 
 from primus import api
 from primus.cli.common import Negative, format_option, guarded, stack_option
-from primus.cli.launch_cmds import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_console, stdout_console, table
 from primus.job import load_job
