@@ -291,6 +291,12 @@ def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Bloc
 
 
 @lru_cache(maxsize=4096)
+def _mlp_block(model: ModelSpec, kind: str, ctx: OpContext) -> Block:
+    """A layer's MLP (MoE or dense), cached: layers with and without a sliding window share it."""
+    return _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
+
+
+@lru_cache(maxsize=4096)
 def _attention_block(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
     """`_attention`, cached: it reads neither EP nor ETP, so a layer's attention is built once for every
     expert layout of its shape context (callers pass EP = ETP = 1)."""
@@ -382,7 +388,7 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
 @lru_cache(maxsize=4096)
 def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None = None) -> Block:
     """One decoder layer ("dense" or "moe") for one microbatch on one rank."""
-    mlp = _moe_mlp(model, ctx) if kind == "moe" else _dense_mlp(model, ctx)
+    mlp = _mlp_block(model, kind, ctx)
     plain = ctx if ctx.ep == 1 and ctx.act.etp == 1 else replace(ctx, ep=1, act=replace(ctx.act, etp=1))
     b = _attention_block(model, plain, window) + mlp
     if model.norm_placement == "sandwich":  # Gemma 2/3: a norm on each sublayer's output as well
