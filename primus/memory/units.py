@@ -104,9 +104,15 @@ class ActUnits:
     work_loss: int
 
 
-@lru_cache(maxsize=8192)
 def act_units(model: ModelSpec, ctx: ActContext, recompute: str, padded_vocab: int) -> ActUnits:
-    kept = "selective" if recompute == "selective" else "none"
+    """Activation units per layer kind under a recompute mode. Only what a layer keeps depends on it
+    (selective drops the recomputed tensors; full and none keep everything and differ in the stage
+    shapes, which count checkpoints and rematerialised layers), so full and none share one entry."""
+    return _act_units(model, ctx, "selective" if recompute == "selective" else "none", padded_vocab)
+
+
+@lru_cache(maxsize=8192)
+def _act_units(model: ModelSpec, ctx: ActContext, kept: str, padded_vocab: int) -> ActUnits:
     has_dense = model.has_dense_layers
     has_moe = model.num_moe_layers > 0
     dense = layer_bytes(model, "dense", ctx, kept) if has_dense else 0

@@ -40,10 +40,14 @@ ZeRO-2 reduce-scatters gradients on every microbatch's backward (`tail.py`), whi
 rank's work; `_zero2` adds a floor on it (under the analytic timer), so a layout that waits seconds on
 its gradients is ruled out without projecting it.
 
+Between the two, `unsharded_bounds` bounds each row at its own MBS without its sharding's collectives
+(FSDP's gathers and ZeRO-2's reduce-scatter only add time): one evaluation per (context, recompute), no
+placement, which rules out most FSDP and ZeRO-2 rows before their placed keys are costed.
+
 `primus.solver.search.best_first` scores layouts in decreasing order of the coarse bound, refines a
-layout to its own bound before projecting it, and stops when every remaining bound falls below the
-k-th best score found: the same k best an exhaustive scoring would return (ties keep the given
-order). `primus project` (free axes) and `fit`'s suggestions use it; `tune` shares it (`speed_of`).
+layout through the unsharded and its own bound before projecting it, and stops when every remaining
+bound falls below the k-th best score found: the same k best an exhaustive scoring would return (ties
+keep the given order). `primus project` (free axes) and `fit`'s suggestions use it; `tune` shares it (`speed_of`).
 """
 
 from __future__ import annotations
