@@ -55,11 +55,13 @@ def test_the_bound_is_never_below_the_projection(data):
     assert speed is not None
     bounds = SpeedBound(projector_for(job))
     coarse = bounds.group_bounds(cands)
+    unsharded = bounds.unsharded_bounds(cands)
     for i in range(0, cands.n, max(1, cands.n // 300)):
         layout = cands.layout(i)
         fine = bounds.upper_bound(layout)
         tokens = speed(layout, int(cands.cols["peak_bytes"][i]))
-        assert tokens <= fine * (1 + 1e-12) and fine <= coarse[i] * (1 + 1e-12), layout
+        assert tokens <= fine * (1 + 1e-12) and fine <= unsharded(i) * (1 + 1e-12), layout
+        assert unsharded(i) <= coarse[i] * (1 + 1e-12), layout
 
 
 @pytest.mark.parametrize("parallel", [
