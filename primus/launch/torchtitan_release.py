@@ -26,6 +26,15 @@ STACK: Final = "torchtitan"
 
 #: Key (dotted; a trailing "." is a section) -> (day it was removed or renamed, the change).
 UNTIL: Final[dict[str, tuple[str, str]]] = {
+    "training.enable_fp8_linear": ("2024-07-17", "#466 renamed it training.enable_float8_linear"),
+    "training.enable_float8_linear": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_input": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_weight": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_grad_output": ("2024-07-30", "#496 moved it to [float8]"),
+    "float8.scaling_type_input": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.scaling_type_weight": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.scaling_type_grad_output": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.enable_float8_linear": ("2025-02-15", "#823 replaced it by model.converters = [\"float8\"]"),
     "training.tensor_parallel_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
     "training.data_parallel_shard_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
     "training.data_parallel_replicate_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
