@@ -20,7 +20,8 @@ multi-line strings (``MODEL_ARGS=" \\ --num-layers 36 \\ ..."``) and line contin
 - nothing is executed: a command substitution ``$(...)`` or a backtick is reported as unresolved with
   its line, and stands in the expanded words as one opaque word (`Script.substitution_in` finds it,
   `Script.restore` writes it back as the file spells it), so ``TP=$(echo 4)`` is never word-split into
-  ``$(echo`` and ``4)`` and a reader can say which value came from it; variables the file never sets stay as written (``$DATA_PATH``), except
+  ``$(echo`` and ``4)`` and a reader can say which value came from it; variables the file never sets
+  stay as written (``$DATA_PATH``), except
   in a test, where an unset variable is empty, as in a fresh shell.
 """
 
