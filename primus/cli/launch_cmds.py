@@ -21,7 +21,7 @@ from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
-from primus.launch.api import launchable
+from primus.launch.api import launchable, with_stack
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.report.owned import check_replaceable, replace_file
@@ -96,9 +96,13 @@ def job_yaml(config: LaunchConfig) -> str:
               callback=lambda _ctx, _param, value: None if value == "-" else value,
               help="Write the job here (atomically) instead of stdout ('-' is stdout).")
 @format_option("yaml", "json", default="yaml")
+@click.option("--stack", "stack", default=None, metavar="NAME[@RELEASE]",
+              help="The framework and release the imported job runs on (replaces the stack the import chooses; "
+                   "see `primus stacks list`).")
 @guarded
 def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
-               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str) -> None:
+               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str,
+               stack: str | None) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
@@ -111,9 +115,12 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         if kind != "torchtitan" or not config_name:
             raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
         config = import_torchtitan_registry(Path(registry), config_name, hardware=hardware, nodes=nodes, gpus=gpus)
+        if stack is not None:
+            config = with_stack(config, stack, Path(registry).parent)
     else:
         assert file is not None
-        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
+        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root,
+                               stack=stack)
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}

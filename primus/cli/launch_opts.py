@@ -13,7 +13,7 @@ import click
 
 from primus.cli.common import stack_option
 from primus.errors import InputError
-from primus.job import Job, job_from_mapping, load_job
+from primus.job import Job, load_job
 from primus.launch.common import KINDS
 from primus.projection.profile import require_precision
 
@@ -66,9 +66,7 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         ctx = click.get_current_context(silent=True)
         root = ctx.meta.get(ROOT_KEY) if ctx is not None else None
         job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
-                                      primus_root=root)
+                                      primus_root=root, stack=stack)
         report(config)
-        if stack is not None:
-            job = job_from_mapping(config.job, job.where, job.base_dir, stack)
     require_precision(job)
     return job
