@@ -58,8 +58,10 @@ def _imported(head: str) -> bool:
 _WRITTEN_BY: dict[str, Callable[[str], bool]] = {"export": _exported, "import": _imported}
 
 
-def report(config: LaunchConfig) -> None:
-    """The import record on stderr: one line per unmodelled option, then the notes."""
+def report(config: LaunchConfig | None) -> None:
+    """The import record on stderr: one line per unmodelled option, then the notes (none for a job file)."""
+    if config is None:
+        return
     if config.unmodelled:
         echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
         for item in config.unmodelled:
