@@ -168,12 +168,21 @@ def _fix(job: Any, n: int) -> tuple[Any, Any]:
     its complete layout (the same ranking `primus fit` prints, projected throughput included)."""
     from primus.projection.complete import speed_of
     from primus.solver.api import Question
-    from primus.solver.fit import fit
+    from primus.solver.fit import fit, nodes_text
     from primus.solver.options import apply_options
 
     result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
     if result.fits:
         raise InputError(job.where, None, "the job fits as written; --fix exports a suggestion for a job that does not")
+    if not result.alternatives:  # a negative answer, not bad input: say what fit says instead (exit 1)
+        gpn = job.cluster.gpus_per_node
+        click.echo(f"primus: not exported: `primus fit` has no suggestion for this job (--fix {n}): no layout fits "
+                   f"on {nodes_text(job.num_gpus, gpn)}", err=True)
+        if result.min_gpus is not None:
+            click.echo(f"  the smallest size at which one does: {nodes_text(result.min_gpus, gpn)}", err=True)
+        elif result.min_nodes_note:
+            click.echo(f"  {result.min_nodes_note}", err=True)
+        raise Negative()
     if n > len(result.alternatives):
         raise InputError("--fix", str(n), f"fit has {len(result.alternatives)} suggestion(s) for this job")
     alt = result.alternatives[n - 1]
