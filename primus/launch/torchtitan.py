@@ -34,9 +34,16 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.torchtitan_2024 import KEYS_2024, LAUNCH_2024, UNTIL_MONTH, tables_2024
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
-from primus.launch.torchtitan_release import TOML_UNTIL, registry_release, torchtitan_release
+from primus.launch.torchtitan_release import (
+    LESS_LAYERS_SINCE,
+    TOML_UNTIL,
+    predates,
+    registry_release,
+    torchtitan_release,
+)
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -183,8 +190,9 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         out.note(how)
     job["parallel"] = par
     if par["pp"] > 1:
-        first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", 1, where, low=0)
-        last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", 1, where, low=0)
+        less = 0 if predates(t.written, LESS_LAYERS_SINCE) else 1  # before #1416 the layers alone were split
+        first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", less, where, low=0)
+        last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", less, where, low=0)
         if first > 1 or last > 1:
             out.note("first/last stage lighter by more than one layer: modelled as one layer each")
         pipeline = {k: True for k, v in (("account_for_embedding_in_pipeline_split", first),
@@ -389,9 +397,16 @@ def _flavor(job: Job) -> tuple[str, str]:
 
 
 def export_torchtitan(job: Job, layout: Layout) -> Exported:
+    """The job as a torchtitan TOML in the keys of its stack's release: a job on torchtitan@2024.12 gets
+    December 2024's (`primus.launch.torchtitan_2024`), one on the release after #2386 the registry form
+    as its launch line, any other the v0.2 JobConfig (the newest TOML torchtitan, v0.2.2, which the
+    importer dates to torchtitan@2025.04, the release it belongs to)."""
     spec, where = job.spec, job.where
     name, flavor = _flavor(job)
     notes: list[str] = []
+    stack = job.resolved_stack
+    if stack.name == "torchtitan" and stack.release < UNTIL_MONTH:
+        return _export_2024(job, layout, name, flavor, notes)
     if layout.tp > 1 and not layout.sp:
         raise InputError(where, "parallel.sp", "torchtitan always uses sequence parallel with TP")
     if layout.sharding in ("dist_opt", "zero2"):
@@ -450,9 +465,8 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
                "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
     if layout.pp > 1:
         written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
-    torchrun = f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+    torchrun = _torchrun(job)
     registry = _registry_line(name, flavor, tables, layout.mbs, spec.seq_len)
-    stack = job.resolved_stack
     if stack.name == "torchtitan" and stack.release >= TOML_UNTIL[0][:7].replace("-", "."):
         notes.append(f"stack {stack.label} reads no TOML (pytorch/torchtitan {TOML_UNTIL[1]}): launch the registry "
                      "form above; the keys below load in torchtitan up to v0.2.2")
@@ -469,6 +483,36 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+
+
+def _torchrun(job: Job) -> str:
+    return f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+
+
+def _export_2024(job: Job, layout: Layout, name: str, flavor: str, notes: list[str]) -> Exported:
+    """The TOML of a job on torchtitan@2024.12, in the keys of pytorch/torchtitan 9dec370."""
+    if layout.tp > 1 and not layout.sp:
+        raise InputError(job.where, "parallel.sp", "torchtitan always uses sequence parallel with TP")
+    if layout.sharding in ("dist_opt", "zero2"):
+        raise InputError(job.where, "parallel.sharding",
+                         f"{layout.sharding} has no torchtitan equivalent (fsdp or none)")
+    if job.spec.pipeline.layout or job.spec.pipeline.decoder_first_pipeline_num_layers \
+            or job.spec.pipeline.decoder_last_pipeline_num_layers:
+        raise InputError(job.where, "pipeline", "explicit stage layouts have no torchtitan equivalent")
+    tables: dict[str, dict[str, Any]] = {
+        "job": {"description": f"{job.model.name} on {job.num_gpus} x {job.cluster.name} (primus export)"},
+        "model": {"name": name, "flavor": flavor},
+        **tables_2024(job, layout, _checkpoint(job, layout), notes)}
+    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "framework", "overlap.tp_comm"}
+    if layout.pp > 1:
+        written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
+    lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
+             f"primus {__version__}.", f"# Keys: {KEYS_2024}.",
+             f"# Launch ({job.resolved_stack.label}): {_torchrun(job)} {LAUNCH_2024}",
+             *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
+    for table, values in tables.items():
+        lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
+    return Exported("torchtitan", KEYS_2024, "\n".join(lines) + "\n", tuple(notes))
 
 
 def _registry_line(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> str:

@@ -69,6 +69,16 @@ def _hits(keys: Iterable[str], table: dict[str, tuple[str, str]]) -> list[tuple[
     return sorted(out)
 
 
+#: The day pytorch/torchtitan #1416 (3c84ce0) added ``pipeline_parallel_first/last_stage_less_layers``:
+#: before it the default split points divided the layers alone evenly over the stages.
+LESS_LAYERS_SINCE: Final = "2025-07-30"
+
+
+def predates(keys: Iterable[str], day: str) -> bool:
+    """Whether the file uses a key torchtitan removed or renamed on or before `day`."""
+    return any(until <= day for until, _, _ in _hits(keys, UNTIL))
+
+
 def _month(day: str) -> str:
     return day[:7].replace("-", ".")
 
