@@ -181,3 +181,21 @@ def test_a_file_without_the_schema_is_refused_with_exit_2(tmp_path: Path) -> Non
     assert result.exit_code == 2 and "missing column" in result.output
     missing = CliRunner().invoke(validate_cmd, [str(tmp_path / "nope.csv")])
     assert missing.exit_code == 2
+
+
+def test_a_cell_that_is_not_a_count_names_its_column_and_value(tmp_path: Path) -> None:
+    huge = "9" * 150
+    path = _write(tmp_path, [{"tp": "abc"}, {"num_gpus": huge}, {"mbs": "1.5"}, {"tp": "1.0"}, {"gbs": "x" * 500}])
+    result = CliRunner().invoke(validate_cmd, [str(path), "--format", "json", "--no-fit-check"])
+    assert result.exit_code == 0, result.output
+    reasons = {u["run_id"]: u["reason"] for u in json.loads(result.output)["unprojected"]}
+    assert reasons["row-0"] == "column 'tp' must be a positive integer, got 'abc'"
+    # read exactly, never through a float (which would print 1e150 as 99999999999999996...): its column,
+    # the job field it becomes, and an excerpt of its digits
+    assert reasons["row-1"].startswith("column 'num_gpus' (job gpus): Input should be less than or equal to "
+                                       "1000000 (got 9999999999")
+    assert len(reasons["row-1"]) < 200
+    assert reasons["row-2"] == "column 'mbs' must be a positive integer, got '1.5'"
+    assert "row-3" not in reasons  # a whole number with a decimal point, as spreadsheets write it
+    assert reasons["row-4"].startswith("column 'gbs' must be a positive integer, got 'xxx") and \
+        len(reasons["row-4"]) < 120

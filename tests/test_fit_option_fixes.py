@@ -153,3 +153,21 @@ def test_a_stack_that_runs_expandable_segments_exports_them_with_the_launch(run_
     code, out, err = run_cli("export", write_job(own), "--to", "megatron")
     assert code == 0, err
     assert "PYTORCH_CUDA_ALLOC_CONF" not in out
+
+
+def test_fix_of_a_job_fit_has_no_suggestion_for_is_a_negative_answer(run_cli, write_job):
+    # Llama 3.1 70B on one H100: 1,153.55 GB at its peak (optimizer state alone 564.43 GB), nothing at 1 GPU
+    # fits; fit's smallest size is 16 GPUs (its FSDP shards), which `fit` prints too
+    job = write_job({"model": "llama3.1-70b", "hardware": "h100-80gb", "gpus": 1, "seq_len": 8192,
+                     "global_batch_size": 16})
+    code, out, err = run_cli("export", job, "--to", "megatron", "--fix", "1")
+    assert (code, out) == (1, "")
+    assert "no suggestion for this job (--fix 1): no layout fits on 1 GPU" in err
+    assert "the smallest size at which one does: 16 GPUs (2 nodes of 8)" in err
+    code, fit_out, _ = run_cli("fit", job)
+    assert code == 1 and "the smallest size at which one does: 16 GPUs (2 nodes of 8)" in fit_out
+
+
+def test_fix_past_the_last_suggestion_is_bad_input(run_cli, write_job):
+    code, out, err = run_cli("export", write_job({**BASE, "parallel": PINS}), "--to", "megatron", "--fix", "100")
+    assert (code, out, err.count("\n")) == (2, "", 1) and "--fix: 100: fit has" in err

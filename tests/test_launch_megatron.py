@@ -170,8 +170,8 @@ def test_import_cli_yaml_on_stdout_unmodelled_on_stderr_and_json(tmp_path: Path)
 
 
 def test_job_or_launch_is_what_fit_memory_project_use() -> None:
-    job = job_or_launch(None, ("megatron", str(GPT3_175B)), "a100-80gb", 16, None)
-    assert job.model.name == "gpt3-175b"
+    job, config = job_or_launch(None, ("megatron", str(GPT3_175B)), "a100-80gb", 16, None)
+    assert job.model.name == "gpt3-175b" and config is not None and config.kind == "megatron"
     with pytest.raises(InputError, match="exactly one"):
         job_or_launch(None, None, None, None, None)
     with pytest.raises(InputError, match="go with --from only"):

@@ -152,3 +152,40 @@ def test_a_sourced_file_is_read_in_place_relative_to_the_script() -> None:
     assert any("CONFIG.sh sourced" in n for n in config.notes)
     # a path only a run knows is said, never guessed
     assert any('source "$SANDBOX_SETUP/env.sh" is not read' in n for n in config.notes)
+
+
+SUBSTITUTED = """#!/bin/bash
+GPUS_PER_NODE=8
+NUM_NODES=4
+TP=$(echo 4)
+ARGS=(
+  --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32
+  --group-query-attention --num-query-groups 8 --vocab-size 128256 --swiglu --normalization RMSNorm
+  --disable-bias-linear --position-embedding-type rope --untie-embeddings-and-output-weights
+  --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 128 --bf16
+  --tensor-model-parallel-size $TP --pipeline-model-parallel-size 2
+)
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES pretrain_gpt.py ${ARGS[@]}
+"""
+
+
+@pytest.mark.parametrize(("assignment", "shown"), [("TP=$(echo 4)", "$(echo 4)"), ("TP=`echo 4`", "`echo 4`")])
+def test_a_value_from_a_command_substitution_is_unresolved_with_its_line(
+        run_cli, tmp_path: Path, assignment: str, shown: str) -> None:  # type: ignore[no-untyped-def]
+    # issue 21: read, never run; the substitution is one word, never split into `$(echo` and `4)`
+    path = tmp_path / "t1.sh"
+    path.write_text(SUBSTITUTED.replace("TP=$(echo 4)", assignment))
+    code, out, err = run_cli("import", "--from", "megatron", str(path), "--hardware", "h100-80gb")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"t1.sh: line 4: --tensor-model-parallel-size: its value comes from {shown}, which primus reads " \
+           "but never runs" in err
+
+
+def test_a_substitution_in_an_option_primus_does_not_read_is_listed_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "t2.sh"
+    path.write_text(SUBSTITUTED.replace("TP=$(echo 4)", 'TP=4\nSAVE="$(dirname /a/b c)"')
+                    .replace("--bf16\n", '--bf16 --save "$SAVE"\n'))
+    config = import_launch("megatron", path, hardware="h100-80gb")
+    assert config.job["parallel"]["tp"] == 4
+    assert "--save $(dirname /a/b c)" in config.unmodelled  # as the file spells it, one value
+    assert any(n.startswith("line 5: $(dirname /a/b c) is not run") for n in config.notes)

@@ -81,3 +81,41 @@ def test_memory_json_carries_fits_verdict_fields(run_cli, write_job) -> None:  #
     keys = ("verdict", "tight", "tight_by_bytes", "allocator_reserve_bytes", "over_hbm")
     assert mem["verdict"] == "tight" and mem["tight_by_bytes"] > 0
     assert {k: mem[k] for k in keys} == {k: fit[k] for k in keys}
+
+
+@pytest.mark.parametrize(("ref", "says"), [
+    # NVIDIA/Megatron-LM tag core_v0.14.0 tags 23e00ed096 of 2025-10-08 (the branch core_r0.14.0 has no tag)
+    ("megatron-lm@core_r0.14", "megatron-lm@core_r0.14 is core_r0.14.0 of 2025-10-08 (NVIDIA/Megatron-LM tag "
+                               "core_v0.14.0, commit 23e00ed096): read as 2025.10; megatron-lm@2025.10 is not "
+                               "described; using megatron-lm@2024.08"),
+    # tag core_v0.18.0: ba7b5ebce1 of 2026-06-22, the month of a described release
+    ("megatron-lm@core_v0.18.0", "megatron-lm@core_v0.18.0 is core_v0.18.0 of 2026-06-22 (NVIDIA/Megatron-LM tag "
+                                 "core_v0.18.0, commit ba7b5ebce1): read as 2026.06"),
+])
+def test_megatron_lm_release_names_resolve_as_the_month_of_their_tag(run_cli, ref: str, says: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("stacks", "show", ref, "--format", "json")
+    assert code == 0 and as_json(out)["note"].startswith(says)
+    code, _, err = run_cli("stacks", "show", ref)
+    assert code == 0 and err.startswith(f"primus: note: {says}") and err.count("\n") == 1
+
+
+def test_an_unknown_megatron_lm_release_name_is_one_line_with_a_suggestion(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("stacks", "show", "megatron-lm@core_r0.99")
+    assert (code, out, err.count("\n")) == (2, "", 1) and "did you mean 'core_r0.9.0'?" in err
+
+
+def test_a_stack_name_in_the_wrong_case_is_refused_with_the_name(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("stacks", "show", "Megatron-LM")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "unknown stack 'Megatron-LM' (did you mean 'megatron-lm'? stack names are lowercase)" in err
+    code, _, err = run_cli("fit", write_job(BASE), "--stack", "TorchTitan@2024.12")
+    assert code == 2 and "did you mean 'torchtitan'?" in err
+
+
+def test_the_release_megatron_exports_name_in_their_header_resolves(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("export", write_job(TIGHT), "--to", "megatron")
+    assert code == 0
+    header = next(line for line in out.splitlines() if "argument names" in line)
+    release = header.split("Megatron-LM ", 1)[1].split(" ", 1)[0]  # "core_r0.14"
+    code, _, err = run_cli("stacks", "show", f"megatron-lm@{release}")
+    assert code == 0 and "read as" in err

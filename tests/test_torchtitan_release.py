@@ -106,3 +106,62 @@ def test_keys_that_never_coexisted_are_one_line_and_exit_2(run_cli, tmp_path: Pa
     code, _, err = _import(run_cli, tmp_path, CONTRADICTORY)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "training.batch_size" in err and "compile" in err and "never coexisted" in err
+
+
+# late 2024 (the shape of train_configs/llama3_8b.toml at pytorch/torchtitan 9dec370): Float8 switched on by
+# [float8] enable_float8_linear (#496, 2024-07-30, until #823 of 2025-02-15), parallel degrees under [training]
+LATE_2024_FP8 = MODEL + """
+[training]
+batch_size = 2
+seq_len = 8192
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+compile = true
+
+[float8]
+enable_float8_linear = true
+"""
+
+
+def test_a_2024_float8_switch_imports_as_fp8_with_tensorwise_scaling(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # torchao's Float8Linear of that time scaled dynamically per tensor unless a scaling type said delayed
+    code, doc, _ = _import(run_cli, tmp_path, LATE_2024_FP8)
+    assert code == 0 and (doc["job"]["precision"], doc["job"]["fp8_recipe"]) == ("fp8", "tensorwise")
+    assert not any("enable_float8_linear" in u for u in doc["unmodelled"])
+    assert doc["job"]["stack"] == "torchtitan@2024.12"
+    assert any("float8.enable_float8_linear" in n and "2025-02-15" in n for n in doc["notes"])
+
+
+def test_a_2024_delayed_scaling_type_imports_as_the_delayed_recipe(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    text = LATE_2024_FP8 + 'scaling_type_input = "delayed"\nscaling_type_weight = "delayed"\n' \
+        'scaling_type_grad_output = "delayed"\n'
+    code, doc, _ = _import(run_cli, tmp_path, text)
+    assert code == 0 and (doc["job"]["precision"], doc["job"]["fp8_recipe"]) == ("fp8", "delayed")
+    # #812 (2025-01-31) deleted delayed scaling: the file is dated before it
+    assert any("float8.scaling_type" in n and "2025-01-31" in n for n in doc["notes"])
+
+
+def test_the_july_2024_training_switch_imports_as_fp8(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    text = EARLY_2025 + "enable_float8_linear = true\n"  # training.enable_float8_linear (#466 .. #496)
+    code, doc, _ = _import(run_cli, tmp_path, text)
+    assert code == 0 and doc["job"]["precision"] == "fp8" and doc["job"]["stack"] == "torchtitan@2024.12"
+
+
+def test_a_float8_switch_that_is_off_imports_as_bf16(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, doc, _ = _import(run_cli, tmp_path, LATE_2024_FP8.replace("enable_float8_linear = true",
+                                                                     "enable_float8_linear = false"))
+    assert code == 0 and doc["job"]["precision"] == "bf16" and "fp8_recipe" not in doc["job"]
+
+
+def test_a_float8_switch_beside_parallelism_is_one_line_and_exit_2(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # [parallelism] arrived with #980 (2025-03-18), a month after #823 removed enable_float8_linear
+    text = MODEL + "\n[training]\nbatch_size = 2\nseq_len = 8192\n\n[parallelism]\ndata_parallel_shard_degree = -1\n" \
+        "\n[float8]\nenable_float8_linear = true\n"
+    code, _, err = _import(run_cli, tmp_path, text)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "never coexisted" in err
+
+
+def test_a_float8_switch_that_is_not_a_boolean_is_exit_2(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = _import(run_cli, tmp_path, LATE_2024_FP8.replace("enable_float8_linear = true",
+                                                                     'enable_float8_linear = "yes"'))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "float8.enable_float8_linear" in err

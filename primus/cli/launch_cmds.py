@@ -21,7 +21,7 @@ from primus.cli.output import echo, emit_json
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
-from primus.launch.api import launchable
+from primus.launch.api import launchable, with_stack
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.report.owned import check_replaceable, replace_file
@@ -58,8 +58,10 @@ def _imported(head: str) -> bool:
 _WRITTEN_BY: dict[str, Callable[[str], bool]] = {"export": _exported, "import": _imported}
 
 
-def report(config: LaunchConfig) -> None:
-    """The import record on stderr: one line per unmodelled option, then the notes."""
+def report(config: LaunchConfig | None) -> None:
+    """The import record on stderr: one line per unmodelled option, then the notes (none for a job file)."""
+    if config is None:
+        return
     if config.unmodelled:
         echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
         for item in config.unmodelled:
@@ -96,9 +98,13 @@ def job_yaml(config: LaunchConfig) -> str:
               callback=lambda _ctx, _param, value: None if value == "-" else value,
               help="Write the job here (atomically) instead of stdout ('-' is stdout).")
 @format_option("yaml", "json", default="yaml")
+@click.option("--stack", "stack", default=None, metavar="NAME[@RELEASE]",
+              help="The framework and release the imported job runs on (replaces the stack the import chooses; "
+                   "see `primus stacks list`).")
 @guarded
 def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
-               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str) -> None:
+               nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str,
+               stack: str | None) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
@@ -111,9 +117,12 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         if kind != "torchtitan" or not config_name:
             raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
         config = import_torchtitan_registry(Path(registry), config_name, hardware=hardware, nodes=nodes, gpus=gpus)
+        if stack is not None:
+            config = with_stack(config, stack, Path(registry).parent)
     else:
         assert file is not None
-        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
+        config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root,
+                               stack=stack)
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
@@ -159,12 +168,21 @@ def _fix(job: Any, n: int) -> tuple[Any, Any]:
     its complete layout (the same ranking `primus fit` prints, projected throughput included)."""
     from primus.projection.complete import speed_of
     from primus.solver.api import Question
-    from primus.solver.fit import fit
+    from primus.solver.fit import fit, nodes_text
     from primus.solver.options import apply_options
 
     result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
     if result.fits:
         raise InputError(job.where, None, "the job fits as written; --fix exports a suggestion for a job that does not")
+    if not result.alternatives:  # a negative answer, not bad input: say what fit says instead (exit 1)
+        gpn = job.cluster.gpus_per_node
+        click.echo(f"primus: not exported: `primus fit` has no suggestion for this job (--fix {n}): no layout fits "
+                   f"on {nodes_text(job.num_gpus, gpn)}", err=True)
+        if result.min_gpus is not None:
+            click.echo(f"  the smallest size at which one does: {nodes_text(result.min_gpus, gpn)}", err=True)
+        elif result.min_nodes_note:
+            click.echo(f"  {result.min_nodes_note}", err=True)
+        raise Negative()
     if n > len(result.alternatives):
         raise InputError("--fix", str(n), f"fit has {len(result.alternatives)} suggestion(s) for this job")
     alt = result.alternatives[n - 1]

@@ -13,8 +13,8 @@ import click
 
 from primus.cli.common import stack_option
 from primus.errors import InputError
-from primus.job import Job, job_from_mapping, load_job
-from primus.launch.common import KINDS
+from primus.job import Job, load_job
+from primus.launch.common import KINDS, LaunchConfig
 from primus.projection.profile import require_precision
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,25 +50,33 @@ def launch_options(fn: F) -> F:
 
 
 def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, hardware: str | None,
-                  nodes: int | None, gpus: int | None, stack: str | None = None) -> Job:
-    """The job of a JOB_FILE argument or of ``--from KIND FILE`` (exactly one)."""
+                  nodes: int | None, gpus: int | None, stack: str | None = None) -> tuple[Job, LaunchConfig | None]:
+    """The job of a JOB_FILE argument or of ``--from KIND FILE`` (exactly one), and the import record of
+    the latter. The caller prints the record (`report_import`) once its answer is computed, so that bad
+    input found on the way (a precision the hardware cannot run, a layout the command needs pinned)
+    stays the one line on stderr."""
     if (job_file is None) == (launch_from is None):
         raise InputError("command line", None, "give a job file or --from KIND FILE (exactly one)")
+    config: LaunchConfig | None = None
     if job_file is not None:
         if hardware is not None or nodes is not None or gpus is not None:
             raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
         job = load_job(job_file, stack)
     else:
-        from primus.cli.launch_cmds import report
         from primus.launch import load_launch_job
 
         assert launch_from is not None
         ctx = click.get_current_context(silent=True)
         root = ctx.meta.get(ROOT_KEY) if ctx is not None else None
         job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
-                                      primus_root=root)
-        report(config)
-        if stack is not None:
-            job = job_from_mapping(config.job, job.where, job.base_dir, stack)
+                                      primus_root=root, stack=stack)
     require_precision(job)
-    return job
+    return job, config
+
+
+def report_import(config: LaunchConfig | None) -> None:
+    """Print the import record of ``--from`` (nothing for a job file); `primus.cli.launch_cmds.report`."""
+    if config is not None:
+        from primus.cli.launch_cmds import report
+
+        report(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.launch_opts import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
 from primus.memory.evaluate import MemoryModel, MemoryReport, pinned_layout
 from primus.memory.ledger import BREAKDOWN_KEYS
@@ -45,8 +45,9 @@ def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch
 
     Example: primus memory examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
+    job, imported = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     report = MemoryModel(job).evaluate(pinned_layout(job))
+    report_import(imported)
     if fmt == "json":
         emit_json(report.to_json())
     elif fmt == "csv":

@@ -8,7 +8,7 @@ import click
 
 from primus import api
 from primus.cli.common import Negative, format_option, guarded
-from primus.cli.launch_opts import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.output import emit_json, gib, lit, stdout_console, table
 from primus.fidelity.errorbars import ErrorBar
 from primus.measure.measured_profile import MeasuredProfile
@@ -86,8 +86,9 @@ def project_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launc
 
     Example: primus project examples/llama3.1-70b-mi300x.yaml --format json
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
+    job, imported = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     answer = api.project(job, profile=profile_file, allow_device_mismatch=allow_device_mismatch)
+    report_import(imported)
     title = (f"{job.model.name} on {job.num_gpus} x {job.cluster.name}, {job.spec.precision}, "
              f"GBS {job.spec.global_batch_size} x seq {job.spec.seq_len}")
     if fmt == "json":

@@ -9,7 +9,7 @@ import click
 
 from primus import api
 from primus.cli.common import Negative, format_option, guarded, stack_option
-from primus.cli.launch_opts import job_or_launch, launch_options
+from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_console, stdout_console, table
 from primus.job import load_job
@@ -117,8 +117,9 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
 
     Example: primus fit examples/llama3.1-70b-mi300x.yaml --rule 'tp <= 4'
     """
-    job = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
+    job, imported = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
     answer = api.fit(job, rules=rule_texts, rule_files=rule_files, without=without)
+    report_import(imported)
     if fmt == "json":
         emit_json(answer.to_json())
     else:

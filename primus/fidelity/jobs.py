@@ -276,8 +276,26 @@ def build(row: RunRow) -> RowJobs:
         project_job = _with_recompute(base, pins, recompute or stack_recompute, where, assumed,
                                       escalated if not recompute else None)
     except InputError as exc:
-        raise Unprojectable(exc.reason if exc.field is None else f"{exc.field}: {exc.reason}") from None
+        raise Unprojectable(_reason(exc)) from None
     return RowJobs(project_job, fit_job, rule, tuple(assumed), tuple(escalated), tuple(unstated))
+
+
+#: The job field each runs-file column becomes (`published_job`), so that a job's refusal names the column.
+COLUMN_OF: dict[str, str] = {
+    "gpus": "num_gpus", "global_batch_size": "gbs", "seq_len": "seq_len", "parallel.tp": "tp",
+    "parallel.pp": "pp", "parallel.vp": "vp", "parallel.cp": "cp", "parallel.ep": "ep", "parallel.etp": "etp",
+    "parallel.mbs": "mbs", "parallel.recompute_num_layers": "recompute_num_layers",
+    "model.num_layers": "layers", "model.hidden_size": "hidden", "model.ffn_hidden_size": "ffn",
+    "model.num_attention_heads": "heads", "model.num_query_groups": "kv_heads", "model.vocab_size": "vocab",
+}
+
+
+def _reason(exc: InputError) -> str:
+    """A job's refusal as a row's reason: the column its field came from, when one did."""
+    if exc.field is None:
+        return exc.reason
+    column = COLUMN_OF.get(exc.field)
+    return f"column {column!r} (job {exc.field}): {exc.reason}" if column else f"{exc.field}: {exc.reason}"
 
 
 def completion(row: RunRow, jobs: RowJobs, values: dict[str, int]) -> Job:

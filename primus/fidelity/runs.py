@@ -3,7 +3,8 @@
 The schema is `../shared/ground_truth/README.md`'s: one row per published training run with the
 configuration its source states and what it measured. Any CSV with those columns is accepted (the
 development set, a held-out set, a user's own measurements); a missing column is an input error,
-an unparsable cell makes only that row unprojectable (with the reason), never the whole file.
+an unparsable cell makes only that row unprojectable (with the reason, which names the column and
+quotes a bounded excerpt of the cell), never the whole file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 
 #: Columns a runs file must have (the development set's schema).
 REQUIRED: tuple[str, ...] = (
@@ -24,6 +25,9 @@ REQUIRED: tuple[str, ...] = (
     "flags", "complete",
 )
 MAX_BYTES = 64 * 2**20  # a runs file is a table of measurements, not a data set
+#: The largest integer a float holds with every smaller one (IEEE 754 double: a 53-bit significand).
+MAX_FLOAT_EXACT = 2**53
+_DIGITS = re.compile(r"\+?[0-9]+")
 MAX_ROWS = 100_000
 #: `_202412_`, `_2025-06_`, `_20250613_` between the hardware and entity parts of a benchmark file name
 #: "recompute_layer_ids 0,1,2,4" / "recompute_layer_ids: \"0,1,2\"" in a row's notes
@@ -57,14 +61,31 @@ class RunRow:
         return self["complete"].lower() == "true"
 
     def integer(self, key: str) -> int | None:
-        """The cell as a positive integer, None when empty; ValueError when it is not one."""
+        """The cell as a positive integer, None when empty; ValueError naming the column and the cell
+        (a bounded excerpt) when it is not one. Digits are read exactly (a float would turn a 150-digit
+        count into another number); a whole number written with a decimal point or an exponent
+        (``8.0``, ``1e3``) is accepted as spreadsheets write it, but only up to `MAX_FLOAT_EXACT`,
+        beyond which a float no longer holds every integer."""
         text = self[key]
         if not text:
             return None
-        value = float(text)
-        if value != int(value) or value < 1:
-            raise ValueError(f"column {key!r} must be a positive integer, got {text!r}")
-        return int(value)
+        bad = ValueError(f"column {key!r} must be a positive integer, got {shown(text)}")
+        if _DIGITS.fullmatch(text):
+            try:
+                value = int(text)
+            except ValueError:  # over Python's 4,300-digit conversion limit
+                raise bad from None
+        else:
+            try:
+                number = float(text)
+            except ValueError:
+                raise bad from None
+            if not number.is_integer() or abs(number) > MAX_FLOAT_EXACT:
+                raise bad
+            value = int(number)
+        if value < 1:
+            raise bad
+        return value
 
     def number(self, key: str) -> float | None:
         """The cell as a positive float, None when empty or not a positive number."""

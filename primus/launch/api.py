@@ -19,6 +19,7 @@ from primus.launch.primus_yaml import export_primus, import_primus
 from primus.launch.torchtitan import export_torchtitan, import_torchtitan
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
+from primus.stacks.core import DEFAULT_STACK, resolve_stack
 from primus.yamlio import load_mapping, read_text
 
 _IMPORTERS: dict[str, Callable[..., LaunchConfig]] = {
@@ -34,10 +35,12 @@ def _kind(kind: str) -> str:
 
 
 def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, nodes: int | None = None,
-                  gpus: int | None = None, primus_root: str | Path | None = None) -> LaunchConfig:
+                  gpus: int | None = None, primus_root: str | Path | None = None,
+                  stack: str | None = None) -> LaunchConfig:
     """Read a launch config file as a job. Bad files raise InputError (one line: file, field, reason).
     `primus_root` is the AMD Primus checkout whose model files a Primus experiment names (found from
-    the file's path when not given)."""
+    the file's path when not given); `stack` (NAME[@RELEASE], from ``--stack``) replaces the stack the
+    import chose (`with_stack`)."""
     p = Path(path)
     text = read_text(p)
     extra: dict[str, Any] = {}
@@ -47,10 +50,25 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
         extra["primus_root"] = Path(primus_root)
     config = _IMPORTERS[_kind(kind)](text, str(p), hardware=hardware, nodes=nodes, gpus=gpus, base_dir=p.parent,
                                      **extra)
-    stack = IMPORT_STACKS.get(kind)
-    if stack is not None and "stack" not in config.job:  # a `# primus-job:` header's stack wins
-        config.job["stack"] = stack
-    return config
+    implied = IMPORT_STACKS.get(kind)
+    if implied is not None and "stack" not in config.job:  # a `# primus-job:` header's stack wins
+        config.job["stack"] = implied
+    return config if stack is None else with_stack(config, stack, p.parent)
+
+
+def with_stack(config: LaunchConfig, stack: str, base_dir: Path | None = None) -> LaunchConfig:
+    """The imported job on the stack ``--stack`` names, as on every command that reads a job: it
+    replaces the stack the file implied or its header gave (said in a note), and the job is validated
+    again on it (one line, exit 2, when it does not hold there). A model definition has no job to carry
+    a stack: refused."""
+    resolve_stack(stack, "--stack", None)
+    if config.model_only:
+        raise InputError("--stack", None, f"{config.source} defines a model only; a stack goes with a job")
+    chosen = config.job.get("stack", DEFAULT_STACK)
+    job = {**config.job, "stack": stack}
+    job_from_mapping(job, config.source, base_dir)
+    note = f"stack {stack} from --stack, replacing {chosen} (the import's choice)"
+    return replace(config, job=job, notes=(*config.notes, note))
 
 
 #: The stack a launch format implies: a Primus experiment YAML runs on AMD Primus, a torchtitan TOML
@@ -70,9 +88,11 @@ def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, no
 
 
 def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
-                    gpus: int | None = None, primus_root: str | Path | None = None) -> tuple[Job, LaunchConfig]:
+                    gpus: int | None = None, primus_root: str | Path | None = None,
+                    stack: str | None = None) -> tuple[Job, LaunchConfig]:
     """The resolved Job of a launch config, with the import record (unmodelled options, notes)."""
-    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root)
+    config = import_launch(kind, path, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root,
+                           stack=stack)
     p = Path(path)
     if config.model_only:
         raise InputError(str(p), None, "defines a model only (no launch line, no global batch size): use "

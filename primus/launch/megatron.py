@@ -115,7 +115,7 @@ def _layout_only(script: Script, words: list[str], where: str) -> None:
     if not sizes or any(w.split("=")[0] in MODEL_OPTIONS for w in words):
         return
     extra = sorted({w.split("=")[0] for w in words if w.startswith("--")})
-    checkpoint = script.variables.get(CHECKPOINT_VARIABLE)
+    checkpoint = script.restored(CHECKPOINT_VARIABLE)
     source = "the model definition that Megatron-LM's conf/arguments.sh sources by the name given at run time"
     if isinstance(checkpoint, str) and checkpoint.strip("/"):
         stem = checkpoint.rstrip("/").split("/")[-1]
@@ -133,7 +133,7 @@ def _options(words: tuple[str, ...] | list[str]) -> int:
 
 def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = None) -> ParsedLine:
     words, launched, script = _commands(text, where, out, base_dir)
-    parsed = ParsedLine(launched=launched, variables=dict(script.variables))
+    parsed = ParsedLine(launched=launched, variables={k: script.restored(k) for k in script.variables})
     for env_name, env_value in script.exported:
         setting = expandable_segments_of(env_name, env_value)
         parsed.expandable_segments = setting if setting is not None else parsed.expandable_segments
@@ -142,17 +142,17 @@ def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = No
         name, value = words[i].split("=", 1)
         setting = expandable_segments_of(name, value)
         if setting is None:
-            out.skip(f"env {words[i]}")
+            out.skip(f"env {script.restore(words[i])}")
         else:
             out.note(f"{words[i]}: read as allocator.expandable_segments (the allocator reserve)")
             parsed.expandable_segments = setting
         i += 1
-    i = _launcher(words, i, parsed, where, out)
+    i = _launcher(words, i, parsed, where, out, script)
     _check_kind(parsed.script, words[i:], where)
     while i < len(words):
         word = words[i]
         if not word.startswith("--"):
-            parsed.order.append(("other", word))
+            parsed.order.append(("other", script.restore(word)))
             i += 1
             continue
         name, eq, inline = word.partition("=")
@@ -162,12 +162,14 @@ def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = No
             values.append(words[j])
             j += 1
         arg = BY_FLAG.get(name)
+        if arg is not None:
+            _not_substituted(script, name, values, where)
         if arg is None:
-            parsed.order.append(("other", " ".join([name, *values])))
+            parsed.order.append(("other", script.restore(" ".join([name, *values]))))
         elif arg.kind in ("true", "false"):
             if eq:
                 raise InputError(where, name, "takes no value (a switch)")
-            parsed.order.extend(("other", v) for v in values)
+            parsed.order.extend(("other", script.restore(v)) for v in values)
             _store(parsed, arg.dest, arg.kind == "true", name, out)
         elif arg.kind == "list":
             _store(parsed, arg.dest, values, " ".join([name, *values]), out)
@@ -220,7 +222,18 @@ def _store(parsed: ParsedLine, dest: str, value: Any, raw: str, out: Collector) 
     parsed.ns[dest], parsed.raw[dest] = value, raw
 
 
-def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Collector) -> int:
+def _not_substituted(script: Script, name: str, values: list[str], where: str) -> None:
+    """Refuse (exit 2) an option primus reads whose value comes from a command substitution: the
+    value is only known by running it, and primus reads scripts, never runs them (issue 21)."""
+    for value in values:
+        found = script.substitution_in(value)
+        if found is not None:
+            line, raw = found
+            raise InputError(where, f"line {line}: {name}", f"its value comes from {raw}, which primus reads but "
+                             "never runs; give it with a literal value in the file")
+
+
+def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Collector, script: Script) -> int:
     """Skip the launcher (torchrun / python -m torch.distributed.run / python) up to the script, reading
     --nnodes and --nproc-per-node; returns the index of the first training argument."""
     if i >= len(words):
@@ -228,7 +241,7 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
     starts = [k for k in range(i, len(words)) if Path(words[k]).name == "torchrun"
               or re.fullmatch(r"python[0-9.]*", Path(words[k]).name)]
     if starts and starts[0] > i and not any(w.endswith(".py") for w in words[i:starts[0]]):
-        out.skip("launcher prefix: " + " ".join(words[i:starts[0]]))  # uv run, nsys profile ...
+        out.skip("launcher prefix: " + script.restore(" ".join(words[i:starts[0]])))  # uv run, nsys profile ...
         i = starts[0]
     head = Path(words[i]).name
     if head.startswith("python"):
@@ -242,13 +255,13 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
         i += 1
     if head != "torchrun":
         if i < len(words) and words[i].endswith(".py"):
-            parsed.script = words[i]
+            parsed.script = script.restore(words[i])
             return i + 1
         return i
     while i < len(words):
         word = words[i]
         if not word.startswith("-"):
-            parsed.script = word
+            parsed.script = script.restore(word)
             if parsed.nproc is not None and parsed.nnodes is None:
                 parsed.nnodes = 1
                 out.note("torchrun --nproc-per-node without --nnodes: one node (torchrun's default)")
@@ -258,12 +271,14 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
         if not eq and word not in _LAUNCHER_FLAGS and i + 1 < len(words):
             value, step = words[i + 1], 2
         key = name.lstrip("-").replace("_", "-")
-        if key == "nnodes":
+        if key in ("nnodes", "nproc-per-node") and script.substitution_in(value) is not None:
+            out.skip(script.restore(f"torchrun {name} {value}"))  # the world size then comes from --nodes/--gpus
+        elif key == "nnodes":
             parsed.nnodes = _count(value, where, "torchrun --nnodes")
         elif key == "nproc-per-node" and value.isdigit():
             parsed.nproc = _count(value, where, "torchrun --nproc-per-node")
         else:
-            out.skip(f"torchrun {name} {value}".rstrip())
+            out.skip(script.restore(f"torchrun {name} {value}".rstrip()))
         i += step
     return i
 

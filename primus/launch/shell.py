@@ -17,8 +17,11 @@ multi-line strings (``MODEL_ARGS=" \\ --num-layers 36 \\ ..."``) and line contin
   with a note naming its line;
 - loops, ``case`` blocks and function bodies are not entered (noted);
 - ``source FILE`` / ``. FILE`` reads that file's statements in place (`primus.launch.shell_source`);
-- nothing is executed: a command substitution ``$(...)`` or a backtick is left as written and reported
-  as unresolved with its line; variables the file never sets stay as written (``$DATA_PATH``), except
+- nothing is executed: a command substitution ``$(...)`` or a backtick is reported as unresolved with
+  its line, and stands in the expanded words as one opaque word (`Script.substitution_in` finds it,
+  `Script.restore` writes it back as the file spells it), so ``TP=$(echo 4)`` is never word-split into
+  ``$(echo`` and ``4)`` and a reader can say which value came from it; variables the file never sets
+  stay as written (``$DATA_PATH``), except
   in a test, where an unset variable is empty, as in a fresh shell.
 """
 
@@ -42,6 +45,9 @@ _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _OPEN_BLOCK = {"while": "done", "for": "done", "until": "done", "case": "esac", "select": "done"}
 #: A bound on arithmetic results, so a hostile `$((...))` cannot build a huge integer (bash is 64-bit).
 _MAX_ARITH = 2**63
+#: A command substitution in expanded text: ``\ue000K\ue001`` (private-use characters, never
+#: whitespace, so word splitting keeps it whole), K indexing `Script.substitutions`.
+_SUB = re.compile("\ue000(\\d+)\ue001")
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,28 @@ class Script:
     commands: list[Command] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    substitutions: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of each $(...)
+
+    def substitute(self, line: int, raw: str) -> str:
+        """The opaque word that stands for a command substitution not run."""
+        self.substitutions.append((line, raw))
+        return f"\ue000{len(self.substitutions) - 1}\ue001"
+
+    def substitution_in(self, text: str) -> tuple[int, str] | None:
+        """(line, text as written) of the first command substitution in an expanded word."""
+        match = _SUB.search(text)
+        return None if match is None else self.substitutions[int(match.group(1))]
+
+    def restore(self, text: str) -> str:
+        """Expanded text with every command substitution written back as the file spells it."""
+        return _SUB.sub(lambda m: self.substitutions[int(m.group(1))][1], text)
+
+    def restored(self, name: str) -> Value | None:
+        """A variable's value as the file spells its substitutions (None: not set)."""
+        value = self.variables.get(name)
+        if isinstance(value, list):
+            return [self.restore(v) for v in value]
+        return None if value is None else self.restore(value)
 
 
 # ---- statements -----------------------------------------------------------------------------------
@@ -246,7 +274,7 @@ class Expander:
             end = n - 1 if end < 0 else end
             raw = text[i:end + 1]
             self.unresolved(raw)
-            return end + 1, raw
+            return end + 1, self.script.substitute(self.line, raw)
         if text.startswith("$((", i):
             end = _matching(text, i + 1)
             inner = text[i + 3:end - 1]
@@ -256,7 +284,7 @@ class Expander:
             end = _matching(text, i + 1)
             raw = text[i:end + 1]
             self.unresolved(raw)
-            return end + 1, raw
+            return end + 1, self.script.substitute(self.line, raw)
         if text.startswith("${", i):
             end = text.find("}", i)
             if end < 0:
@@ -511,7 +539,7 @@ def _statement(stmt: str, line: int, script: Script, ex: Expander) -> None:
                 script.variables[name] = (str(old or "") + value) if append else value
             script.defined_at.setdefault(name, line)
             if exported:
-                script.exported.append((name, value))
+                script.exported.append((name, script.restore(value)))
         return
     if exported:
         return  # `export NAME` of an existing variable
@@ -547,6 +575,11 @@ def _raw_words(text: str) -> list[str]:
             cur = ""
         elif c == "$" and text.startswith("$(", i):
             end = _matching(text, i + 1)
+            cur += text[i:end + 1]
+            i = end
+        elif c == "`":  # a backtick substitution is one word, like $(...)
+            end = text.find("`", i + 1)
+            end = len(text) - 1 if end < 0 else end
             cur += text[i:end + 1]
             i = end
         else:

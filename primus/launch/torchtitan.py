@@ -3,7 +3,8 @@
 Names follow torchtitan's JobConfig (``torchtitan/config/job_config.py``, pytorch/torchtitan, the v0.2
 line of 2025: ``[parallelism] expert_tensor_parallel_degree``, ``[quantize.linear.float8]``,
 ``[compile] enable``, ``training.dtype``); the v0.1 spellings ``[float8]`` and converter ``float8`` are
-read too. torchtitan semantics primus follows: FSDP over ``data_parallel_shard_degree`` (-1 = the
+read too, and so is 2024's ``enable_float8_linear`` switch (`FLOAT8_SWITCHES`). torchtitan semantics
+primus follows: FSDP over ``data_parallel_shard_degree`` (-1 = the
 ranks left over), DDP over ``data_parallel_replicate_degree``, sequence parallel whenever TP > 1,
 ``local_batch_size`` is the per-rank batch (split into ``pipeline_parallel_microbatch_size``
 microbatches under PP), ``selective_ac_option = "op"`` is op-level selective checkpointing and an
@@ -33,14 +34,21 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.torchtitan_2024 import KEYS_2024, LAUNCH_2024, UNTIL_MONTH, tables_2024
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
-from primus.launch.torchtitan_release import TOML_UNTIL, registry_release, torchtitan_release
+from primus.launch.torchtitan_release import (
+    LESS_LAYERS_SINCE,
+    TOML_UNTIL,
+    predates,
+    registry_release,
+    torchtitan_release,
+)
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
 TORCHTITAN_RELEASE: Final = ("torchtitan v0.2 JobConfig TOML (torchtitan/config/job_config.py, pytorch/torchtitan "
-                             "2025; v0.1 [float8] spellings also read)")
+                             "2025; v0.1 [float8] spellings and 2024's enable_float8_linear also read)")
 #: torchtitan (model.name, model.flavor) -> catalog models with that architecture (first = default).
 FLAVORS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("llama3", "8B"): ("llama3.1-8b", "llama3-8b"), ("llama3", "70B"): ("llama3.1-70b", "llama3-70b"),
@@ -52,6 +60,19 @@ SINGLE_STAGE: Final = ("1F1B", "GPipe")
 LOOPED: Final = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 FLOAT8: Final = ("float8", "quantize.linear.float8")
 MX: Final = ("mx", "quantize.linear.mx")
+#: The switch of torchtitan's Float8Linear before ``model.converters`` (pytorch/torchtitan #823, 57387af,
+#: 2025-02-15, removed the last one), newest first: ``[float8] enable_float8_linear`` (since #496,
+#: 40f79d7, 2024-07-30), ``training.enable_float8_linear`` (since #466, 69fe8de, 2024-07-17) and
+#: ``training.enable_fp8_linear`` (#413, a4b2ee3, 2024-07-16).
+FLOAT8_SWITCHES: Final = ("float8.enable_float8_linear", "training.enable_float8_linear",
+                          "training.enable_fp8_linear")
+#: The per-tensor scaling of those releases, ``dynamic`` (the default: torchao's tensorwise dynamic
+#: scaling) or ``delayed``, for input, weight and grad_output: under [float8] since #489/#496
+#: (2024-07-30), ``training.float8_scaling_type_*`` for the day before; delayed scaling was deleted by
+#: #812 (2271b63, 2025-01-31).
+FLOAT8_SCALING: Final = tuple(f"{prefix}{tensor}"
+                              for prefix in ("float8.scaling_type_", "training.float8_scaling_type_")
+                              for tensor in ("input", "weight", "grad_output"))
 
 
 #: Keys of torchtitan's earlier JobConfig (torchtitan/config_manager.py, pytorch/torchtitan commit 57387af
@@ -156,7 +177,7 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
     job: dict[str, Any] = {"model": slug, "seq_len": t.int("training.seq_len", 2048, where)}
-    job.update(_precision(t, out))
+    job.update(_precision(t, where, out))
     par, local, dp = _parallel(t, cluster.gpus, model.num_layers, model.is_moe, where, out)
     gbs = t.get("training.global_batch_size", -1)
     gbs = local * dp if gbs in (-1, None) else gbs
@@ -169,8 +190,9 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         out.note(how)
     job["parallel"] = par
     if par["pp"] > 1:
-        first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", 1, where, low=0)
-        last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", 1, where, low=0)
+        less = 0 if predates(t.written, LESS_LAYERS_SINCE) else 1  # before #1416 the layers alone were split
+        first = t.int("parallelism.pipeline_parallel_first_stage_less_layers", less, where, low=0)
+        last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", less, where, low=0)
         if first > 1 or last > 1:
             out.note("first/last stage lighter by more than one layer: modelled as one layer each")
         pipeline = {k: True for k, v in (("account_for_embedding_in_pipeline_split", first),
@@ -230,11 +252,44 @@ def _loss_compiled(t: _Toml) -> bool:
     return enabled is True and isinstance(components, list) and "loss" in components
 
 
-def _precision(t: _Toml, out: Collector) -> dict[str, Any]:
+def _legacy_float8(t: _Toml, where: str, out: Collector) -> dict[str, Any] | None:
+    """Float8 as torchtitan switched it before ``model.converters`` (`FLOAT8_SWITCHES`): torchao's
+    Float8Linear with dynamic (tensorwise) scaling unless a scaling type says ``delayed``. None when no
+    switch is given or it is false."""
+    enabled = False
+    for key in FLOAT8_SWITCHES:
+        value = t.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise InputError(where, key, f"must be true or false, got {shown(value)}")
+        enabled = enabled or value
+    scaling = {}
+    for key in FLOAT8_SCALING:
+        value = t.get(key)
+        if value is None:
+            continue
+        if value not in ("dynamic", "delayed"):
+            raise InputError(where, key, f"must be \"dynamic\" or \"delayed\", got {shown(value)}")
+        scaling[key] = value
+    if not enabled:
+        for key, value in scaling.items():
+            out.skip(f"{key} = {json.dumps(value)} (float8 is not enabled)")
+        return None
+    delayed = sorted(k for k, v in scaling.items() if v == "delayed")
+    if delayed and len(delayed) < 3:
+        out.note(f"float8 delayed scaling on {', '.join(delayed)} only: modelled as delayed scaling throughout")
+    recipe = "delayed" if delayed else "tensorwise"
+    out.note(f"float8 enabled the pre-2025 way (torchao Float8Linear, {recipe} scaling; pytorch/torchtitan #823 "
+             "replaced the switch by model.converters on 2025-02-15)")
+    return {"precision": "fp8", "fp8_recipe": recipe}
+
+
+def _precision(t: _Toml, where: str, out: Collector) -> dict[str, Any]:
     converters = t.get("model.converters", [])
     if isinstance(converters, str):
         converters = [c.strip() for c in converters.split(",") if c.strip()]
-    doc: dict[str, Any] = {"precision": "bf16"}
+    doc: dict[str, Any] = _legacy_float8(t, where, out) or {"precision": "bf16"}
     for conv in converters:
         if conv in FLOAT8:
             recipe = t.get("quantize.linear.float8.recipe_name") or t.get("float8.recipe_name") or "tensorwise"
@@ -342,9 +397,16 @@ def _flavor(job: Job) -> tuple[str, str]:
 
 
 def export_torchtitan(job: Job, layout: Layout) -> Exported:
+    """The job as a torchtitan TOML in the keys of its stack's release: a job on torchtitan@2024.12 gets
+    December 2024's (`primus.launch.torchtitan_2024`), one on the release after #2386 the registry form
+    as its launch line, any other the v0.2 JobConfig (the newest TOML torchtitan, v0.2.2, which the
+    importer dates to torchtitan@2025.04, the release it belongs to)."""
     spec, where = job.spec, job.where
     name, flavor = _flavor(job)
     notes: list[str] = []
+    stack = job.resolved_stack
+    if stack.name == "torchtitan" and stack.release < UNTIL_MONTH:
+        return _export_2024(job, layout, name, flavor, notes)
     if layout.tp > 1 and not layout.sp:
         raise InputError(where, "parallel.sp", "torchtitan always uses sequence parallel with TP")
     if layout.sharding in ("dist_opt", "zero2"):
@@ -403,9 +465,8 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
                "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
     if layout.pp > 1:
         written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
-    torchrun = f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+    torchrun = _torchrun(job)
     registry = _registry_line(name, flavor, tables, layout.mbs, spec.seq_len)
-    stack = job.resolved_stack
     if stack.name == "torchtitan" and stack.release >= TOML_UNTIL[0][:7].replace("-", "."):
         notes.append(f"stack {stack.label} reads no TOML (pytorch/torchtitan {TOML_UNTIL[1]}): launch the registry "
                      "form above; the keys below load in torchtitan up to v0.2.2")
@@ -422,6 +483,36 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", TORCHTITAN_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+
+
+def _torchrun(job: Job) -> str:
+    return f"torchrun --nnodes {job.num_nodes} --nproc-per-node {min(job.num_gpus, job.cluster.gpus_per_node)}"
+
+
+def _export_2024(job: Job, layout: Layout, name: str, flavor: str, notes: list[str]) -> Exported:
+    """The TOML of a job on torchtitan@2024.12, in the keys of pytorch/torchtitan 9dec370."""
+    if layout.tp > 1 and not layout.sp:
+        raise InputError(job.where, "parallel.sp", "torchtitan always uses sequence parallel with TP")
+    if layout.sharding in ("dist_opt", "zero2"):
+        raise InputError(job.where, "parallel.sharding",
+                         f"{layout.sharding} has no torchtitan equivalent (fsdp or none)")
+    if job.spec.pipeline.layout or job.spec.pipeline.decoder_first_pipeline_num_layers \
+            or job.spec.pipeline.decoder_last_pipeline_num_layers:
+        raise InputError(job.where, "pipeline", "explicit stage layouts have no torchtitan equivalent")
+    tables: dict[str, dict[str, Any]] = {
+        "job": {"description": f"{job.model.name} on {job.num_gpus} x {job.cluster.name} (primus export)"},
+        "model": {"name": name, "flavor": flavor},
+        **tables_2024(job, layout, _checkpoint(job, layout), notes)}
+    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "framework", "overlap.tp_comm"}
+    if layout.pp > 1:
+        written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
+    lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
+             f"primus {__version__}.", f"# Keys: {KEYS_2024}.",
+             f"# Launch ({job.resolved_stack.label}): {_torchrun(job)} {LAUNCH_2024}",
+             *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
+    for table, values in tables.items():
+        lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
+    return Exported("torchtitan", KEYS_2024, "\n".join(lines) + "\n", tuple(notes))
 
 
 def _registry_line(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> str:

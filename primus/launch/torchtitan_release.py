@@ -26,6 +26,15 @@ STACK: Final = "torchtitan"
 
 #: Key (dotted; a trailing "." is a section) -> (day it was removed or renamed, the change).
 UNTIL: Final[dict[str, tuple[str, str]]] = {
+    "training.enable_fp8_linear": ("2024-07-17", "#466 renamed it training.enable_float8_linear"),
+    "training.enable_float8_linear": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_input": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_weight": ("2024-07-30", "#496 moved it to [float8]"),
+    "training.float8_scaling_type_grad_output": ("2024-07-30", "#496 moved it to [float8]"),
+    "float8.scaling_type_input": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.scaling_type_weight": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.scaling_type_grad_output": ("2025-01-31", "#812 deleted delayed scaling"),
+    "float8.enable_float8_linear": ("2025-02-15", "#823 replaced it by model.converters = [\"float8\"]"),
     "training.tensor_parallel_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
     "training.data_parallel_shard_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
     "training.data_parallel_replicate_degree": ("2025-03-18", "#980 moved the parallel degrees to [parallelism]"),
@@ -58,6 +67,16 @@ def _hits(keys: Iterable[str], table: dict[str, tuple[str, str]]) -> list[tuple[
         if any(k == name or (name.endswith(".") and k.startswith(name)) for k in written):
             out.append((day, name.rstrip("."), change))
     return sorted(out)
+
+
+#: The day pytorch/torchtitan #1416 (3c84ce0) added ``pipeline_parallel_first/last_stage_less_layers``:
+#: before it the default split points divided the layers alone evenly over the stages.
+LESS_LAYERS_SINCE: Final = "2025-07-30"
+
+
+def predates(keys: Iterable[str], day: str) -> bool:
+    """Whether the file uses a key torchtitan removed or renamed on or before `day`."""
+    return any(until <= day for until, _, _ in _hits(keys, UNTIL))
 
 
 def _month(day: str) -> str:

@@ -21,7 +21,7 @@ from primus.yamlio import load_mapping
 
 DEFAULT_STACK = "megatron-lm"
 ALLOCATORS = "allocators"  # stacks/allocators.yaml: the allocator reserves, not a stack
-_REF = re.compile(r"^([a-z0-9][a-z0-9._-]*)(?:@([A-Za-z0-9][A-Za-z0-9._-]*))?$")
+_REF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:@([A-Za-z0-9][A-Za-z0-9._-]*))?$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 _MONTH = re.compile(r"^\d{4}\.(\d{2})$")  # YYYY.MM: the label of a framework without releases
 
@@ -119,11 +119,15 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     name, release = m.group(1), m.group(2)
     names = catalog_stacks()
     if name not in names:
-        raise InputError(where, field_name, f"unknown stack {name!r}{did_you_mean(name, names)}; "
-                         f"known: {', '.join(names)}")
+        same = [n for n in names if n.lower() == name.lower()]  # names are lowercase: say which one
+        hint = f" (did you mean {same[0]!r}? stack names are lowercase)" if same else did_you_mean(name, names)
+        raise InputError(where, field_name, f"unknown stack {name!r}{hint}; known: {', '.join(names)}")
     spec = load_stack_file(name)
     labels = [r.release for r in spec.releases]
     note: str | None = None
+    named = _release_name(spec, release) if release is not None and release not in labels else None
+    if named is not None:
+        release, note = named
     if release is None:
         chosen = len(labels) - 1
     elif release in labels:
@@ -138,12 +142,13 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
         before = [i for i, k in enumerate(keys) if k is not None and k <= want]
         if before:
             chosen = before[-1]
-            note = (f"{name}@{release} is not described; using {name}@{labels[chosen]}, the newest release "
-                    "not after it")
+            resolved = (f"{name}@{release} is not described; using {name}@{labels[chosen]}, the newest release "
+                        "not after it")
         else:
             chosen = 0
-            note = (f"{name}@{release} is older than every described release; using the oldest, "
-                    f"{name}@{labels[0]}")
+            resolved = (f"{name}@{release} is older than every described release; using the oldest, "
+                        f"{name}@{labels[0]}")
+        note = f"{note}; {resolved}" if note else resolved
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for rel in spec.releases[:chosen + 1]:
@@ -153,6 +158,17 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     rel = spec.releases[chosen]
     return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes),
                  release if note else None)
+
+
+def _release_name(spec: StackFile, release: str) -> tuple[str, str] | None:
+    """A framework's own release name (`StackFile.release_names`; ``core_r0.14`` is ``core_r0.14.0``) as
+    the month of its day, with a note saying so; None when the stack does not know the name."""
+    for candidate in (release, f"{release}.0"):
+        known = spec.release_names.get(candidate)
+        if known is not None:
+            month = known.date[:7].replace("-", ".")
+            return month, f"{spec.name}@{release} is {candidate} of {known.date} ({known.source}): read as {month}"
+    return None
 
 
 def _is_month(label: str) -> bool:
@@ -167,8 +183,12 @@ def _check_month(name: str, release: str, labels: list[str], where: str, field_n
         return
     m = _MONTH.match(release)
     why = f"month {m.group(1)} is not 01 to 12" if m else "it is not YYYY.MM"
+    own = load_stack_file(name).release_names
+    by_day = sorted(own, key=lambda k: (own[k].date, k))
+    also = (f"; or one of its own {len(own)} release names{did_you_mean(release, own)}, {by_day[0]} to "
+            f"{by_day[-1]}" if own else "")
     raise InputError(where, field_name, f"release {release!r} of {name}: {why} (its releases are months: "
-                     f"{', '.join(labels)})")
+                     f"{', '.join(labels)}{also})")
 
 
 def stack_of_source(source: str, published: str | None = None, flags: frozenset[str] = frozenset()) -> Stack:

@@ -111,6 +111,14 @@ class ReleaseSpec(Spec):
     settings: StackSettings
 
 
+class ReleaseName(Spec):
+    """A framework's own name for a release (Megatron-LM's ``core_r0.14.0``) and the day it was cut:
+    a stack labelled by months resolves the name as that day's month."""
+
+    date: Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+    source: Source
+
+
 class StackFile(Spec):
     name: Label
     title: Text
@@ -120,4 +128,5 @@ class StackFile(Spec):
     #: collection such as DGX Cloud's ships recipes on more than one framework), with a pinned release
     validate_flags: dict[SourcePrefix, Label | None] = Field(default_factory=dict)
     releases: list[ReleaseSpec] = Field(min_length=1, max_length=200)
+    release_names: dict[Label, ReleaseName] = Field(default_factory=dict)
     recipes: list[Recipe] = Field(default_factory=list, max_length=2000)
