@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
+from primus.errors import InputError
+from primus.schedule.layout import parse_layout_string
 from primus.specs.base import Bool, NonNegInt, PosInt, Spec, Text
 
 Recompute = Literal["none", "selective", "full"]
@@ -66,6 +68,18 @@ class PipelineOptions(Spec):
     decoder_last_pipeline_num_layers: PosInt | None = None
     account_for_embedding_in_pipeline_split: Bool = False
     account_for_loss_in_pipeline_split: Bool = False
+
+    @field_validator("layout")
+    @classmethod
+    def _layout_parses(cls, value: str | None) -> str | None:
+        """A layout string that does not parse is bad input (exit 2, naming `pipeline.layout`), not a
+        pipeline split that happens to fail for every PP."""
+        if value is not None:
+            try:
+                parse_layout_string(value)
+            except InputError as exc:
+                raise ValueError(exc.reason) from None
+        return value
 
 
 class OptimizerOptions(Spec):
