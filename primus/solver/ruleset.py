@@ -10,7 +10,7 @@ from pathlib import Path
 from primus.errors import InputError, did_you_mean
 from primus.job import Job
 from primus.paths import data_dir
-from primus.rules.expr import Domain, Expr, names
+from primus.rules.expr import LIMIT, Domain, Expr, names
 from primus.rules.model import Rule, check_rule, inline_rules, inline_where, load_rule_file, rules_from_mappings
 
 # Definitions rather than preferences: dp, edp and num_microbatches are derived from them, so a
@@ -77,5 +77,37 @@ def assemble_rules(job: Job, domains: dict[str, Domain], *, rule_texts: Sequence
             raise InputError("--without", rid, "this rule defines dp / edp / num_microbatches and cannot be removed")
     kept = tuple(r for r in rules if r.id not in set(without))
     for r in kept:
-        check_rule(r, domains, where_of[r.id])
+        try:
+            check_rule(r, domains, where_of[r.id])
+        except InputError as exc:
+            if r.origin == "built-in" and "beyond the solver's range" in exc.reason:
+                raise size_beyond_range(job, r.id, exc.reason) from None
+            raise
     return RuleSet(kept)
+
+
+def largest_checked_world(job: Job) -> int:
+    """The largest world size W at which the built-in rules' products stay within the solver's 64-bit
+    range (`primus.rules.expr.LIMIT`) whatever divides W: TP, CP and DP (or ETP, EP and EDP) are each at
+    most W and PP at most num_layers + 2, so `tp * cp * dp * pp` is at most W³ × (num_layers + 2)."""
+    pp_max = job.model.num_layers + 2
+    lo, hi = 1, 1 << 21
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if mid ** 3 * pp_max <= LIMIT:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def size_beyond_range(job: Job, rule_id: str, reason: str) -> InputError:
+    """A job too large for the built-in rules to be checked exactly: refused on the job's size field
+    (`gpus` or `nodes`), with the size that would be answered, not as a fault of the rule file."""
+    gpn = job.cluster.gpus_per_node
+    limit = largest_checked_world(job) // gpn * gpn  # a job larger than a node takes whole nodes
+    field, size = ("gpus", f"{limit:,} GPUs") if job.spec.gpus is not None else (
+        "nodes", f"{limit // gpn:,} nodes of {gpn}")
+    return InputError(job.where, field, f"{job.num_gpus:,} GPUs is beyond the sizes the solver checks exactly: "
+                      f"in rule {rule_id}, {reason}; for {job.model.name} ({job.model.num_layers} layers) "
+                      f"any size up to {size} is within range")
