@@ -172,8 +172,9 @@ class MemoryModel:
         if layout.sharding == "none":
             out.append(f"no optimizer sharding: master + Adam moments {w.optimizer} B/param on every rank")
         elif layout.sharding == "dist_opt":
+            experts = f" (dense) and expert-DP = {layout.edp} (experts)" if self.model.is_moe else ""
             out.append(f"distributed optimizer: master + Adam moments {w.optimizer} B/param sharded over DP×CP = "
-                       f"{layout.dp_cp} (dense) and expert-DP = {layout.edp} (experts)")
+                       f"{layout.dp_cp}{experts}")
         elif layout.sharding == "zero2":
             out.append(f"ZeRO-2: gradients and optimizer ({w.grad}+{w.optimizer} B/param) sharded over DP×CP = "
                        f"{layout.dp_cp}")
