@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
@@ -88,8 +89,14 @@ def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where:
     and the misspelling is the news."""
     errors = exc.errors()
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tagged-union"))))
+    loc = _user_loc(cls, tuple(err["loc"]))
     field = _loc(loc)
+    siblings = [e for e in errors if _user_loc(cls, tuple(e["loc"])) == loc]
+    if err["type"] != "extra_forbidden" and len(siblings) > 1 and all(e["type"] in _KINDS for e in siblings):
+        # every member of a union refused the value: say what the field accepts, not each member's tag
+        kinds = " or ".join(dict.fromkeys(_KINDS[e["type"]] for e in siblings))
+        return InputError(where, f"{prefix}.{field}" if prefix else field,
+                          f"must be {kinds}, got {_kind_of(err.get('input'))}")
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
     if err["type"] == "extra_forbidden":
@@ -99,6 +106,55 @@ def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where:
     if err["type"] == "missing":
         return InputError(where, field, "required field is missing")
     return InputError(where, field, error_reason(err))
+
+
+#: pydantic's type errors, as what the field accepts
+_KINDS = {"string_type": "a string", "dict_type": "a mapping", "int_type": "an integer", "bool_type": "true or false",
+          "list_type": "a list", "float_type": "a number", "model_type": "a mapping", "tuple_type": "a list"}
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return shown(value)
+
+
+def _user_loc(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The error's location as the user wrote it: without pydantic's validator tags (`function-after`)
+    and without the union member it was trying (`model.str`, `model.dict[str,any]`), which are type
+    names, not keys of the file."""
+    out: list[Any] = []
+    current: Any = cls
+    parts = [p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))]
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        out.append(part)
+        fields = getattr(current, "model_fields", None)
+        if isinstance(part, int) or not fields or part not in fields:
+            current = None
+            i += 1
+            continue
+        members = _union_members(fields[part].annotation)
+        current = _inner_model(fields[part].annotation)
+        nxt = parts[i + 1] if i + 1 < len(parts) else None
+        if len(members) > 1 and isinstance(nxt, str) and not any(
+                nxt in getattr(m, "model_fields", {}) for m in members):
+            current = next((m for m in members if getattr(m, "__name__", None) == nxt), None)
+            i += 1  # skip the member's tag
+        i += 1
+    return tuple(out)
+
+
+def _union_members(annotation: Any) -> list[Any]:
+    """The non-None members of a union annotation (through Annotated); one item for a plain type."""
+    if get_origin(annotation) is Annotated:
+        return _union_members(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return [m for a in get_args(annotation) if a is not type(None) for m in _union_members(a)]
+    return [annotation]
 
 
 def _known_fields(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

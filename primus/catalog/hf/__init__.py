@@ -130,4 +130,28 @@ def model_from_hf_config(data: Mapping[str, Any], where: str) -> ModelSpec:
         fields["notes"] = "; ".join(notes)[:2000]
     if reader.scalings:
         fields["scalings"] = dict(reader.scalings)
-    return parse_spec(ModelSpec, fields, where)
+    try:
+        return parse_spec(ModelSpec, fields, where)
+    except InputError as exc:  # name the key as the config spells it, not the ModelSpec field
+        key = next((k for k in HF_KEYS.get(exc.field or "", ()) if k in reader.data), None)
+        if key is None:
+            raise
+        raise InputError(where, reader.key(key), exc.reason) from None
+
+
+#: ModelSpec fields read from a differently named config key: the keys the families read, in the
+#: order they are tried, so a refused value is reported under the key the file holds.
+HF_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers",),
+    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size"),
+    "num_query_groups": ("num_key_value_heads",),
+    "kv_channels": ("head_dim",),
+    "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
+    "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "mtp_num_layers": ("num_nextn_predict_layers",),
+    "max_position_embeddings": ("max_position_embeddings",),
+    "hidden_size": ("hidden_size",),
+    "num_attention_heads": ("num_attention_heads",),
+    "vocab_size": ("vocab_size",),
+}
