@@ -46,6 +46,8 @@ def _print_fit(q: Question, result: FitResult) -> None:
                       "not measured for this job)"), markup=True)
         if result.completed_axes:
             con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
+        for note in result.notes:
+            con.print(f"note: {lit(note)}")
         print_memory_table(result.report, title)
         con.print(f"rules satisfied ({len(result.satisfied_rules)}): {', '.join(result.satisfied_rules)}")
         return
@@ -64,6 +66,8 @@ def _print_fit(q: Question, result: FitResult) -> None:
             con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
     if result.report is not None and result.layout is not None:
         con.print(f"closest evaluation of the request: {_layout_text(result.layout.as_parallel())}")
+        for note in result.notes:
+            con.print(f"  note: {lit(note)}")
         for s in result.report.stages:
             over = s.bytes - capacity
             if over > 0:

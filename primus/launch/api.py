@@ -19,6 +19,7 @@ from primus.launch.primus_yaml import export_primus, import_primus
 from primus.launch.torchtitan import export_torchtitan, import_torchtitan
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
+from primus.solver.pins import normalisation_notes
 from primus.stacks.core import DEFAULT_STACK, resolve_stack
 from primus.yamlio import load_mapping, read_text
 
@@ -133,6 +134,8 @@ def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:
             raise InputError(exc.where, exc.field, f"{free} are free: a launch config needs every axis; pin "
                              "them, export a tune result, or use --complete (fit's layout of most headroom)") from None
     exported = _EXPORTERS[_kind(kind)](job, layout)
+    notes = (*notes, *normalisation_notes(job.spec.parallel.pinned(), layout.as_parallel(), job.model.name,
+                                          job.model.is_moe))
     return replace(exported, notes=(*notes, *exported.notes)) if notes else exported
 
 

@@ -85,9 +85,7 @@ def _pins_ok(question: Question, layout: Layout) -> bool:
         if axis not in question.pins:
             continue
         want = question.pins[axis]
-        if axis in ("ep", "etp") and not question.job.model.is_moe:
-            continue
-        if axis == "vp" and layout.pp == 1:
+        if axis == "etp" and not question.job.model.is_moe:
             continue
         if axis == "sp" and want and layout.tp == 1:
             continue

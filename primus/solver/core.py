@@ -159,6 +159,12 @@ def broken_definitions(question: Question, pin_names: tuple[str, ...]) -> dict[s
     if "mbs" in pins and "dp" in pins and gbs % (int(pins["mbs"]) * int(pins["dp"])):
         out["batch-divisible"] = (f"global batch = whole microbatches on every DP rank: {gbs:,} is not a "
                                   f"multiple of MBS{pins['mbs']} × DP{pins['dp']}")
+    if int(pins.get("vp") or 1) > 1 and pins.get("pp") == 1:
+        out["interleaving-needs-pipeline"] = (f"Megatron-LM refuses a virtual pipeline without a pipeline: "
+                                              f"pinned VP{pins['vp']} with PP1")
+    if int(pins.get("ep") or 1) > 1 and not question.job.model.is_moe:
+        out["ep-needs-experts"] = (f"Megatron-LM refuses expert parallelism without experts: pinned EP{pins['ep']} "
+                                   f"for {question.job.model.name}, a dense model")
     if not out:  # the arithmetic needs a derived size (dp from the free axes): name the definition by axis
         for name in pin_names:
             rule = _DEFINED_BY.get(name[4:])

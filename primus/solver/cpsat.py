@@ -411,12 +411,7 @@ class ModelBuilder:
             elif axis == "sharding":
                 key = "dist_opt" if value == "zero1" else value
                 m.add_implication(lit, ax[f"sharding_{key}"])
-            elif axis == "vp":
-                pp_gt = m.new_bool_var("pin:vp.pp>1")
-                m.add(ax["pp"] >= 2).only_enforce_if(pp_gt)
-                m.add(ax["pp"] <= 1).only_enforce_if(~pp_gt)
-                m.add(ax["vp"] == value).only_enforce_if([lit, pp_gt])
-            elif axis in ("ep", "etp") and not self.tables.model.is_moe:
+            elif axis == "etp" and not self.tables.model.is_moe:
                 continue
             elif axis == "recompute_num_layers":
                 m.add(ax["recompute_num_layers"] == value).only_enforce_if([lit, ax["recompute_full"]])

@@ -54,6 +54,7 @@ from primus.solver.options import (
     pipeline_candidates,
     recompute_search_job,
 )
+from primus.solver.pins import normalisation_notes
 from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
 from primus.solver.vector import Candidates
 
@@ -147,8 +148,9 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     best = question.most_headroom()
     if best is not None:
         proof = mm.evaluate(best.layout, strict=False)
-        return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free,
-                         assumptions=proof.assumptions)
+        said = _normalised(question, best.layout)
+        return FitResult(True, best.layout, proof, satisfied_rules=hard_ids, completed_axes=free, notes=said,
+                         assumptions=(*said, *proof.assumptions))
     asker = Asker(question)
     details: dict[str, str] = {}
     contradiction = pins_core(asker)
@@ -172,10 +174,18 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     note: str | None = None
     if not alternatives:
         min_gpus, note = smallest_size(question)
+    said = _normalised(question, request) if request is not None else ()
     return FitResult(False, request, report, violated_rules=core, gpus_per_node=job.cluster.gpus_per_node,
                      alternatives=alternatives, completed_axes=free,
-                     min_gpus=min_gpus, min_nodes_note=note, notes=tuple(notes), core_details=details,
-                     assumptions=report.assumptions if report is not None else mm.layout_free_assumptions())
+                     min_gpus=min_gpus, min_nodes_note=note, notes=(*said, *notes), core_details=details,
+                     assumptions=(*said, *(report.assumptions if report is not None
+                                           else mm.layout_free_assumptions())))
+
+
+def _normalised(question: Question, layout: Layout) -> tuple[str, ...]:
+    """The pins the evaluated layout takes as Megatron-LM normalises them (`normalisation_notes`)."""
+    return normalisation_notes(question.pins, layout.as_parallel(), question.job.model.name,
+                               question.job.model.is_moe)
 
 
 def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,

@@ -1,6 +1,13 @@
-"""What a pin means, once: `tp: 8` is satisfied by layouts with TP 8, and a pin on a setting that means
-nothing for a layout (VP at PP 1, SP at TP 1, EP/ETP of a dense model, recompute layers without full
-recompute) is satisfied by normalisation, not refused."""
+"""What a pin means, once: `tp: 8` is satisfied by layouts with TP 8.
+
+A pin Megatron-LM refuses is refused here too: VP above 1 with PP 1 (validate_args builds the
+interleaved schedule and asserts the pipeline size is above 1, above 2 without --overlap-p2p-comm; rule
+`interleaving-needs-pipeline`), and EP above 1 for a model without experts (validate_args: "num_experts
+must be non None to use expert model parallelism"; rule `ep-needs-experts`). A pin Megatron-LM
+normalises is normalised, and said (`normalisation_notes`): SP at TP 1 is switched off (validate_args:
+"Disabling sequence parallelism because tensor model parallelism is disabled"), ETP of a dense model
+sizes no layer, and a recompute layer count without full recompute is not read.
+"""
 
 from __future__ import annotations
 
@@ -15,16 +22,14 @@ PIN_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute",
 
 def pin_columns(axis: str) -> tuple[str, ...]:
     """Columns a pin's test reads (so the enumerator can apply it as soon as they exist)."""
-    return {"vp": ("vp", "pp"), "sp": ("sp", "tp"), "recompute_num_layers": ("recompute_num_layers", "recompute")
+    return {"sp": ("sp", "tp"), "recompute_num_layers": ("recompute_num_layers", "recompute")
             }.get(axis, (axis,))
 
 
 def pin_mask(cols: dict[str, np.ndarray], axis: str, value: Any, is_moe: bool, n: int) -> np.ndarray:
     """Rows of `cols` that satisfy the pin `axis: value`."""
-    if axis in ("ep", "etp") and not is_moe:
+    if axis == "etp" and not is_moe:
         return np.ones(n, dtype=bool)
-    if axis == "vp":
-        return (cols["vp"] == value) | (cols["pp"] == 1)
     if axis == "sp":
         return (cols["sp"] | (cols["tp"] == 1)) if value else ~cols["sp"]
     if axis == "recompute":
@@ -34,3 +39,18 @@ def pin_mask(cols: dict[str, np.ndarray], axis: str, value: Any, is_moe: bool, n
     if axis == "recompute_num_layers":
         return (cols["recompute_num_layers"] == value) | (cols["recompute"] != RECOMPUTES.index("full"))
     return cols[axis] == value
+
+
+def normalisation_notes(pins: dict[str, Any], parallel: dict[str, Any], model_name: str,
+                        is_moe: bool) -> tuple[str, ...]:
+    """What the evaluated layout (`parallel`, as `Layout.as_parallel` gives it) does not take from the
+    pins as written, and why, so no pin changes silently."""
+    out: list[str] = []
+    if pins.get("sp") is True and parallel.get("tp") == 1 and not parallel.get("sp"):
+        out.append("sp: true at TP1 is evaluated with sequence parallelism off, as Megatron-LM runs it "
+                   "(validate_args: 'Disabling sequence parallelism because tensor model parallelism is disabled')")
+    etp = pins.get("etp")
+    if not is_moe and isinstance(etp, int) and etp != parallel.get("etp", 1):
+        out.append(f"etp: {etp} has no effect: {model_name} has no expert layers for an expert tensor-parallel "
+                   f"group to split, so the layout is evaluated as ETP{parallel.get('etp', 1)}")
+    return tuple(out)
