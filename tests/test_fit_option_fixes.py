@@ -1,9 +1,12 @@
 """Fixes that keep the user's layout (issue 16): partial full recompute, Megatron's
 `--recompute-granularity full --recompute-method block --recompute-num-layers N`, re-runs the first N
-decoder layers of each virtual stage and keeps every parallel axis the user pinned."""
+decoder layers of each virtual stage and keeps every other parallel axis the user pinned (the pinned
+recompute itself changes, and the fix says so: review 01, item 20); PyTorch's expandable segments keep
+the layout as asked."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -13,7 +16,7 @@ from primus.launch import import_launch
 from primus.memory.evaluate import MemoryModel
 from primus.projection.complete import speed_of
 from primus.solver.api import Question
-from primus.solver.fit import fit
+from primus.solver.fit import fit, option_fixes
 from primus.solver.options import apply_options, partial_recompute
 
 GIB = 2**30
@@ -29,29 +32,44 @@ def _fit(parallel):  # type: ignore[no-untyped-def]
     return job, fit(Question(job), speed=speed_of(job), speed_for=speed_of)
 
 
+def _recompute_fix(result):  # type: ignore[no-untyped-def]
+    return next(a for a in result.alternatives if "parallel.recompute_num_layers" in a.options)
+
+
+def _fix_number(run_cli, path: str, option: str) -> int:  # type: ignore[no-untyped-def]
+    """The 1-based number of the fix that sets `option`, as `fit --format json` lists it."""
+    _, out, _ = run_cli("fit", path, "--format", "json")
+    return 1 + next(i for i, a in enumerate(json.loads(out)["alternatives"]) if option in a["options"])
+
+
 @pytest.fixture(scope="module")
 def pp8_vp5():  # type: ignore[no-untyped-def]
     return _fit(PINS)
 
 
-def test_a_70b_layout_7_gib_over_is_fixed_first_by_recomputing_one_layer_per_virtual_stage(pp8_vp5):
+def test_a_70b_layout_7_gib_over_is_fixed_by_recomputing_one_layer_per_virtual_stage(pp8_vp5):
     job, result = pp8_vp5
     capacity = Question(job).space.reserves.capacity_bytes
     assert not result.fits and "memory" in result.violated_rules
     assert result.report is not None and 6 * GIB < result.report.peak_bytes - capacity < 8 * GIB
-    first = result.alternatives[0]
-    assert first.options == {"parallel.recompute": "full", "parallel.recompute_method": "block",
-                             "parallel.recompute_num_layers": 1}
-    assert first.changed == tuple(first.options) and first.keeps_pins
-    parallel = first.layout.as_parallel()
+    fix = _recompute_fix(result)
+    assert fix.options == {"parallel.recompute": "full", "parallel.recompute_method": "block",
+                           "parallel.recompute_num_layers": 1}
+    parallel = fix.layout.as_parallel()
     assert {k: parallel[k] for k in KEPT} == {k: PINS[k] for k in KEPT}
-    assert first.layout.recompute == "full" and first.layout.recompute_num_layers == 1
-    assert first.peak_bytes <= capacity
+    assert fix.layout.recompute == "full" and fix.layout.recompute_num_layers == 1
+    assert fix.peak_bytes <= capacity
+
+
+def test_the_recompute_fix_names_its_axes_by_name_and_changes_the_recompute_pin(pp8_vp5):
+    fix = _recompute_fix(pp8_vp5[1])
+    assert fix.changed == ("recompute", "parallel.recompute_method", "recompute_num_layers")
+    assert fix.pins_changed == ("recompute",) and not fix.keeps_pins
 
 
 def test_the_fix_is_the_ledgers_bytes_for_the_job_with_the_options_set(pp8_vp5):
     job, result = pp8_vp5
-    first = result.alternatives[0]
+    first = _recompute_fix(result)
     fixed = apply_options(job, first.options)
     assert fixed.spec.parallel.recompute_method == "block"
     assert MemoryModel(fixed).evaluate(first.layout, strict=False).peak_bytes == first.peak_bytes
@@ -59,9 +77,10 @@ def test_the_fix_is_the_ledgers_bytes_for_the_job_with_the_options_set(pp8_vp5):
 
 def test_the_fewest_recomputed_layers_that_fit_are_named():
     # at PP4 VP5 (4 layers a chunk) recomputing 1 layer a chunk is still over; 2 fit
-    job, result = _fit({**PINS, "pp": 4})
-    first = result.alternatives[0]
-    assert first.keeps_pins and first.options["parallel.recompute_num_layers"] == 2
+    job = job_from_mapping({**BASE, "parallel": {**PINS, "pp": 4}}, "job.yaml")
+    first = next(a for a in option_fixes(Question(job), ("memory",), speed_of)
+                 if "parallel.recompute_num_layers" in a.options)
+    assert first.pins_changed == ("recompute",) and first.options["parallel.recompute_num_layers"] == 2
     capacity = Question(job).space.reserves.capacity_bytes
     one = apply_options(job, partial_recompute(1))
     layout = replace(first.layout, recompute_num_layers=1)
@@ -70,14 +89,18 @@ def test_the_fewest_recomputed_layers_that_fit_are_named():
 
 def test_recomputing_every_layer_of_a_chunk_is_not_offered_as_an_option():
     # TP2 PP8 MBS4 fits only when all 10 layers of each stage are recomputed: that is full recompute,
-    # a change of the recompute pin, listed as such
-    _, result = _fit({**PINS, "tp": 2, "vp": 1, "mbs": 4})
-    assert not any("parallel.recompute_num_layers" in a.options for a in result.alternatives)
-    assert any(a.changed == ("recompute",) and a.layout.recompute == "full" for a in result.alternatives)
+    # a change of the recompute pin among the nearest layouts, not a partial-recompute option
+    job = job_from_mapping({**BASE, "parallel": {**PINS, "tp": 2, "vp": 1, "mbs": 4}}, "job.yaml")
+    q = Question(job)
+    assert not any("parallel.recompute_num_layers" in a.options for a in option_fixes(q, ("memory",), speed_of))
+    full = job_from_mapping({**BASE, "parallel": {**PINS, "tp": 2, "vp": 1, "mbs": 4, "recompute": "full"}}, "j.yaml")
+    assert Question(full).most_headroom() is not None
 
 
 def test_the_recompute_fix_exported_to_megatron_carries_the_block_method(run_cli, write_job):
-    code, out, err = run_cli("export", write_job({**BASE, "parallel": PINS}), "--to", "megatron", "--fix", "1")
+    path = write_job({**BASE, "parallel": PINS})
+    n = _fix_number(run_cli, path, "parallel.recompute_num_layers")
+    code, out, err = run_cli("export", path, "--to", "megatron", "--fix", str(n))
     assert code == 0, err
     assert "--recompute-granularity full" in out and "--recompute-method block" in out
     assert "--recompute-num-layers 1" in out and "--num-virtual-stages-per-pipeline-rank 5" in out
@@ -94,30 +117,38 @@ def fp8_selective():  # type: ignore[no-untyped-def]
     return job, fit(Question(job), speed=speed_of(job), speed_for=speed_of)
 
 
-def test_a_layout_within_the_allocator_reserve_is_fixed_first_by_expandable_segments(fp8_selective):
+def test_a_layout_within_the_allocator_reserve_is_fixed_by_expandable_segments_and_the_fix_is_tight(fp8_selective):
     job, result = fp8_selective
     default = Question(job).space.reserves.capacity_bytes
     assert result.report is not None and 0 < result.report.peak_bytes - default < 2 * GIB
-    first = result.alternatives[0]
-    assert first.options == {"allocator.expandable_segments": True} and first.keeps_pins
-    assert first.layout == result.layout  # the very layout asked for, unchanged
-    expandable = Question(apply_options(job, first.options)).space.reserves
+    fix = next(a for a in result.alternatives if a.options == {"allocator.expandable_segments": True})
+    assert fix.keeps_pins and fix.changed == ("allocator.expandable_segments",)
+    assert fix.layout == result.layout  # the very layout asked for, unchanged
+    expandable = Question(apply_options(job, fix.options)).space.reserves
     assert expandable.allocator == "expandable_segments"
-    assert first.headroom_bytes == expandable.capacity_bytes - first.peak_bytes > 0
+    assert fix.headroom_bytes == expandable.capacity_bytes - fix.peak_bytes > 0
+    # 72.57 GiB within 73.50: less headroom than the allocator's own reserve, so tight (issue 15)
+    assert fix.tight and fix.headroom_bytes < expandable.tight_band_bytes
 
 
-def test_fixes_that_keep_every_pin_rank_fastest_first(fp8_selective):
+def test_a_tight_fix_ranks_after_every_roomy_one_and_stays_listed_when_it_alone_keeps_the_pins(fp8_selective):
     _, result = fp8_selective
-    kept = [a for a in result.alternatives if a.keeps_pins]
-    assert [set(a.options) for a in kept[:2]] == [{"allocator.expandable_segments"},
-                                                  {"parallel.recompute", "parallel.recompute_method",
-                                                   "parallel.recompute_num_layers"}]
-    speeds = [a.tokens_per_s_per_gpu for a in kept]
-    assert speeds == sorted(speeds, reverse=True)  # no recompute beats recomputing a layer per stage
+    tight = [a.tight for a in result.alternatives]
+    assert tight == sorted(tight) and tight[-1]
+    assert [a for a in result.alternatives if a.keeps_pins] == [result.alternatives[-1]]
+
+
+def test_fixes_that_change_as_many_pins_rank_fastest_first(fp8_selective):
+    _, result = fp8_selective
+    roomy = [a for a in result.alternatives if not a.tight]
+    keys = [(len(a.pins_changed), -(a.tokens_per_s_per_gpu or 0.0)) for a in roomy]
+    assert keys == sorted(keys)
 
 
 def test_the_allocator_fix_exported_to_megatron_sets_pytorchs_allocator(run_cli, write_job):
-    code, out, err = run_cli("export", write_job(FP8_SELECTIVE), "--to", "megatron", "--fix", "1")
+    path = write_job(FP8_SELECTIVE)
+    n = _fix_number(run_cli, path, "allocator.expandable_segments")
+    code, out, err = run_cli("export", path, "--to", "megatron", "--fix", str(n))
     assert code == 0, err
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
 
@@ -129,7 +160,9 @@ def test_the_same_job_fits_when_it_runs_expandable_segments():
 
 
 def test_the_exported_allocator_fix_reads_back_as_the_same_job(run_cli, write_job, tmp_path):
-    code, out, err = run_cli("export", write_job(FP8_SELECTIVE), "--to", "megatron", "--fix", "1")
+    path = write_job(FP8_SELECTIVE)
+    n = _fix_number(run_cli, path, "allocator.expandable_segments")
+    code, out, err = run_cli("export", path, "--to", "megatron", "--fix", str(n))
     assert code == 0, err
     line = tmp_path / "launch.sh"
     line.write_text(out.split("\n", 4)[-1])  # drop the comments, the primus-job header among them

@@ -16,7 +16,9 @@ from primus.job import load_job
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, nodes_text
+from primus.solver.pins import PIN_AXES
 from primus.solver.space import rule_names_doc
+from primus.solver.suggest import Alternative, changed_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,13 +78,14 @@ def _print_fit(q: Question, result: FitResult) -> None:
                           f"largest: " + ", ".join(f"{k} {gib(v)}" for k, v in top))
     if result.alternatives:
         ranked = all(a.tokens_per_s_per_gpu is not None for a in result.alternatives)
-        rows = [(i + 1, _layout_text(a.layout.as_parallel()), ", ".join(a.changed) or "-", gib(a.peak_bytes),
-                 gib(a.headroom_bytes), *([f"{a.tokens_per_s_per_gpu:,.0f}"] if ranked else []))
+        rows = [(i + 1, _layout_text(a.layout.as_parallel()), _changed_text(a), ", ".join(a.pins_changed) or "none",
+                 gib(a.peak_bytes), gib(a.headroom_bytes) + (" (tight)" if a.tight else ""),
+                 *([f"{a.tokens_per_s_per_gpu:,.0f}"] if ranked else []))
                 for i, a in enumerate(result.alternatives)]
         how = "free axes completed by projected throughput" if ranked else "free axes completed by least memory"
         con.print(table(f"nearest legal layouts ({how})",
-                        ["#", "parallel", "changed", "peak", "headroom", *(["tokens/s/GPU"] if ranked else [])],
-                        rows))
+                        ["#", "parallel", "changed", "pins changed", "peak", "headroom",
+                         *(["tokens/s/GPU"] if ranked else [])], rows))
     elif result.min_gpus is not None:
         gpn = q.job.cluster.gpus_per_node
         con.print(f"no layout fits on {nodes_text(q.job.num_gpus, gpn)}; the smallest size at which one does: "
@@ -92,6 +95,13 @@ def _print_fit(q: Question, result: FitResult) -> None:
     con.print("assumptions:")
     for a in result.assumptions:
         con.print(f"  - {lit(a)}")
+
+
+def _changed_text(a: Alternative) -> str:
+    """What a fix changes, every option with the value it sets (`recompute=full, parallel.recompute_method=
+    block, ...`); an axis change by its name (the parallel column holds its value)."""
+    values = {changed_name(path, PIN_AXES): value for path, value in a.options.items()}
+    return ", ".join(f"{c}={values[c]}" if c in values else c for c in a.changed) or "-"
 
 
 def _layout_text(p: dict[str, Any]) -> str:

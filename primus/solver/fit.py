@@ -54,8 +54,9 @@ from primus.solver.options import (
     pipeline_candidates,
     recompute_search_job,
 )
-from primus.solver.pins import normalisation_notes
-from primus.solver.suggest import Alternative, Speed, fastest_groups, rank_key
+from primus.solver.pins import PIN_AXES, normalisation_notes
+from primus.solver.space import Space
+from primus.solver.suggest import Alternative, Speed, fastest_groups, labelled, rank_key
 from primus.solver.vector import Candidates
 
 MAX_ALTERNATIVES = 5
@@ -111,7 +112,8 @@ class FitResult:
             doc["core_details"] = dict(self.core_details)
         doc["alternatives"] = [
             {"parallel": a.layout.as_parallel(), "peak_bytes": a.peak_bytes, "headroom_bytes": a.headroom_bytes,
-             "changed": list(a.changed), "options": dict(a.options),
+             "changed": list(a.changed), "pins_changed": list(a.pins_changed), "options": dict(a.options),
+             "tight": a.tight,
              **({"tokens_per_s_per_gpu": a.tokens_per_s_per_gpu} if a.tokens_per_s_per_gpu is not None else {})}
             for a in self.alternatives]
         if self.min_gpus is not None or self.min_nodes_note:
@@ -191,21 +193,34 @@ def _normalised(question: Question, layout: Layout) -> tuple[str, ...]:
 def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
                          speed: Speed | None) -> tuple[Alternative, ...]:
     """The option `fixes` and the nearest pin assignments' fastest completions, at most MAX_ALTERNATIVES
-    in rank order (`rank_key`). The SCORED_GROUPS nearest assignments are the candidates (only the
-    first MAX_ALTERNATIVES without `speed`); a level of k changed pins is enumerated and scored only
-    while the list has room, since each of its fixes ranks after every fix with fewer changes."""
+    in rank order (`rank_key`: tight fixes last, then fewest pins changed, then fastest). The
+    SCORED_GROUPS nearest assignments are the candidates (only the first MAX_ALTERNATIVES without
+    `speed`); a level of k changed pins is enumerated and scored only while the list has room for fixes
+    that are not tight, since each of its fixes ranks after every such fix with fewer changes. The best
+    fix that keeps every pin stays in the list even when tight (in the last place)."""
+    pins, band = asker.q.pins, asker.q.space.reserves.tight_band_bytes
     chosen = list(fixes)
     budget = MAX_ALTERNATIVES if speed is None else SCORED_GROUPS
+
+    def roomy() -> int:  # a tight fix ranks after every roomy one, so only roomy fixes fill the list
+        return sum(1 for a in chosen if not a.tight)
+
     levels = nearest_levels(asker)
-    while budget > 0 and len(chosen) < MAX_ALTERNATIVES:
+    while budget > 0 and roomy() < MAX_ALTERNATIVES:
         level = next(levels, None)
         if level is None:
             break
         level = level[:budget]
         budget -= len(level)
         groups = [(rows, tuple(p[4:] for p in changed)) for rows, changed in level]
-        chosen += fastest_groups(groups, MAX_ALTERNATIVES - len(chosen), capacity, speed)
-    return tuple(sorted(chosen, key=rank_key)[:MAX_ALTERNATIVES])
+        found = fastest_groups(groups, MAX_ALTERNATIVES - roomy(), capacity, speed)
+        chosen += [labelled(a, pins, PIN_AXES, band) for a in found]
+    ranked = sorted(chosen, key=rank_key)
+    shown = ranked[:MAX_ALTERNATIVES]
+    keeper = next((a for a in ranked if a.keeps_pins), None)
+    if keeper is not None and keeper not in shown:  # a tight fix that keeps the user's layout stays in view
+        shown = [*shown[:MAX_ALTERNATIVES - 1], keeper]
+    return tuple(shown)
 
 
 def option_fixes(question: Question, core: tuple[str, ...],
@@ -228,13 +243,14 @@ def option_fixes(question: Question, core: tuple[str, ...],
             if c.n == 0:
                 split_sets.append(options)
                 continue
-            out += _completed(variant.job, c, options, capacity, speed_for)
+            out += _completed(variant.job, c, options, capacity, speed_for, question.pins)
     job = question.job
     if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
         variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
         c = variant.candidates  # the same layouts, against a smaller allocator reserve
         if c.n:
-            out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for)
+            out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for,
+                              question.pins)
     if ("memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM
             and job.spec.parallel.recompute_modules is None):  # a chosen selective module set stays the user's
         for base in split_sets if "pipeline-split" in core else [{}]:
@@ -246,12 +262,14 @@ def option_fixes(question: Question, core: tuple[str, ...],
 
 
 def _completed(job: Job, c: Candidates, options: dict[str, Any], capacity: int,
-               speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+               speed_for: Callable[[Job], Speed | None] | None, pins: dict[str, Any]) -> list[Alternative]:
     """An option fix: the fastest completion of `c`, the legal layouts of `job` (the job with the options
     set), or its least-memory one without a projection."""
     speed = speed_for(job) if speed_for is not None else None
     order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
-    return fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])
+    band = Space(job).reserves.tight_band_bytes  # the job with the options set: its own allocator's reserve
+    return [labelled(a, pins, PIN_AXES, band)
+            for a in fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])]
 
 
 def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
@@ -270,7 +288,8 @@ def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
     counts = c.cols["recompute_num_layers"]
     n = int(counts.min())
     options = {**base, **partial_recompute(n)}
-    return _completed(apply_options(question.job, options), c.take(counts == n), options, capacity, speed_for)
+    return _completed(apply_options(question.job, options), c.take(counts == n), options, capacity, speed_for,
+                      question.pins)
 
 
 def _widest_chunk(job: Job, pp: int, vp: int) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,8 +30,11 @@ Speed = Callable[[Layout, int], float]
 
 @dataclass(frozen=True)
 class Alternative:
-    """A legal layout near the request. `changed`: the pinned axes it changes and the job option paths
-    it sets (`pipeline.layout`); `options`: those options' new values (empty for an axis change)."""
+    """A legal layout near the request. `changed`: what it changes, an axis by its name (`sharding`,
+    `recompute`, `recompute_num_layers`) and any other job option by its path (`pipeline.layout`,
+    `parallel.recompute_method`, `allocator.expandable_segments`); `pins_changed`: the pinned axes among
+    them; `options`: the options' new values by path (empty for an axis change: the layout says it);
+    `tight_band_bytes`: the allocator reserve its headroom is measured against (`tight`)."""
 
     layout: Layout
     peak_bytes: int
@@ -39,17 +42,47 @@ class Alternative:
     changed: tuple[str, ...]
     tokens_per_s_per_gpu: float | None = None  # when completed by projected speed
     options: dict[str, Any] = field(default_factory=dict)
+    pins_changed: tuple[str, ...] = ()
+    tight_band_bytes: int = 0
 
     @property
     def keeps_pins(self) -> bool:
-        return all("." in c for c in self.changed)
+        return not self.pins_changed
+
+    @property
+    def tight(self) -> bool:
+        """It fits with less headroom than the allocator's uncertain reserve (issue 15's tight verdict)."""
+        return self.headroom_bytes < self.tight_band_bytes
 
 
-def rank_key(a: Alternative) -> tuple[int, int, float]:
-    """Fixes that keep every pin first (job options only, fastest first), then fewest pins changed,
-    then fastest."""
-    pins_changed = sum(1 for c in a.changed if "." not in c)
-    return (pins_changed, len(a.changed) if pins_changed else 0, -(a.tokens_per_s_per_gpu or 0.0))
+def changed_name(path: str, axes: Sequence[str]) -> str:
+    """An option path as `changed` names it: a parallel axis by its name, anything else by its path."""
+    section, _, key = path.partition(".")
+    return key if section == "parallel" and key in axes else path
+
+
+def labelled(a: Alternative, pins: dict[str, Any], axes: Sequence[str], band: int) -> Alternative:
+    """`a` with its changes named one way (`changed_name`), the pins it changes and its tight band.
+    An axis change changes a pin by construction; an option changes one when it sets a pinned axis to
+    another value (partial recompute sets `parallel.recompute: full` over a pinned `none`)."""
+    names: list[str] = []
+    pins_changed: list[str] = []
+    for c in a.changed:
+        if c in a.options:
+            name = changed_name(c, axes)
+            if name in pins and pins[name] != a.options[c]:
+                pins_changed.append(name)
+        else:
+            name = c
+            pins_changed.append(c)
+        names.append(name)
+    return replace(a, changed=tuple(names), pins_changed=tuple(pins_changed), tight_band_bytes=band)
+
+
+def rank_key(a: Alternative) -> tuple[bool, int, float, int]:
+    """Fixes with headroom above the allocator reserve before tight ones; then those that keep every pin,
+    then fewest pins changed; among as many, the fastest; then the fewest settings changed."""
+    return (a.tight, len(a.pins_changed), -(a.tokens_per_s_per_gpu or 0.0), len(a.changed))
 
 
 def fastest_groups(groups: Sequence[tuple[Candidates, tuple[str, ...]]], need: int, capacity: int,
