@@ -114,8 +114,8 @@ def _default(obj: Any) -> Any:
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
           justify_right: Sequence[str] = ()) -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
-    for col in columns:
-        t.add_column(col, justify="right" if col in justify_right else "left")
+    for col in columns:  # a long word (an option path) folds onto the next line rather than being cut
+        t.add_column(col, justify="right" if col in justify_right else "left", overflow="fold")
     for row in rows:
         t.add_row(*[Text(escape_controls(_fmt(v), keep_layout=True)) for v in row])  # data, never markup
     return t

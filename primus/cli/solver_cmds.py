@@ -67,7 +67,8 @@ def _print_fit(q: Question, result: FitResult) -> None:
         else:
             con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
     if result.report is not None and result.layout is not None:
-        con.print(f"closest evaluation of the request: {_layout_text(result.layout.as_parallel())}")
+        breaks = f" (breaks {', '.join(result.request_breaks)})" if result.request_breaks else ""
+        con.print(f"closest evaluation of the request{breaks}: {_layout_text(result.layout.as_parallel())}")
         for note in result.notes:
             con.print(f"  note: {lit(note)}")
         for s in result.report.stages:
@@ -86,15 +87,26 @@ def _print_fit(q: Question, result: FitResult) -> None:
         con.print(table(f"nearest legal layouts ({how})",
                         ["#", "parallel", "changed", "pins changed", "peak", "headroom",
                          *(["tokens/s/GPU"] if ranked else [])], rows))
-    elif result.min_gpus is not None:
-        gpn = q.job.cluster.gpus_per_node
-        con.print(f"no layout fits on {nodes_text(q.job.num_gpus, gpn)}; the smallest size at which one does: "
-                  f"{nodes_text(result.min_gpus, gpn)}")
-    elif result.min_nodes_note:
-        con.print(result.min_nodes_note)
+    if result.sizes_searched:
+        con.print(_sizes_text(result, q.job.num_gpus, q.job.cluster.gpus_per_node))
     con.print("assumptions:")
     for a in result.assumptions:
         con.print(f"  - {lit(a)}")
+
+
+def _sizes_text(result: FitResult, gpus: int, gpn: int) -> str:
+    """The nearest sizes at which a layout fits, below and above the job's, in GPUs and nodes."""
+    here = f"no layout fits on {nodes_text(gpus, gpn)}"
+    below, above = result.size_below, result.min_gpus
+    if below is not None and above is not None:
+        return (f"{here}; the nearest sizes at which one does: {nodes_text(below, gpn)} below, "
+                f"{nodes_text(above, gpn)} above")
+    if below is not None:
+        return f"{here}; the nearest size at which one does: {nodes_text(below, gpn)} below; " + (
+            result.min_nodes_note or "none above")
+    if above is not None:
+        return f"{here}; the smallest size at which one does: {nodes_text(above, gpn)}"
+    return f"{here}; none smaller does either, and {result.min_nodes_note or 'no larger size was found'}"
 
 
 def _changed_text(a: Alternative) -> str:
@@ -123,7 +135,7 @@ def fit_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch_ha
     """Prove that a job fits (or complete its free axes with the most headroom), or explain why not.
 
     On failure: a minimal set of conflicting rules and pins, the bytes over capacity per stage, the
-    nearest legal layouts and, when nothing fits at all, the smallest node count that would.
+    nearest legal layouts and, when nothing fits at all, the nearest sizes below and above that would.
     Exit 0 fits, 1 does not fit.
 
     JOB_FILE, or --from KIND FILE to read a Megatron-LM argument line, a Primus experiment YAML or a

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from primus.rules.vector import evaluate_vector
 from primus.solver.api import Question
 from primus.solver.core import deletion_filter, deletion_order
 from primus.solver.pins import PIN_AXES, pin_mask
@@ -105,15 +106,46 @@ def explain_structural(asker: Asker, core: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*extra, *core]))
 
 
-def closest_request(asker: Asker) -> tuple[Candidates, int] | None:
-    """The layout satisfying every pin with the least memory: among those that also pass every other
-    rule when some do (what was asked for, legal but too big), else among all that hold the pins."""
+#: Rules a job option can make hold without changing the layout (`primus.solver.options`): the
+#: pipeline split (split accounting, first/last stage layer counts, a layout string).
+OPTION_RULES = ("pipeline-split",)
+
+
+def closest_request(asker: Asker, core: Iterable[str] = ()) -> tuple[Candidates, int, tuple[str, ...]] | None:
+    """The layout satisfying every pin with the least memory, and the rules it breaks (memory aside).
+    Among the layouts that pass every other rule when some do (what was asked for, legal but too big);
+    else among those that break as few of the `core`'s rules as possible (fewest first, in deletion
+    order, a rule a job option can satisfy first: `OPTION_RULES`), so a structural rule no pin forces is
+    kept (no CP 64 at sequence 4,096 for a pipeline split that fails); else among all that hold the pins."""
     others = [r for r in asker.hard if r not in asker.memory_ids]
-    for rules in (others, []):
+    pins = [f"pin:{a}" for a in asker.pins]
+    guilty = sorted((r for r in core if r in others and r not in DEFINITIONAL),
+                    key=lambda r: (r not in OPTION_RULES, deletion_order(r)))
+    tries: list[list[str]] = [others]
+    for k in range(1, len(guilty) + 1):
+        tries += [[r for r in others if r not in dropped] for dropped in combinations(guilty, k)]
+    tries.append([])
+    for rules in tries:
+        if rules and not asker.feasible([*rules, *pins]):
+            continue
         c = asker.enumerate(rules, asker.pins, memory=True)
         if c.n:
-            return c, int(np.argmin(c.cols["peak_bytes"]))
+            i = int(np.argmin(c.cols["peak_bytes"]))
+            return c, i, broken_rules(asker, c, i, [r for r in others if r not in rules])
     return None
+
+
+def broken_rules(asker: Asker, c: Candidates, i: int, rule_ids: Iterable[str]) -> tuple[str, ...]:
+    """Which of `rule_ids` row `i` of `c` breaks (each rule evaluated on that row alone)."""
+    row = c.take(np.array([i]))
+    env = {**{k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in asker.q.space.facts.items()},
+           **row.cols}
+    out = []
+    for rid in rule_ids:
+        rule = asker.rules[rid]
+        if not bool(evaluate_vector(rule.parsed, env, 1)[0]):
+            out.append(rid)
+    return tuple(out)
 
 
 def nearest_groups(asker: Asker, limit: int) -> list[tuple[Candidates, list[str]]]:

@@ -44,7 +44,7 @@ from primus.solver.explain import (
     nearest_levels,
     pins_core,
 )
-from primus.solver.minsize import smallest_size
+from primus.solver.minsize import largest_size_below, smallest_size
 from primus.solver.options import (
     ALLOCATOR_FIX_VENDORS,
     EXPANDABLE_SEGMENTS,
@@ -70,11 +70,17 @@ class FitResult:
     fits: bool
     layout: Layout | None  # the proof (fits) or the closest evaluation of the request (does not fit)
     report: MemoryReport | None
+    #: the rules (memory aside) the closest evaluation breaks, when no layout holding the pins passes them
+    request_breaks: tuple[str, ...] = ()
     satisfied_rules: tuple[str, ...] = ()
     violated_rules: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
-    min_gpus: int | None = None  # the fewest GPUs at which some layout fits, when none does here
+    #: the nearest size above the job's at which some layout fits, when none does here (the smallest
+    #: size that fits when `size_below` is None)
+    min_gpus: int | None = None
     min_nodes_note: str | None = None
+    size_below: int | None = None  # the nearest size below the job's at which some layout fits
+    sizes_searched: bool = False
     gpus_per_node: int = 8
     completed_axes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -110,13 +116,17 @@ class FitResult:
         doc["violated_rules"] = list(self.violated_rules)
         if self.core_details:
             doc["core_details"] = dict(self.core_details)
+        if not self.fits:
+            doc["closest_breaks"] = list(self.request_breaks)
         doc["alternatives"] = [
             {"parallel": a.layout.as_parallel(), "peak_bytes": a.peak_bytes, "headroom_bytes": a.headroom_bytes,
              "changed": list(a.changed), "pins_changed": list(a.pins_changed), "options": dict(a.options),
              "tight": a.tight,
              **({"tokens_per_s_per_gpu": a.tokens_per_s_per_gpu} if a.tokens_per_s_per_gpu is not None else {})}
             for a in self.alternatives]
-        if self.min_gpus is not None or self.min_nodes_note:
+        if self.sizes_searched:
+            doc["nearest_sizes"] = {"below": self.size_below, "above": self.min_gpus}
+        if self.size_below is None and (self.min_gpus is not None or self.min_nodes_note):
             doc["min_gpus"] = self.min_gpus
             doc["min_nodes"] = self.min_nodes
             if self.min_nodes_note:
@@ -166,20 +176,26 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
         certified = certify(question, tuple(n for n in core if n.startswith("pin:") or n in asker.names))
         notes.append("core certified by CP-SAT (INFEASIBLE under its assumption literals)" if certified
                      else "CP-SAT did NOT confirm this core")
-    found = closest_request(asker)
+    found = closest_request(asker, core)
     request = found[0].layout(found[1]) if found is not None else None
+    request_breaks = found[2] if found is not None else ()
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
     fixes = option_fixes(question, core, speed_for)
     alternatives = nearest_alternatives(asker, fixes, capacity, speed)
     min_gpus: int | None = None
+    below: int | None = None
     note: str | None = None
-    if not alternatives:
+    searched = not alternatives or not question.pins  # a free job's only fixes are options: sizes too
+    if searched:
         min_gpus, note = smallest_size(question)
+        below = largest_size_below(question)
     said = _normalised(question, request) if request is not None else ()
-    return FitResult(False, request, report, violated_rules=core, gpus_per_node=job.cluster.gpus_per_node,
+    return FitResult(False, request, report, request_breaks=request_breaks, violated_rules=core,
+                     gpus_per_node=job.cluster.gpus_per_node,
                      alternatives=alternatives, completed_axes=free,
-                     min_gpus=min_gpus, min_nodes_note=note, notes=(*said, *notes), core_details=details,
+                     min_gpus=min_gpus, min_nodes_note=note, size_below=below, sizes_searched=searched,
+                     notes=(*said, *notes), core_details=details,
                      assumptions=(*said, *(report.assumptions if report is not None
                                            else mm.layout_free_assumptions())))
 
@@ -226,7 +242,8 @@ def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
 def option_fixes(question: Question, core: tuple[str, ...],
                  speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
     """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
-    split options when the refusal involves the pipeline split or memory and PP is pinned above 1;
+    split options when the refusal involves the pipeline split or memory and PP is pinned above 1, or
+    the pipeline split and PP is free (`_free_pipeline_fixes`);
     partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
     when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
     allocator (a smaller reserve, `stacks/allocators.yaml`) when it involves memory and the job's stack
@@ -244,6 +261,8 @@ def option_fixes(question: Question, core: tuple[str, ...],
                 split_sets.append(options)
                 continue
             out += _completed(variant.job, c, options, capacity, speed_for, question.pins)
+    elif pp is None and "pipeline-split" in core:
+        out += _free_pipeline_fixes(question, capacity, speed_for)
     job = question.job
     if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
         variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
@@ -257,6 +276,33 @@ def option_fixes(question: Question, core: tuple[str, ...],
             fix = _recompute_fix(question, base, capacity, speed_for)
             if fix:
                 out += fix
+                break
+    return out
+
+
+def _free_pipeline_fixes(question: Question, capacity: int,
+                         speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
+    """With PP free: for each pipeline size the layers do not split over evenly, but at which every other
+    rule (memory included) holds for some layout when the split is set aside, the least intrusive
+    pipeline option that splits them (`pipeline_candidates`), completed like a pinned PP's. Llama 3.1 8B
+    on 96 GPUs at global batch 64 needs a factor 3 that only PP can hold, and 32 layers do not split
+    over 3 stages evenly; first and last stages of 11 layers do."""
+    vp = question.pins.get("vp")
+    vps = [vp if isinstance(vp, int) else 1]
+    rules = [r for r in Asker(question).hard if r != "pipeline-split"]
+    out: list[Alternative] = []
+    for pp in question.space.pp_values:
+        if pp == 1 or question.space.split_pairs.get((pp, vps[0]), False):
+            continue
+        pinned = question.with_pins({**question.pins, "pp": pp})
+        asker = Asker(pinned)
+        if not asker.feasible([*rules, *(f"pin:{a}" for a in asker.pins)]):
+            continue
+        for options in pipeline_candidates(question.job, pp, vps):
+            variant = question.with_job(apply_options(question.job, options)).with_pins(pinned.pins)
+            c = variant.candidates
+            if c.n:
+                out += _completed(variant.job, c, options, capacity, speed_for, question.pins)
                 break
     return out
 
