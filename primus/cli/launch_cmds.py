@@ -168,7 +168,7 @@ def _fix(job: Any, n: int) -> tuple[Any, Any]:
     its complete layout (the same ranking `primus fit` prints, projected throughput included)."""
     from primus.projection.complete import speed_of
     from primus.solver.api import Question
-    from primus.solver.fit import fit, nodes_text
+    from primus.solver.fit import fit, nodes_text, sizes_text
     from primus.solver.options import apply_options
 
     result = fit(Question(job), speed=speed_of(job), speed_for=speed_of)
@@ -178,10 +178,8 @@ def _fix(job: Any, n: int) -> tuple[Any, Any]:
         gpn = job.cluster.gpus_per_node
         click.echo(f"primus: not exported: `primus fit` has no suggestion for this job (--fix {n}): no layout fits "
                    f"on {nodes_text(job.num_gpus, gpn)}", err=True)
-        if result.min_gpus is not None:
-            click.echo(f"  the smallest size at which one does: {nodes_text(result.min_gpus, gpn)}", err=True)
-        elif result.min_nodes_note:
-            click.echo(f"  {result.min_nodes_note}", err=True)
+        if result.sizes_searched:
+            click.echo(f"  {sizes_text(result, job.num_gpus, gpn)}", err=True)
         raise Negative()
     if n > len(result.alternatives):
         raise InputError("--fix", str(n), f"fit has {len(result.alternatives)} suggestion(s) for this job")

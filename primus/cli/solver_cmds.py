@@ -15,7 +15,7 @@ from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_
 from primus.job import load_job
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
-from primus.solver.fit import FitResult, nodes_text
+from primus.solver.fit import FitResult, sizes_text
 from primus.solver.pins import PIN_AXES
 from primus.solver.space import rule_names_doc
 from primus.solver.suggest import Alternative, changed_name
@@ -88,25 +88,10 @@ def _print_fit(q: Question, result: FitResult) -> None:
                         ["#", "parallel", "changed", "pins changed", "peak", "headroom",
                          *(["tokens/s/GPU"] if ranked else [])], rows))
     if result.sizes_searched:
-        con.print(_sizes_text(result, q.job.num_gpus, q.job.cluster.gpus_per_node))
+        con.print(sizes_text(result, q.job.num_gpus, q.job.cluster.gpus_per_node))
     con.print("assumptions:")
     for a in result.assumptions:
         con.print(f"  - {lit(a)}")
-
-
-def _sizes_text(result: FitResult, gpus: int, gpn: int) -> str:
-    """The nearest sizes at which a layout fits, below and above the job's, in GPUs and nodes."""
-    here = f"no layout fits on {nodes_text(gpus, gpn)}"
-    below, above = result.size_below, result.min_gpus
-    if below is not None and above is not None:
-        return (f"{here}; the nearest sizes at which one does: {nodes_text(below, gpn)} below, "
-                f"{nodes_text(above, gpn)} above")
-    if below is not None:
-        return f"{here}; the nearest size at which one does: {nodes_text(below, gpn)} below; " + (
-            result.min_nodes_note or "none above")
-    if above is not None:
-        return f"{here}; the smallest size at which one does: {nodes_text(above, gpn)}"
-    return f"{here}; none smaller does either, and {result.min_nodes_note or 'no larger size was found'}"
 
 
 def _changed_text(a: Alternative) -> str:

@@ -351,3 +351,18 @@ def nodes_text(gpus: int, gpus_per_node: int) -> str:
     if gpus % gpus_per_node:
         return f"{gpus:,} {noun} (part of 1 node of {gpus_per_node})"
     return f"{gpus:,} {noun} ({nodes:,} node{'s' if nodes > 1 else ''} of {gpus_per_node})"
+
+
+def sizes_text(result: FitResult, gpus: int, gpn: int) -> str:
+    """The nearest sizes at which a layout fits, below and above the job's, in GPUs and nodes."""
+    here = f"no layout fits on {nodes_text(gpus, gpn)}"
+    below, above = result.size_below, result.min_gpus
+    if below is not None and above is not None:
+        return (f"{here}; the nearest sizes at which one does: {nodes_text(below, gpn)} below, "
+                f"{nodes_text(above, gpn)} above")
+    if below is not None:
+        return f"{here}; the nearest size at which one does: {nodes_text(below, gpn)} below; " + (
+            result.min_nodes_note or "none above")
+    if above is not None:
+        return f"{here}; the smallest size at which one does: {nodes_text(above, gpn)}"
+    return f"{here}; none smaller does either, and {result.min_nodes_note or 'no larger size was found'}"
