@@ -75,3 +75,11 @@ def test_a_refusal_at_tp_1_with_sp_pinned_says_so_too(run_cli, tmp_path):
     doc = json.loads(out)
     assert code == 1 and doc["parallel"]["tp"] == 1
     assert SP_NOTE in doc["notes"]
+
+
+def test_a_recompute_layer_count_without_full_recompute_is_said_to_have_no_effect(run_cli, tmp_path):
+    code, out, _ = run_cli("fit", _job(tmp_path, recompute="selective", recompute_num_layers=4), "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["parallel"]["recompute"] == "selective"
+    assert doc["notes"] == ["recompute_num_layers: 4 has no effect with recompute selective: Megatron-LM reads it "
+                            "only under full recompute (--recompute-granularity full)"]

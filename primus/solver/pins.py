@@ -53,4 +53,8 @@ def normalisation_notes(pins: dict[str, Any], parallel: dict[str, Any], model_na
     if not is_moe and isinstance(etp, int) and etp != parallel.get("etp", 1):
         out.append(f"etp: {etp} has no effect: {model_name} has no expert layers for an expert tensor-parallel "
                    f"group to split, so the layout is evaluated as ETP{parallel.get('etp', 1)}")
+    layers = pins.get("recompute_num_layers")
+    if isinstance(layers, int) and parallel.get("recompute") != "full":
+        out.append(f"recompute_num_layers: {layers} has no effect with recompute {parallel.get('recompute')}: "
+                   "Megatron-LM reads it only under full recompute (--recompute-granularity full)")
     return tuple(out)
