@@ -189,3 +189,23 @@ def test_a_substitution_in_an_option_primus_does_not_read_is_listed_as_written(t
     assert config.job["parallel"]["tp"] == 4
     assert "--save $(dirname /a/b c)" in config.unmodelled  # as the file spells it, one value
     assert any(n.startswith("line 5: $(dirname /a/b c) is not run") for n in config.notes)
+
+
+SLURM_LAUNCH = """#!/bin/bash
+NNODES={nnodes}
+torchrun --nproc_per_node 8 --nnodes $NNODES pretrain_gpt.py --num-layers 32 --hidden-size 4096 \\
+  --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 \\
+  --global-batch-size 128 --tensor-model-parallel-size 2 --bf16 --vocab-size 32000
+"""
+
+
+@pytest.mark.parametrize("nnodes", ["$(scontrol show hostnames | wc -l)", "$SLURM_NNODES"])
+def test_a_node_count_the_file_leaves_to_its_environment_is_not_one_node(tmp_path: Path, nnodes: str) -> None:
+    # a Slurm launch: the node count comes from a command the file never runs, or from the job's environment;
+    # it is neither torchrun's default of one node nor a malformed count
+    path = tmp_path / "launch.sh"
+    path.write_text(SLURM_LAUNCH.format(nnodes=nnodes))
+    with pytest.raises(InputError, match="does not give the world size; give --nodes or --gpus"):
+        import_launch("megatron", path, hardware="h100-80gb")
+    job, _ = load_launch_job("megatron", path, hardware="h100-80gb", nodes=2)
+    assert job.num_gpus == 16 and job.spec.parallel.dp == 8

@@ -53,6 +53,9 @@ class ParsedLine:
     order: list[tuple[str, str]] = field(default_factory=list)  # ("known", dest) or ("other", text)
     nnodes: int | None = None
     nproc: int | None = None
+    #: the launcher's --nnodes was given but not as a number the file states (a command substitution, or a
+    #: variable the file leaves to its environment, $SLURM_NNODES): the world size comes from --nodes/--gpus
+    nnodes_unresolved: bool = False
     script: str | None = None  # the training script the launcher runs (pretrain_gpt.py)
     launched: bool = True  # False: a file of argument definitions with no launch line
     expandable_segments: bool | None = None  # PyTorch's allocator setting, when the file sets it
@@ -262,7 +265,7 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
         word = words[i]
         if not word.startswith("-"):
             parsed.script = script.restore(word)
-            if parsed.nproc is not None and parsed.nnodes is None:
+            if parsed.nproc is not None and parsed.nnodes is None and not parsed.nnodes_unresolved:
                 parsed.nnodes = 1
                 out.note("torchrun --nproc-per-node without --nnodes: one node (torchrun's default)")
             return i + 1  # the training script
@@ -271,8 +274,11 @@ def _launcher(words: list[str], i: int, parsed: ParsedLine, where: str, out: Col
         if not eq and word not in _LAUNCHER_FLAGS and i + 1 < len(words):
             value, step = words[i + 1], 2
         key = name.lstrip("-").replace("_", "-")
-        if key in ("nnodes", "nproc-per-node") and script.substitution_in(value) is not None:
-            out.skip(script.restore(f"torchrun {name} {value}"))  # the world size then comes from --nodes/--gpus
+        if key in ("nnodes", "nproc-per-node") and (script.substitution_in(value) is not None or "$" in value):
+            # a command substitution or a variable left to the environment ($SLURM_NNODES): not a size the file
+            # states, so the world size comes from --nodes/--gpus (or the error asking for them)
+            out.skip(script.restore(f"torchrun {name} {value}"))
+            parsed.nnodes_unresolved = parsed.nnodes_unresolved or key == "nnodes"
         elif key == "nnodes":
             parsed.nnodes = _count(value, where, "torchrun --nnodes")
         elif key == "nproc-per-node" and value.isdigit():
