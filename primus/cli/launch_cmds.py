@@ -142,16 +142,21 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
 # ---- primus export ---------------------------------------------------------------------------------
 
 
-def _check_fits(job: Job) -> Job:
+#: how a refusal reads when the target runs the job differently from the file (`launchable`'s notes)
+AS_LAUNCHED = " as the target runs it (the note above), not as the file is written"
+
+
+def _check_fits(job: Job, as_launched: bool = False) -> Job:
     """Export only what `primus fit` accepts (`primus.launch.export_check`); otherwise exit 1 with fit's
-    reasons."""
+    reasons. `as_launched`: the job is the target's form of the user's (`launchable` changed it), and the
+    refusal says so rather than blaming the job file."""
     check = check_for_export(job)
     if check.split_added:
         click.echo(f"primus: note: {SPLIT_NOTE}", err=True)
     result = check.result
     if result is None or result.fits:
         return check.job
-    click.echo("primus: not exported: `primus fit` refuses this job", err=True)
+    click.echo("primus: not exported: `primus fit` refuses this job" + (AS_LAUNCHED if as_launched else ""), err=True)
     if result.violated_rules:
         click.echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
     if result.report is not None:
@@ -255,13 +260,14 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
 
         result = fit(Question(job))
         if not result.fits or result.layout is None:
-            click.echo("primus: no legal layout fits this job; nothing exported (see `primus fit`)", err=True)
+            click.echo("primus: no legal layout fits this job" + (AS_LAUNCHED if changed else "")
+                       + "; nothing exported (see `primus fit`)", err=True)
             raise Negative()
         layout = result.layout
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
     if layout is None:
-        job = _check_fits(job)
+        job = _check_fits(job, as_launched=bool(changed))
     exported = export_job(job, kind, layout)
     text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:
