@@ -119,3 +119,17 @@ def test_the_release_megatron_exports_name_in_their_header_resolves(run_cli, wri
     release = header.split("Megatron-LM ", 1)[1].split(" ", 1)[0]  # "core_r0.14"
     code, _, err = run_cli("stacks", "show", f"megatron-lm@{release}")
     assert code == 0 and "read as" in err
+
+
+@pytest.mark.parametrize(("ref", "why"), [("nemo@2024.01", "it is not YY.MM"), ("nemo@25.13", "month 13"),
+                                          ("megatron-bridge@26.00", "month 00")])
+def test_a_container_version_stack_takes_only_container_versions(run_cli, ref: str, why: str) -> None:  # type: ignore[no-untyped-def]
+    # NeMo and Megatron-Bridge releases are container versions (YY.MM): 2024.01 would order after 25.04
+    code, out, err = run_cli("stacks", "show", ref)
+    assert code == 2 and out == "" and err.count("\n") == 1 and why in err
+
+
+def test_a_published_month_resolves_a_container_version_stack_by_its_year() -> None:
+    from primus.stacks.core import _lenient
+
+    assert _lenient("nemo", "2024.09").release == "24.07" and _lenient("nemo", "2025.06").release == "25.04"

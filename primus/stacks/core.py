@@ -24,6 +24,7 @@ ALLOCATORS = "allocators"  # stacks/allocators.yaml: the allocator reserves, not
 _REF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:@([A-Za-z0-9][A-Za-z0-9._-]*))?$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 _MONTH = re.compile(r"^\d{4}\.(\d{2})$")  # YYYY.MM: the label of a framework without releases
+_CONTAINER = re.compile(r"^\d{2}\.(\d{2})(\.\d+)*$")  # YY.MM[.PATCH]: NVIDIA container versions (NeMo, Bridge)
 
 
 def catalog_stacks() -> list[str]:
@@ -134,6 +135,7 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
         chosen = labels.index(release)
     else:
         _check_month(name, release, labels, where, field_name)
+        _check_container(name, release, labels, where, field_name)
         want = _key(release)
         keys = [_key(x) for x in labels]
         if want is None or any(k is None for k in keys):
@@ -191,6 +193,18 @@ def _check_month(name: str, release: str, labels: list[str], where: str, field_n
                      f"{', '.join(labels)}{also})")
 
 
+def _check_container(name: str, release: str, labels: list[str], where: str, field_name: str | None) -> None:
+    """A stack whose releases are container versions (YY.MM[.PATCH]: NeMo, Megatron-Bridge) takes only
+    one: `2024.01` would order after `25.04` and `25.13` would read as a month."""
+    if not all(_CONTAINER.match(x) for x in labels):
+        return
+    m = _CONTAINER.match(release)
+    if m is not None and 1 <= int(m.group(1)) <= 12:
+        return
+    why = f"month {m.group(1)} is not 01 to 12" if m else "it is not YY.MM (a container version)"
+    raise InputError(where, field_name, f"release {release!r} of {name}: {why} (its releases: {', '.join(labels)})")
+
+
 def stack_of_source(source: str, published: str | None = None, flags: frozenset[str] = frozenset()) -> Stack:
     """The stack a published run's `source` ran on: the stack whose `validate_flags` names one of the
     row's flags (a collection's recipe on another framework, e.g. DGX Cloud's MaxText recipe, flag
@@ -227,4 +241,9 @@ def _lenient(name: str, release: str | None) -> Stack:
     try:
         return resolve_stack(f"{name}@{release}" if release else name)
     except InputError:
+        if release and _MONTH.match(release):  # a publication month against container versions: 2025.04 is 25.04
+            try:
+                return resolve_stack(f"{name}@{release[2:]}")
+            except InputError:
+                pass
         return resolve_stack(name)
