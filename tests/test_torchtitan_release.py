@@ -145,6 +145,8 @@ def test_the_july_2024_training_switch_imports_as_fp8(run_cli, tmp_path: Path) -
     text = EARLY_2025 + "enable_float8_linear = true\n"  # training.enable_float8_linear (#466 .. #496)
     code, doc, _ = _import(run_cli, tmp_path, text)
     assert code == 0 and doc["job"]["precision"] == "fp8" and doc["job"]["stack"] == "torchtitan@2024.12"
+    # July 2024 is before every described release: the note says the oldest is used, not "not after"
+    assert any("older than every described release, so the oldest, torchtitan@2024.12" in n for n in doc["notes"])
 
 
 def test_a_float8_switch_that_is_off_imports_as_bf16(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -97,9 +97,10 @@ def torchtitan_release(keys: Iterable[str], where: str) -> tuple[str, str]:
         day, _, change = until[0]
         key = ", ".join(k for d, k, _ in until if d == day)
         stack = resolve_stack(f"{STACK}@{_month(day)}")
+        which = (f"{stack.label} is the newest described release not after that" if stack.release <= _month(day)
+                 else f"that is older than every described release, so the oldest, {stack.label}")
         return stack.label, (f"stack {stack.label}: the file uses {key}, which torchtitan had until {day} "
-                             f"(pytorch/torchtitan {change}); {stack.label} is the newest described release "
-                             "not after that")
+                             f"(pytorch/torchtitan {change}); {which}")
     toml = resolve_stack(f"{STACK}@{_month(TOML_UNTIL[0])}")  # the newest release a TOML can be from
     capped = f"TOML files ended {TOML_UNTIL[0]} (pytorch/torchtitan {TOML_UNTIL[1]})"
     if since:
