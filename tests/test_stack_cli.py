@@ -133,3 +133,10 @@ def test_a_published_month_resolves_a_container_version_stack_by_its_year() -> N
     from primus.stacks.core import _lenient
 
     assert _lenient("nemo", "2024.09").release == "24.07" and _lenient("nemo", "2025.06").release == "25.04"
+
+
+def test_an_empty_stack_option_names_the_option(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3-8b\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n")
+    code, out, err = run_cli("fit", str(job), "--stack", "")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("primus: --stack: is empty")

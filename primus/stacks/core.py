@@ -113,6 +113,8 @@ class Stack:
 @lru_cache(maxsize=256)
 def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None = "stack") -> Stack:
     """The stack `NAME[@RELEASE]` names (None: the default stack, newest release)."""
+    if ref is not None and not ref.strip():
+        raise InputError(where, field_name, "is empty: give NAME or NAME@RELEASE (primus stacks list)")
     text = (ref or DEFAULT_STACK).strip()
     m = _REF.match(text)
     if not m:
