@@ -67,3 +67,14 @@ def test_fit_from_a_launch_file_takes_the_stack_too(run_cli, tmp_path: Path) -> 
     code, out, _ = run_cli("fit", "--from", "megatron", _file(tmp_path, "train.sh", SCRIPT), "--hardware",
                            "h100-80gb", "--stack", "nemo@25.04", "--format", "json")
     assert code in (0, 1) and any("nemo@25.04" in a for a in json.loads(out)["assumptions"])
+
+
+@pytest.mark.parametrize(("kind", "name", "text", "stack"), [("torchtitan", "t.toml", TOML, "megatron-lm@2026.06"),
+                                                              ("megatron", "train.sh", SCRIPT, "torchtitan@2024.12")])
+def test_import_stack_of_another_framework_is_refused(run_cli, tmp_path: Path, kind: str, name: str, text: str,  # type: ignore[no-untyped-def]
+                                                     stack: str) -> None:
+    # a torchtitan TOML read with Megatron-LM's defaults (or a Megatron-LM line with torchtitan's) is neither run
+    code, out, err = run_cli("import", "--from", kind, _file(tmp_path, name, text), "--hardware", "h100-80gb",
+                             "--gpus", "8", "--stack", stack)
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith("primus: --stack: ") and "give a stack of the file's framework" in err

@@ -62,10 +62,15 @@ def with_stack(config: LaunchConfig, stack: str, base_dir: Path | None = None) -
     replaces the stack the file implied or its header gave (said in a note), and the job is validated
     again on it (one line, exit 2, when it does not hold there). A model definition has no job to carry
     a stack: refused."""
-    resolve_stack(stack, "--stack", None)
+    resolved = resolve_stack(stack, "--stack", None)
     if config.model_only:
         raise InputError("--stack", None, f"{config.source} defines a model only; a stack goes with a job")
     chosen = config.job.get("stack", DEFAULT_STACK)
+    framework = str(config.job.get("framework", "megatron"))
+    if resolved.values["framework"] != framework:  # a torchtitan TOML on Megatron-LM's defaults, or the reverse
+        raise InputError("--stack", None, f"{resolved.label} runs {resolved.values['framework']} jobs, and "
+                         f"{config.source} is a {framework} launch file (the import chose {chosen}): give a stack "
+                         f"of the file's framework")
     job = {**config.job, "stack": stack}
     job_from_mapping(job, config.source, base_dir)
     note = f"stack {stack} from --stack, replacing {chosen} (the import's choice)"
