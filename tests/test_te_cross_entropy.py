@@ -118,3 +118,16 @@ def test_an_export_refused_only_as_megatron_lm_runs_it_says_so(run_cli, write_jo
     code, out, err = run_cli("export", path, "--to", "megatron")
     assert code == 1 and out == ""
     assert "not as the file is written" in err and "native fused kernel" in err
+
+
+def test_the_te_loss_without_loss_fusion_is_noted_not_dropped_silently(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+                      "--seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 --swiglu "
+                      "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+                      "--disable-bias-linear --micro-batch-size 1 --global-batch-size 64 --bf16 "
+                      "--cross-entropy-fusion-impl te\n")
+    code, out, err = run_cli("import", "--from", "megatron", str(script), "--hardware", "h100-80gb")
+    assert code == 0 and "cross_entropy_fusion: false" in out
+    assert "te selects nothing without --cross-entropy-loss-fusion" in err

@@ -129,6 +129,10 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
     job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"), "cross_entropy_fusion": fused_loss}
     if fused_loss:
         job["kernels"]["cross_entropy_fusion_impl"] = impl
+    elif impl == "te":
+        out.note(f"{r.ctx.label('cross_entropy_fusion_impl')} te selects nothing without "
+                 f"{r.ctx.label('cross_entropy_loss_fusion')}: the loss is Megatron-LM's unfused vocab-parallel "
+                 "cross-entropy (megatron/core/models/common/language_module/language_module.py)")
     return job, r.consumed
 
 
