@@ -281,3 +281,10 @@ def test_a_megatron_lm_of_2025_is_read_with_megatron_cores_defaults_not_the_2022
            "parallel": {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "sp": True, "recompute": "none", "sharding": "dist_opt"}}
     code, out, _ = run_cli("fit", write_job(job), "--format", "json")
     assert code == 0 and round(as_json(out)["peak_bytes"] / 2**30, 2) == 48.28
+
+
+def test_a_megatron_lm_of_2023_is_warned_that_it_gets_the_2022_papers_setup(run_cli) -> None:  # type: ignore[no-untyped-def]
+    # Megatron Core 0.7.0 (2024-05-30) predates the first described release after the papers (2024.08)
+    code, _, err = run_cli("stacks", "show", "megatron-lm@core_v0.7.0")
+    assert code == 0 and "using megatron-lm@2022.05" in err and "the 2022 papers' setup" in err
+    assert "papers' setup" not in run_cli("stacks", "show", "megatron-lm@2022.05")[2]

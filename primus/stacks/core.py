@@ -148,6 +148,9 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
             chosen = before[-1]
             resolved = (f"{name}@{release} is not described; using {name}@{labels[chosen]}, the newest release "
                         "not after it")
+            caveat = spec.releases[chosen].caveat
+            if caveat and want != keys[chosen]:
+                resolved += f" ({caveat})"
         else:
             chosen = 0
             resolved = (f"{name}@{release} is older than every described release; using the oldest, "

@@ -109,6 +109,9 @@ class ReleaseSpec(Spec):
     release: Label
     source: Source
     settings: StackSettings
+    #: said whenever a later, undescribed release resolves to this one (a release that describes a setup
+    #: rather than the framework's defaults, such as megatron-lm@2022.05, the 2022 papers' runs)
+    caveat: Text | None = None
 
 
 class ReleaseName(Spec):
