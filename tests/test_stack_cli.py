@@ -100,7 +100,7 @@ def test_megatron_lm_release_names_resolve_as_the_month_of_their_tag(run_cli, re
 
 
 def test_an_unknown_megatron_lm_release_name_is_one_line_with_a_suggestion(run_cli) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = run_cli("stacks", "show", "megatron-lm@core_r0.99")
+    code, out, err = run_cli("stacks", "show", "megatron-lm@core_r0.9.9")  # a patch release primus has no tag for
     assert (code, out, err.count("\n")) == (2, "", 1) and "did you mean 'core_r0.9.0'?" in err
 
 
@@ -140,3 +140,11 @@ def test_an_empty_stack_option_names_the_option(run_cli, tmp_path) -> None:  # t
     job.write_text("model: llama3-8b\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n")
     code, out, err = run_cli("fit", str(job), "--stack", "")
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("primus: --stack: is empty")
+
+
+def test_megatron_lm_release_names_read_in_any_case_and_suggest_only_their_own_series(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = run_cli("stacks", "show", "megatron-lm@CORE_V0.8.0")
+    assert code == 0 and "is core_v0.8.0 of 2024-08-12" in err
+    assert "did you mean 'core_v0.8.0'" in run_cli("stacks", "show", "megatron-lm@core_v0.8.1")[2]
+    code, _, err = run_cli("stacks", "show", "megatron-lm@core_v0.3.0")  # no 0.3 release: no suggestion years off
+    assert code == 2 and "did you mean" not in err and "core_r0.4.0 to core_v0.19.0" in err

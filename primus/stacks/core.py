@@ -170,7 +170,9 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
 def _release_name(spec: StackFile, release: str) -> tuple[str, str] | None:
     """A framework's own release name (`StackFile.release_names`; ``core_r0.14`` is ``core_r0.14.0``) as
     the month of its day, with a note saying so; None when the stack does not know the name."""
+    by_lower = {k.lower(): k for k in spec.release_names}  # Megatron-LM's tags are lowercase; CORE_V0.8.0 is one
     for candidate in (release, f"{release}.0"):
+        candidate = by_lower.get(candidate.lower(), candidate)
         known = spec.release_names.get(candidate)
         if known is not None:
             month = known.date[:7].replace("-", ".")
@@ -192,10 +194,18 @@ def _check_month(name: str, release: str, labels: list[str], where: str, field_n
     why = f"month {m.group(1)} is not 01 to 12" if m else "it is not YYYY.MM"
     own = load_stack_file(name).release_names
     by_day = sorted(own, key=lambda k: (own[k].date, k))
-    also = (f"; or one of its own {len(own)} release names{did_you_mean(release, own)}, {by_day[0]} to "
-            f"{by_day[-1]}" if own else "")
+    near = [k for k in own if _same_series(release, k)]  # a suggestion only within the release's own series
+    also = (f"; or one of its own {len(own)} release names{did_you_mean(release, near) if near else ''}, "
+            f"{by_day[0]} to {by_day[-1]}" if own else "")
     raise InputError(where, field_name, f"release {release!r} of {name}: {why} (its releases are months: "
                      f"{', '.join(labels)}{also})")
+
+
+def _same_series(release: str, name: str) -> bool:
+    """Whether a release name is in the same major.minor series as what was typed (core_v0.8 and
+    core_r0.8.0): a did-you-mean across series (core_v0.3.0 -> core_v0.13.0) would name a release years off."""
+    typed = re.findall(r"\d+", release)[:2]
+    return bool(typed) and re.findall(r"\d+", name)[:2] == typed
 
 
 def _check_container(name: str, release: str, labels: list[str], where: str, field_name: str | None) -> None:
