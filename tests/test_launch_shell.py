@@ -209,3 +209,14 @@ def test_a_node_count_the_file_leaves_to_its_environment_is_not_one_node(tmp_pat
         import_launch("megatron", path, hardware="h100-80gb")
     job, _ = load_launch_job("megatron", path, hardware="h100-80gb", nodes=2)
     assert job.num_gpus == 16 and job.spec.parallel.dp == 8
+
+
+def test_each_substitution_of_a_continued_command_is_reported_on_its_own_line(tmp_path: Path) -> None:
+    # a `\`-continued launch line: the substitutions on its third physical line are reported there
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/bash\n"
+                    "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 32 --hidden-size 4096 \\\n"
+                    "  --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 \\\n"
+                    "  --micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000 --save $(dirname $0)/ck\n")
+    config = import_launch("megatron", path, hardware="h100-80gb")
+    assert any(n.startswith("line 4: $(dirname $0) is not run") for n in config.notes), config.notes

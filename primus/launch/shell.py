@@ -180,13 +180,23 @@ def statements(text: str, where: str) -> list[tuple[int, str]]:
 class Expander:
     """Expands words against the variables read so far; records substitutions it will not run."""
 
-    def __init__(self, script: Script, where: str) -> None:
+    def __init__(self, script: Script, where: str, source: str = "") -> None:
         self.script, self.where = script, where
         self.line = 0
         self.in_test = False
+        self.lines = source.splitlines()  # the file as written: a continued statement spans several
 
     def unresolved(self, text: str) -> None:
-        self.script.unresolved.append(f"line {self.line}: {text} is not run (read, never executed)")
+        self.script.unresolved.append(f"line {self.at(text)}: {text} is not run (read, never executed)")
+
+    def at(self, text: str) -> int:
+        """The physical line of `text` in the statement that starts on `self.line`: the first line from
+        there that holds it (a `\\`-continued command reports each substitution on its own line), else
+        the statement's first line."""
+        for k in range(max(self.line, 1), len(self.lines) + 1):
+            if text in self.lines[k - 1]:
+                return k
+        return self.line
 
     def words(self, text: str) -> list[str]:
         """Split and expand a statement's text into words."""
@@ -274,7 +284,7 @@ class Expander:
             end = n - 1 if end < 0 else end
             raw = text[i:end + 1]
             self.unresolved(raw)
-            return end + 1, self.script.substitute(self.line, raw)
+            return end + 1, self.script.substitute(self.at(raw), raw)
         if text.startswith("$((", i):
             end = _matching(text, i + 1)
             inner = text[i + 3:end - 1]
@@ -284,7 +294,7 @@ class Expander:
             end = _matching(text, i + 1)
             raw = text[i:end + 1]
             self.unresolved(raw)
-            return end + 1, self.script.substitute(self.line, raw)
+            return end + 1, self.script.substitute(self.at(raw), raw)
         if text.startswith("${", i):
             end = text.find("}", i)
             if end < 0:
@@ -411,7 +421,7 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
     which sourced files are read."""
     script = Script()
     sources = 0
-    ex = Expander(script, where)
+    ex = Expander(script, where, text)
     frames: list[_Frame] = []
     skip_until: list[str] = []
     skipped_blocks: list[str] = []
