@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,15 +27,21 @@ HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 HF_REVISION = re.compile(r"Hugging Face revision ([0-9a-f]{7,40})\b")
 
 
-def cited() -> dict[str, set[str]]:
-    """hash -> the files (relative to the repository) that cite it."""
-    out: dict[str, set[str]] = defaultdict(set)
+def texts() -> Iterator[tuple[str, str]]:
+    """(path relative to the repository, text) of every file people read."""
     for name in FOLDERS:
         root = REPO / name
         files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in SUFFIXES]
         for path in files:
-            for found in HASH.findall(path.read_text(encoding="utf-8", errors="replace")):
-                out[found].add(str(path.relative_to(REPO)))
+            yield str(path.relative_to(REPO)), path.read_text(encoding="utf-8", errors="replace")
+
+
+def cited() -> dict[str, set[str]]:
+    """hash -> the files (relative to the repository) that cite it."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for rel, text in texts():
+        for found in HASH.findall(text):
+            out[found].add(rel)
     return out
 
 
@@ -46,13 +53,7 @@ def exists(git_dir: Path, commit: str) -> bool:
 
 def hub_revisions() -> set[str]:
     """Hashes cited as Hugging Face Hub revisions (not git commits of any repository here)."""
-    out: set[str] = set()
-    for name in FOLDERS:
-        root = REPO / name
-        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in SUFFIXES]
-        for path in files:
-            out.update(HF_REVISION.findall(path.read_text(encoding="utf-8", errors="replace")))
-    return out
+    return {found for _, text in texts() for found in HF_REVISION.findall(text)}
 
 
 def main(argv: list[str]) -> int:

@@ -71,14 +71,22 @@ def test_a_fused_loss_the_job_asks_for_runs_its_stacks_kernel_unless_it_names_on
                             "t").spec.kernels.cross_entropy_fusion_impl == "native"
 
 
-def test_a_megatron_launch_line_with_the_te_loss_imports_it(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+# A Megatron-LM launch line for Llama 3.1 8B on one node, written here; the loss options are the test's
+LAUNCH = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "
+          "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --seq-length 8192 "
+          "--max-position-embeddings 8192 --vocab-size 128256 --swiglu --normalization RMSNorm "
+          "--position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
+          "--micro-batch-size 1 --global-batch-size 64 --bf16 ")
+
+
+def _launch(tmp_path: Path, loss_options: str) -> Path:
     script = tmp_path / "train.sh"
-    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
-                      "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
-                      "--seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 --swiglu "
-                      "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
-                      "--disable-bias-linear --micro-batch-size 1 --global-batch-size 64 --bf16 "
-                      "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te\n")
+    script.write_text(LAUNCH + loss_options + "\n")
+    return script
+
+
+def test_a_megatron_launch_line_with_the_te_loss_imports_it(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = _launch(tmp_path, "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
     code, out, _ = run_cli("import", "--from", "megatron", str(script), "--hardware", "h100-80gb")
     assert code == 0 and "cross_entropy_fusion_impl: te" in out
     script.write_text(script.read_text().replace("impl te", "impl triton"))
@@ -121,13 +129,7 @@ def test_an_export_refused_only_as_megatron_lm_runs_it_says_so(run_cli, write_jo
 
 
 def test_the_te_loss_without_loss_fusion_is_noted_not_dropped_silently(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    script = tmp_path / "train.sh"
-    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
-                      "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
-                      "--seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 --swiglu "
-                      "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
-                      "--disable-bias-linear --micro-batch-size 1 --global-batch-size 64 --bf16 "
-                      "--cross-entropy-fusion-impl te\n")
+    script = _launch(tmp_path, "--cross-entropy-fusion-impl te")
     code, out, err = run_cli("import", "--from", "megatron", str(script), "--hardware", "h100-80gb")
     assert code == 0 and "cross_entropy_fusion: false" in out
     assert "te selects nothing without --cross-entropy-loss-fusion" in err

@@ -41,8 +41,8 @@ HF_TOKENIZERS: Final[dict[str, tuple[int, str]]] = {
     "nvidia/nemotron-mini-4b-instruct": (256000, _CONFIG + " (huggingface.co/nvidia/Nemotron-Mini-4B-Instruct, "
                                          "Hugging Face revision b4d4a52)"),
     "nvidia/minitron-4b-base": (256000, _CONFIG + " (huggingface.co/nvidia/Minitron-4B-Base)"),
-    "minimaxai/minimax-m2*": (200064, _CONFIG + " (huggingface.co/MiniMaxAI/MiniMax-M2, Hugging Face revision "
-                                      "35c5c79; M2.1 and M2.5 the same)"),
+    "minimaxai/minimax-m2*": (200064, _CONFIG + " (huggingface.co/MiniMaxAI/MiniMax-M2, "
+                                      "Hugging Face revision 35c5c79; M2.1 and M2.5 the same)"),
 }
 _HF = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 
