@@ -13,6 +13,7 @@ from primus.errors import InputError
 from primus.fidelity.jobs import build
 from primus.fidelity.runs import bundled_runs_path, read_runs
 from primus.job import job_from_mapping
+from primus.memory.activations import layer_inventory
 from primus.memory.evaluate import MemoryModel, pinned_layout
 from primus.memory.offload import reloaded_layers, resident_layers
 from primus.projection.cost import HOST, N_CAT
@@ -56,6 +57,31 @@ def test_offloading_k_of_80_layers_leaves_80_minus_k_layers_beside_the_loss(offl
     assert LAYER == 3_896_639_488
     report = _memory(offloaded)
     assert report.stages[0].terms["activations.dense_layers"] == resident * LAYER
+
+
+def test_a_gb200_preset_layer_keeps_what_transformer_engine_2_9_and_megatron_core_save() -> None:
+    # Read tensor by tensor (docs/stacks.md), FP8 current scaling on Blackwell at 16,384 tokens, TP 1:
+    # TE v2.9 (70f5366) LayerNormLinear keeps its bf16 input, the fp32 RMSNorm statistic and its FP8 output
+    # column-wise only (module/layernorm_linear.py lines 404-421, 448-458); FusedAttnFunc keeps q, k, v,
+    # the output (bf16: fp8_dot_product_attention off, Megatron-LM 0d8e071 transformer_config.py line 419)
+    # and the fp32 softmax statistics (attention/dot_product_attention/backends.py lines 1236-1247,
+    # 1298-1318), v copied out of the QKV output (utils.py lines 2000-2003), which is therefore not kept;
+    # Linear keeps its FP8 input column-wise only (module/linear.py lines 371-398), with no transpose on
+    # Blackwell (tensor/storage/float8_tensor_storage.py lines 204-209); Megatron-Core's SwiGLU keeps its
+    # bf16 input (transformer/mlp.py lines 188-196, activation_func_fp8_input_store False;
+    # fusions/fused_bias_swiglu.py lines 163-166).
+    job = job_from_mapping({**GB200_70B, "fp8_recipe": "tensorwise", "cpu_offloading": {"num_layers": 40}}, "t")
+    model = MemoryModel(job)
+    inventory = {s.name: s.bytes for s in layer_inventory(job.model, "dense", model.act_context(pinned_layout(job)))}
+    assert inventory == {
+        "input_layernorm.input": T * 8192 * 2, "input_layernorm.stats": T * 4, "input_layernorm.output": T * 8192,
+        "core_attention.q": T * 8192 * 2, "core_attention.k": T * 1024 * 2, "core_attention.v": T * 1024 * 2,
+        "core_attention.output": T * 8192 * 2, "linear_proj.input": T * 8192,
+        "core_attention.softmax_lse": T * 64 * 4,
+        "pre_mlp_layernorm.input": T * 8192 * 2, "pre_mlp_layernorm.stats": T * 4, "pre_mlp_layernorm.output": T * 8192,
+        "mlp.linear_fc1.output": T * 57344 * 2, "mlp.activation.output": T * 28672,
+    }
+    assert sum(inventory.values()) == LAYER
 
 
 def test_the_reloaded_layer_counts_only_where_the_last_layers_backward_outweighs_the_loss() -> None:
