@@ -86,12 +86,14 @@ def deepseek_pp8vp4():  # type: ignore[no-untyped-def]
 def test_the_first_fix_of_deepseek_v3_at_pp8_vp4_keeps_the_layout_and_sets_a_pipeline_option(deepseek_pp8vp4):
     # 61 decoder layers do not split over PP8 x VP4 = 32 chunks; counting the embedding and the loss
     # (63) or uneven first/last stages cannot fix it either, a pipeline layout string can
-    _, result = deepseek_pp8vp4
+    job, result = deepseek_pp8vp4
     assert not result.fits and "pipeline-split" in result.violated_rules
     first = result.alternatives[0]
     assert (first.layout.pp, first.layout.vp, first.layout.tp, first.layout.ep) == (8, 4, 2, 64)
     assert first.changed == ("pipeline.layout",) and set(first.options) == {"pipeline.layout"}
     assert first.keeps_pins
+    # completed by the fastest layout with room: a tight completion is taken only when none has room
+    assert not first.tight and first.headroom_bytes >= Question(job).space.reserves.tight_band_bytes
 
 
 def test_fixes_that_keep_every_pin_rank_before_fixes_that_change_one(deepseek_pp8vp4):

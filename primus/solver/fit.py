@@ -246,8 +246,9 @@ def option_fixes(question: Question, core: tuple[str, ...],
     the pipeline split and PP is free (`_free_pipeline_fixes`);
     partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
     when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
-    allocator (a smaller reserve, `stacks/allocators.yaml`) when it involves memory and the job's stack
-    runs the default allocator on an NVIDIA device."""
+    allocator when it involves memory, the job's stack runs the default allocator on an NVIDIA device, and
+    the evidence gives that allocator a smaller reserve (`stacks/allocators.yaml`; while the two figures are
+    equal, switching gains no bytes and is not offered)."""
     pp = question.pins.get("pp")
     capacity = question.space.reserves.capacity_bytes
     out: list[Alternative] = []
@@ -266,10 +267,10 @@ def option_fixes(question: Question, core: tuple[str, ...],
     job = question.job
     if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
         variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
-        c = variant.candidates  # the same layouts, against a smaller allocator reserve
-        if c.n:
-            out += _completed(variant.job, c, EXPANDABLE_SEGMENTS, variant.space.reserves.capacity_bytes, speed_for,
-                              question.pins)
+        roomier = variant.space.reserves.capacity_bytes > capacity  # else switching gains no bytes
+        if roomier and variant.candidates.n:  # the same layouts, against a smaller allocator reserve
+            out += _completed(variant.job, variant.candidates, EXPANDABLE_SEGMENTS,
+                              variant.space.reserves.capacity_bytes, speed_for, question.pins)
     if ("memory" in core and question.pins.get("recompute") in PARTIAL_RECOMPUTE_FROM
             and job.spec.parallel.recompute_modules is None):  # a chosen selective module set stays the user's
         for base in split_sets if "pipeline-split" in core else [{}]:
@@ -310,10 +311,15 @@ def _free_pipeline_fixes(question: Question, capacity: int,
 def _completed(job: Job, c: Candidates, options: dict[str, Any], capacity: int,
                speed_for: Callable[[Job], Speed | None] | None, pins: dict[str, Any]) -> list[Alternative]:
     """An option fix: the fastest completion of `c`, the legal layouts of `job` (the job with the options
-    set), or its least-memory one without a projection."""
+    set), or its least-memory one without a projection. Completions with room come first: a tight one
+    (less headroom than the allocator's reserve) is taken only when no completion has room, since a
+    tight fix ranks after every fix with room and the option itself is what the user asked about."""
     speed = speed_for(job) if speed_for is not None else None
-    order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
     band = Space(job).reserves.tight_band_bytes  # the job with the options set: its own allocator's reserve
+    roomy = capacity - c.cols["peak_bytes"] >= band
+    if roomy.any():
+        c = c.take(roomy)
+    order = np.lexsort((np.arange(c.n), c.cols["peak_bytes"]))  # least memory first, as for axis changes
     return [labelled(a, pins, PIN_AXES, band)
             for a in fastest_groups([(c.take(order), tuple(options))], 1, capacity, speed, [options])]
 
