@@ -3,7 +3,9 @@
 Run: python benchmarks/accuracy_tables.py [--runs RUNS.csv] [--date YYYY-MM-DD] [--skip-loso]
 
 1. calibrate every accelerator that has complete runs (`primus.fidelity.calibrate`) and write its
-   profile to hardware/profiles/<hw>.yaml (accelerators without runs keep the spec-derived profile);
+   profile to hardware/profiles/<hw>.yaml; an accelerator without runs whose hardware entry names a
+   fitted `calibration_sibling` takes that sibling's factors (`primus.fidelity.sibling`), any other keeps
+   the spec-derived profile;
 2. validate every complete run with the shipped profiles (what `primus validate` prints), and with the
    spec-derived ones (what a datasheet-only profile achieves: the bar for unfitted accelerators);
 3. leave one source out (`primus.fidelity.loso`) and derive the error bars and their coverage
@@ -34,6 +36,7 @@ from primus.fidelity.amd_fit import fit_check, ships_fitted  # noqa: E402
 from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml, spec_profile_path  # noqa: E402
 from primus.fidelity.errorbars import DATA as ERROR_BARS  # noqa: E402
 from primus.fidelity.loso import (  # noqa: E402
+    WEIGHTING,
     HeldOut,
     coverage,
     error_bar_table,
@@ -43,7 +46,9 @@ from primus.fidelity.loso import (  # noqa: E402
     precision_split,
 )
 from primus.fidelity.runs import bundled_amd_runs_path, bundled_runs_path, read_runs  # noqa: E402
+from primus.fidelity.sibling import sibling_of, transfer  # noqa: E402
 from primus.fidelity.validate import prepare, validate  # noqa: E402
+from primus.projection.profile import Profile  # noqa: E402
 
 PROFILES = ROOT / "hardware" / "profiles"
 DOC = ROOT / "docs" / "accuracy.md"
@@ -56,20 +61,37 @@ def log(msg: str) -> None:
 def calibrate_all(runs_path: Path, date: str) -> dict[str, dict[str, Any]]:
     rows = read_runs(runs_path)
     prepared, _ = prepare(rows)
+    fitted: dict[str, Profile] = {}
+    bare: list[Path] = []
     for spec_file in sorted((PROFILES / "spec").glob("*.yaml")):
         hw = spec_file.stem
         mine = [p for p in prepared if p.jobs.project.cluster.name == hw]
         target = PROFILES / f"{hw}.yaml"
         if not mine:
-            shutil.copyfile(spec_file, target)
+            bare.append(spec_file)
             continue
         t0 = time.perf_counter()
         result = calibrate(load_spec_profile(hw), mine, runs_file=runs_path.name, date=date)
+        fitted[hw] = result.profile
         header = (f"Calibration profile for {hw}, fitted by benchmarks/accuracy_tables.py (primus calibrate) on "
                   f"{date}.\nThe spec-derived starting point is {spec_profile_path(hw).relative_to(ROOT)}; numbers "
                   "not fitted keep its values and sources.")
         target.write_text(profile_yaml(result.profile, header))
         log(f"calibrated {hw} on {len(mine)} runs in {time.perf_counter() - t0:.0f} s: {result.factors}")
+    for spec_file in bare:
+        hw = spec_file.stem
+        sib = sibling_of(hw)
+        target = PROFILES / f"{hw}.yaml"
+        if sib is None or sib not in fitted:
+            shutil.copyfile(spec_file, target)
+            continue
+        moved = transfer(load_spec_profile(hw), fitted[sib], load_spec_profile(sib))
+        header = (f"Calibration profile for {hw}, written by benchmarks/accuracy_tables.py on {date}: no "
+                  f"published runs of {hw}, so the\nfitted factors of its same-die sibling {sib} (hardware/{hw}.yaml "
+                  "calibration_sibling) apply to the spec-derived\nvalues of "
+                  f"{spec_profile_path(hw).relative_to(ROOT)}; numbers not moved keep its values and sources.")
+        target.write_text(profile_yaml(moved, header))
+        log(f"{hw}: no runs; factors of {sib} transferred")
     return fitted_profiles()
 
 
@@ -118,7 +140,8 @@ def main() -> None:
         held = leave_one_source_out(prepared, progress=log)
     loso = loso_summary(held)
     held_rows = [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
-                  "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on} for h in held]
+                  "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on,
+                  **({"transferred_from": h.transferred_from} if h.transferred_from else {})} for h in held]
     table = error_bar_table(held)
     spec_held = [HeldOut(r.run_id, r.source, r.accelerator.split("+")[0], r.moe, r.error_pct, 0)
                  for r in spec_report.rows]
@@ -127,7 +150,7 @@ def main() -> None:
     bars = {
         "generated": f"benchmarks/accuracy_tables.py on {args.date} from {args.runs.name}",
         **table,
-        "spec_derived": {k: {**e, "basis": f"p{q:.0f} of |error| (sources weighted equally) of the spec-derived "
+        "spec_derived": {k: {**e, "basis": f"p{q:.0f} of |error| ({WEIGHTING}) of the spec-derived "
                                            f"(uncalibrated) projection on {e['n']} {k} published runs"}
                          for k, e in spec_table["pooled"].items()},
         "coverage": coverage(held),

@@ -112,7 +112,7 @@ def test_json_rows_carry_the_documented_fields(report: ValidationReport) -> None
     for row in doc["rows"]:
         assert {"run_id", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
                 "error_bar_pct", "fits"} <= set(row)
-        assert row["error_bar_pct"] == error_bar(row["accelerator"], row["moe"]).pct > 0
+        assert row["error_bar_pct"] == error_bar(row["accelerator"], row["moe"], precision=row["precision"]).pct > 0
         assert row["error_pct"] == pytest.approx(
             100 * (row["predicted_tokens_per_s_per_gpu"] / row["measured_tokens_per_s_per_gpu"] - 1))
         if "measured_peak_gib" in row:

@@ -19,8 +19,9 @@ from primus.projection.profile import bounds, profile_path
 
 @pytest.mark.parametrize("slug", catalog_hardware())
 def test_every_hardware_entry_has_a_profile_that_says_what_it_rests_on(slug: str) -> None:
-    """Shipped profiles are fitted to published runs (and record which, when and the residuals) or are
-    the spec-derived starting point, marked as such; every accelerator has a spec-derived one."""
+    """Shipped profiles are fitted to published runs (and record which, when and the residuals), carry the
+    fitted factors of a same-die sibling (and name it), or are the spec-derived starting point, marked as
+    such; every accelerator has a spec-derived one."""
     cluster = resolve_hardware(slug, "test")
     prof = load_profile(cluster)
     assert prof.hardware == slug
@@ -33,6 +34,10 @@ def test_every_hardware_entry_has_a_profile_that_says_what_it_rests_on(slug: str
         assert rec is not None and rec.runs and rec.date and set(rec.residuals_pct) == set(rec.runs)
         assert set(rec.parameters) <= set(prof.parameters())
         assert all("fitted by primus calibrate" in src for src in _sources(prof, rec.parameters))
+    elif prof.transferred_from:
+        assert prof.calibration is None and prof.transferred_from == cluster.calibration_sibling.hardware  # type: ignore[union-attr]
+        moved = {k for k, v in prof.parameters().items() if v != spec.parameters()[k]}
+        assert moved and all(prof.transferred_from in src for src in _sources(prof, sorted(moved)))
     else:
         assert prof.calibration is None and prof.parameters() == spec.parameters()
     data = yaml.safe_load(Path(profile_path(slug)).read_text())

@@ -2,18 +2,22 @@
 
 `benchmarks/accuracy_tables.py` runs the leave-one-source-out procedure (`primus.fidelity.loso`):
 for every source, refit each accelerator's profile without that source's runs and predict them. A
-percentile of |error| of those held-out predictions (sources weighted equally), per accelerator and
-dense/MoE, is the bar; its level (`loso.BAR_QUANTILE`) is the one at which the bars cover about two runs
-in three of a source they were derived without ("± 6%" reads: about two runs in three of a new source
-land within 6%; `loso.coverage` measures it). It writes them to `data/error_bars.yaml`; this module only
+percentile of |error| of those held-out predictions (runs weighted by their source's design effect,
+`loso._source_weighted`), per accelerator and dense/MoE, is the bar; its level (`loso.BAR_QUANTILE`)
+is the one at which the bars cover about two runs in three of a source they were derived without
+("± 6%" reads: about two runs in three of a new source land within 6%; `loso.coverage` measures it).
+It writes them to `data/error_bars.yaml`; this module only
 reads that file. Fallbacks, each stated in `basis`:
 
 - an accelerator/kind whose held-out runs come from fewer than `loso.MIN_SOURCES` sources is widened to
   the bar pooled over every fitted accelerator for that kind (already so in the file);
 - an accelerator/kind with no held-out runs uses the pooled bar;
-- an accelerator whose shipped profile is not fitted (AMD today) gets the spec-derived bar: the same
-  percentile of the *uncalibrated* projection's error over all complete runs, i.e. what a profile
-  written from datasheets alone achieves.
+- an accelerator whose shipped profile carries a same-die sibling's fitted factors (no runs of its own,
+  `primus.fidelity.sibling`) gets the `transferred` bar: the same percentile of the held-out errors of
+  the runs such a transfer predicted, widened like any group with too few sources;
+- an accelerator whose shipped profile is neither fitted nor transferred (AMD today) gets the
+  spec-derived bar: the same percentile of the *uncalibrated* projection's error over all complete
+  runs, i.e. what a profile written from datasheets alone achieves.
 
 Precision: the file also holds bars split by precision family (16-bit / low precision) where a group has
 held-out runs from enough sources (`loso.precision_split`); they are used, for a caller that gives the
@@ -57,14 +61,16 @@ def _bar(entry: dict[str, Any], fitted: bool, note: str = "") -> ErrorBar:
     return ErrorBar(float(entry["pct"]), str(entry["basis"]) + note, fitted)
 
 
-def _profile_fitted(hardware: str) -> bool:
+def _profile_state(hardware: str) -> tuple[bool, str | None]:
+    """Whether the shipped profile is fitted, and the sibling it was transferred from (if any)."""
     from primus.catalog.hardware import resolve_hardware
     from primus.projection import load_profile
 
     try:
-        return load_profile(resolve_hardware(hardware, "error bar")).fitted
+        prof = load_profile(resolve_hardware(hardware, "error bar"))
     except InputError:
-        return False
+        return False, None
+    return prof.fitted, prof.transferred_from
 
 
 def error_bar(job_or_cluster_name: str, is_moe: bool, *, precision: str | None = None,
@@ -77,7 +83,11 @@ def error_bar(job_or_cluster_name: str, is_moe: bool, *, precision: str | None =
     kind = "moe" if is_moe else "dense"
     if not data:
         return ErrorBar(50.0, "no error-bar data shipped (run benchmarks/accuracy_tables.py); 50% assumed", False)
-    if not _profile_fitted(hw):
+    fitted, sibling = _profile_state(hw)
+    if not fitted and sibling and kind in data.get("transferred", {}):
+        return _bar(data["transferred"][kind], False,
+                    f"; {hw} has no published runs: its profile carries the fitted factors of {sibling} (same die)")
+    if not fitted:
         return _bar(data["spec_derived"][kind], False, f"; {hw}'s profile is spec-derived (no published runs fitted)")
     split = data.get("precision_split") or {}
     if precision and split.get("ships"):
@@ -87,7 +97,7 @@ def error_bar(job_or_cluster_name: str, is_moe: bool, *, precision: str | None =
         pct = split.get("bars", {}).get(f"{hw} {kind} {fam}")
         if pct is not None:
             return ErrorBar(float(pct), f"leave-one-source-out p{data.get('quantile', 80):.0f} of |error| on {kind} "
-                            f"{hw} runs in {fam} formats (sources weighted equally)", True)
+                            f"{hw} runs in {fam} formats (runs weighted by their source's design effect)", True)
     entry = data.get("accelerators", {}).get(hw, {}).get(kind)
     if entry is not None:
         return _bar(entry, True)

@@ -2,8 +2,11 @@
 
 For every source S and every accelerator A that S ran on: fit A's profile to all complete runs on A
 except S's (`primus.fidelity.calibrate`), then predict S's runs on A. When no other source ran on A,
-the spec-derived profile predicts them (nothing to fit). The held-out errors are the honest measure
-of a fitted profile's accuracy, and the basis of the error bars (`primus.fidelity.errorbars`).
+A's spec-derived profile with the factors of its same-die `calibration_sibling` fitted without S
+predicts them (`primus.fidelity.sibling`, the rule the shipped profiles of accelerators without runs
+follow); without a sibling that other sources ran on, the spec-derived profile alone. The held-out
+errors are the honest measure of a fitted profile's accuracy, and the basis of the error bars
+(`primus.fidelity.errorbars`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from primus.fidelity.calibrate import calibrate, load_spec_profile
+from primus.fidelity.sibling import sibling_of, transfer
 from primus.fidelity.stats import describe, percentile, weighted_percentile
 from primus.fidelity.validate import Prepared
+from primus.projection.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class HeldOut:
     error_pct: float
     fitted_on: int  # runs the profile was fitted to (0: spec-derived)
     precision: str = ""  # the row's precision column (bf16, fp8, mxfp8, ...)
+    transferred_from: str = ""  # the same-die sibling whose fitted factors predicted the row (fitted_on 0)
 
 
 def _accelerator(p: Prepared) -> str:
@@ -42,9 +48,11 @@ def leave_one_source_out(prepared: Sequence[Prepared], *, sources: Sequence[str]
         for acc in sorted({_accelerator(p) for p in held}):
             train = [p for p in prepared if _accelerator(p) == acc and p.row.source != source]
             spec = load_spec_profile(acc)
-            profile = calibrate(spec, train, date="loso").profile if train else spec
+            profile, via = (calibrate(spec, train, date="loso").profile, "") if train else _from_sibling(
+                prepared, spec, source)
             if progress is not None:
-                progress(f"{source} on {acc}: fitted on {len(train)} runs of other sources")
+                progress(f"{source} on {acc}: fitted on {len(train)} runs of other sources"
+                         + (f" (factors of {via})" if via else ""))
             for p in held:
                 if _accelerator(p) != acc:
                     continue
@@ -52,14 +60,27 @@ def leave_one_source_out(prepared: Sequence[Prepared], *, sources: Sequence[str]
                 measured = p.row.measured_tokens
                 assert measured is not None
                 out.append(HeldOut(p.row.run_id, source, acc, p.jobs.project.model.is_moe,
-                                   100.0 * (pred / measured - 1.0), len(train), p.row["precision"].lower()))
+                                   100.0 * (pred / measured - 1.0), len(train), p.row["precision"].lower(), via))
     return out
+
+
+def _from_sibling(prepared: Sequence[Prepared], spec: Profile, source: str) -> tuple[Profile, str]:
+    """For an accelerator no other source ran on: its spec-derived profile with the factors of its
+    same-die sibling fitted on the sibling's runs of other sources, and the sibling's name; or the
+    spec-derived profile and "" when there is no such sibling or no such run."""
+    sib = sibling_of(spec.hardware)
+    train = [p for p in prepared if sib is not None and _accelerator(p) == sib and p.row.source != source]
+    if sib is None or not train:
+        return spec, ""
+    sib_spec = load_spec_profile(sib)
+    return transfer(spec, calibrate(sib_spec, train, date="loso").profile, sib_spec), sib
 
 
 def held_from_rows(rows: Sequence[dict[str, Any]]) -> list[HeldOut]:
     """Held-out predictions as stored in error_bars.yaml's `held_out` list."""
     return [HeldOut(r["run_id"], r["source"], r["accelerator"], bool(r["moe"]), float(r["error_pct"]),
-                    int(r["fitted_on"]), str(r.get("precision", ""))) for r in rows]
+                    int(r["fitted_on"]), str(r.get("precision", "")), str(r.get("transferred_from", "")))
+            for r in rows]
 
 
 def loso_summary(held: Sequence[HeldOut]) -> dict[str, Any]:
@@ -71,7 +92,7 @@ def loso_summary(held: Sequence[HeldOut]) -> dict[str, Any]:
             "by_source": {k: describe(v) for k, v in sorted(by_source.items())}}
 
 
-#: The percentile of held-out |error| (each source weighted equally) that the bars take: the 68th, so
+#: The percentile of held-out |error| (runs weighted by their source's design effect) that the bars take: the 68th, so
 #: that "± x%" reads "about two runs in three of a new source land within x%" (issue 19's p68 bar). With
 #: the bars derived without each source in turn, the share of that source's held-out errors inside their
 #: own bar (`coverage`) measures whether it does; docs/accuracy.md reports it. (While each stack's profile
@@ -79,40 +100,75 @@ def loso_summary(held: Sequence[HeldOut]) -> dict[str, Any]:
 #: percentile covered only 64% and the bars took the 80th; with one factor per hardware parameter shared
 #: by every stack, the 68th covers 67%.)
 BAR_QUANTILE = 68.0
+#: How a bar weighs runs, as its `basis` says.
+WEIGHTING = "runs weighted by their source's design effect"
 #: A group (accelerator × dense/MoE) takes its own bar only with held-out runs from at least this many
 #: sources; otherwise it is widened to the bar pooled over every accelerator (never narrowed by it).
 MIN_SOURCES = 3
 
 
-def _source_weighted(held: Sequence[HeldOut], quantile: float) -> float:
-    """The `quantile` of |error|, each source's runs weighted 1 / (its run count): one source with many
-    runs (MosaicML's 55) counts as much as one with few, as a new source would."""
+def source_correlation(held: Sequence[HeldOut]) -> float:
+    """How alike one source's held-out |errors| are: the intraclass correlation ICC(1) of |error| by
+    source, from the one-way analysis of variance (Shrout & Fleiss 1979, ICC(1,1); unequal group sizes
+    through the n0 of Snedecor & Cochran): (MSB - MSW) / (MSB + (n0 - 1) MSW), clipped to [0, 1]. 1 (no
+    evidence that runs of a source differ: each source counts as one run) when fewer than two sources
+    or no source with two runs."""
+    by: dict[str, list[float]] = {}
+    for h in held:
+        by.setdefault(h.source, []).append(abs(h.error_pct))
+    k, n = len(by), sum(len(v) for v in by.values())
+    if k < 2 or n <= k:
+        return 1.0
+    grand = sum(abs(h.error_pct) for h in held) / n
+    means = {s: sum(v) / len(v) for s, v in by.items()}
+    msb = sum(len(v) * (means[s] - grand) ** 2 for s, v in by.items()) / (k - 1)
+    msw = sum((x - means[s]) ** 2 for s, v in by.items() for x in v) / (n - k)
+    n0 = (n - sum(len(v) ** 2 for v in by.values()) / n) / (k - 1)
+    den = msb + (n0 - 1.0) * msw
+    return 1.0 if den <= 0.0 else min(1.0, max(0.0, (msb - msw) / den))
+
+
+def _source_weighted(held: Sequence[HeldOut], quantile: float, rho: float = 1.0) -> float:
+    """The `quantile` of |error|, each run weighted by Kish's design effect for clustered samples: a source
+    of n runs whose errors correlate at `rho` (`source_correlation`) carries the evidence of n / (1 + (n -
+    1) rho) independent runs, so each of its runs weighs 1 / (1 + (n - 1) rho). At rho = 1 every source
+    counts as one run (MosaicML's 55 as much as BLOOM's one, as a new source would); at rho = 0 every run
+    counts alike. The correlation is estimated, never chosen: between these ends, a source of seven runs
+    that agree with one another is not outweighed by a single run of another source."""
     counts: dict[str, int] = {}
     for h in held:
         counts[h.source] = counts.get(h.source, 0) + 1
-    return weighted_percentile([abs(h.error_pct) for h in held], [1.0 / counts[h.source] for h in held], quantile)
+    return weighted_percentile([abs(h.error_pct) for h in held],
+                               [1.0 / (1.0 + (counts[h.source] - 1) * rho) for h in held], quantile)
 
 
 def error_bar_table(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> dict[str, Any]:
-    """Per accelerator and kind: the source-weighted `quantile` of |held-out error|, how many runs and
-    sources it rests on, widened to the pooled bar when fewer than MIN_SOURCES sources; and the pooled
-    bars. Precision is not a further split: on the development set it lowered coverage (too few
-    sources per accelerator × kind × precision)."""
+    """Per accelerator and kind: the `quantile` of |held-out error| (runs weighted by their source's
+    design effect, `_source_weighted`, at the correlation `source_correlation` estimates on all of
+    `held`), how many runs and sources it rests on, widened to the pooled bar when fewer than MIN_SOURCES
+    sources; the pooled bars; and, per kind, the bar of the runs a sibling's factors predicted
+    (`transferred`, the bar of a shipped profile transferred the same way), widened alike. Precision is
+    not a further split: on the development set it lowered coverage (too few sources per accelerator ×
+    kind × precision)."""
+    rho = source_correlation(held)
     groups: dict[str, dict[str, list[HeldOut]]] = {}
     pooled: dict[str, list[HeldOut]] = {"dense": [], "moe": []}
+    moved: dict[str, list[HeldOut]] = {}
     for h in held:
         kind = "moe" if h.moe else "dense"
         groups.setdefault(h.accelerator, {}).setdefault(kind, []).append(h)
         pooled[kind].append(h)
-    pooled_pct = {k: _source_weighted(v, quantile) for k, v in pooled.items() if v}
+        if h.transferred_from:
+            moved.setdefault(kind, []).append(h)
+    pooled_pct = {k: _source_weighted(v, quantile, rho) for k, v in pooled.items() if v}
     if len(pooled_pct) == 1:  # a kind with no runs anywhere takes the other kind's pooled bar
         only = next(iter(pooled_pct.values()))
         pooled_pct = {"dense": only, "moe": only}
 
     def entry(rows: list[HeldOut], kind: str, what: str) -> dict[str, Any]:
         n_src = len({h.source for h in rows})
-        own = _source_weighted(rows, quantile)
-        basis = (f"leave-one-source-out p{quantile:.0f} of |error| (sources weighted equally) on {len(rows)} {what} "
+        own = _source_weighted(rows, quantile, rho)
+        basis = (f"leave-one-source-out p{quantile:.0f} of |error| ({WEIGHTING}) on {len(rows)} {what} "
                  f"from {n_src} source(s)")
         out: dict[str, Any] = {"pct": round(own, 1), "n": len(rows), "sources": n_src, "basis": basis}
         if n_src < MIN_SOURCES and kind in pooled_pct and not own >= pooled_pct[kind]:
@@ -125,12 +181,15 @@ def error_bar_table(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> 
 
     return {
         "quantile": quantile,
+        "source_correlation": round(rho, 3),
         "accelerators": {a: {k: entry(v, k, f"{k} {a} runs") for k, v in sorted(kinds.items())}
                          for a, kinds in sorted(groups.items())},
         "pooled": {k: {"pct": round(pooled_pct[k], 1), "n": len(v), "sources": len({h.source for h in v}),
-                       "basis": f"leave-one-source-out p{quantile:.0f} of |error| (sources weighted equally) on "
+                       "basis": f"leave-one-source-out p{quantile:.0f} of |error| ({WEIGHTING}) on "
                                 f"{len(v)} {k} runs on all fitted accelerators"}
                    for k, v in pooled.items() if v},
+        "transferred": {k: entry(v, k, f"{k} runs predicted by a same-die sibling's factors")
+                        for k, v in sorted(moved.items())},
     }
 
 
@@ -214,7 +273,8 @@ def precision_split(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> 
         groups: dict[str, list[HeldOut]] = {}
         for h in rows:
             groups.setdefault(_family_key(h), []).append(h)
-        split = {k: _source_weighted(v, quantile) for k, v in groups.items()
+        rho = source_correlation(rows)
+        split = {k: _source_weighted(v, quantile, rho) for k, v in groups.items()
                  if len({h.source for h in v}) >= MIN_SOURCES}
         return error_bar_table(rows, quantile), split
 

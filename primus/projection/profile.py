@@ -249,6 +249,9 @@ class Profile(Spec):
     host: HostParams = Field(default_factory=lambda: _unmodelled_host())
     stacks: dict[Annotated[str, Field(max_length=60)], Stack] = Field(default_factory=dict)
     calibration: CalibrationRecord | None = None
+    #: the hardware entry whose fitted factors this (not itself fitted) profile carries, for an accelerator
+    #: with no published runs of its own (`primus.fidelity.sibling`)
+    transferred_from: Annotated[str, Field(max_length=100)] | None = None
 
     _stack_profiles: dict[str, Profile] = PrivateAttr(default_factory=dict)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from primus.memory.offload import offload_applies
 from primus.parallel import Layout
-from primus.projection.profile import PEAK_DTYPE
+from primus.projection.profile import PEAK_DTYPE, Profile
 
 if TYPE_CHECKING:
     from primus.projection.project import Projector
@@ -96,7 +96,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out = [
         f"stack {stack.label}" + (f" ({stack.note})" if stack.note else "")
         + (f", kernels {stack.kernel_profile}" if stack.kernel_profile else ""),
-        f"profile {prof.hardware} ({'fitted' if prof.fitted else 'spec-derived, not fitted'}): {prof.source}",
+        f"profile {prof.hardware} ({_profile_kind(prof)}): {prof.source}",
         f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {tflops_text(peak)} TFLOP/s, half-efficiency at "
         f"{half:.3g} FLOPs; router and output layer in {p.high_fmt}",
     ]
@@ -153,3 +153,11 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append("peak memory from the byte ledger (primus memory)")
     return tuple(out)
 
+
+def _profile_kind(prof: Profile) -> str:
+    """How a profile's efficiencies were obtained, in a few words."""
+    if prof.fitted:
+        return "fitted"
+    if prof.transferred_from:
+        return f"not fitted: the fitted factors of its same-die sibling {prof.transferred_from}"
+    return "spec-derived, not fitted"

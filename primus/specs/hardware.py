@@ -98,6 +98,16 @@ class HostLinkSpec(Spec):
     source: Text
 
 
+class CalibrationSibling(Spec):
+    """Another catalog accelerator built on the same die (same SMs, tensor cores and clocks), differing in
+    memory, power cap or packaging: when this one has no published runs of its own, its profile takes the
+    sibling's fitted efficiencies as factors on its own spec-derived values (`primus.fidelity.sibling`).
+    `source` names the datasheet that says the die is the same."""
+
+    hardware: Name
+    source: Text
+
+
 class ClusterSpec(Spec):
     """A hardware catalog entry: the accelerator plus the node and networks of a typical cluster of it."""
 
@@ -110,6 +120,7 @@ class ClusterSpec(Spec):
     scaleout: ScaleOutSpec
     reserves: MemoryReserves
     host_link: HostLinkSpec | None = None
+    calibration_sibling: CalibrationSibling | None = None
     measured: Bool = False
 
     @model_validator(mode="after")
