@@ -101,3 +101,29 @@ def test_the_legacy_grouped_gemm_keeps_the_experts_inputs_in_bf16_under_fp8() ->
     width = {s.name: s.width for s in layer_inventory(jobs.project.model, "moe", legacy_ctx)}
     te_width = {s.name: s.width for s in layer_inventory(te.model, "moe", te_ctx)}
     assert width["experts.input"] == 2 and te_width["experts.input"] < 2
+
+
+def test_primus_permutes_unfused_until_sync_free_stage_1_fuses_it() -> None:
+    # Primus fd1eeabb language_model.yaml line 144 (moe_permute_fusion: false) and rocm_arg_validation.py
+    # _get_sync_free_moe_options (stage >= 1 sets moe_permute_fusion): the blog's stage-0 DeepSeek-V2-Lite
+    # rows run Megatron-Core's torch permutation, the sync-free rows TE's fused one.
+    stage0 = [build(_row(f"moe1_mi355x_dsv2lite_mbs12_{s}")).project.spec for s in ("baseline", "deepep")]
+    stage1 = [build(_row(r)).project.spec for r in ("moe1_mi355x_dsv2lite_mbs12_syncfree1", "moe2_qwen3_30b_turbo")]
+    assert not any(s.moe.permute_fusion for s in stage0)
+    assert all(s.moe.permute_fusion for s in stage1)
+
+
+def test_the_unfused_permutation_costs_one_more_host_round_trip_per_moe_layer_forward() -> None:
+    # core_v0.14.0 moe_utils.py permute: two back-to-back masked_select calls (data-dependent sizes) before the
+    # dispatcher's own synchronisation: one more host.moe_layer_us per MoE layer forward, and more bytes.
+    from primus.memory.evaluate import pinned_layout
+    from primus.projection import Projector, load_profile
+
+    unfused = build(_row("moe1_mi355x_dsv2lite_mbs12_deepep")).project
+    fused = unfused.with_spec(moe={**unfused.spec.moe.model_dump(), "permute_fusion": True})
+    profile = load_profile(unfused.cluster)
+    layout = pinned_layout(unfused)
+    a = Projector(unfused, profile).project(layout, "fast").breakdown
+    b = Projector(fused, profile).project(layout, "fast").breakdown
+    assert a["host"] == 2 * b["host"] > 0.0
+    assert a["memory_bound"] > b["memory_bound"]

@@ -10,7 +10,7 @@ from primus.memory.activations import ActContext
 from primus.memory.numerics import numerics_for
 from primus.memory.units import param_units
 from primus.projection.ends import embedding_block, loss_block, mtp_block
-from primus.projection.ops import OpContext, avg_keys, gemm_weights, layer_block
+from primus.projection.ops import OpContext, avg_keys, gemm_weights, layer_block, unfused_permutation_rows
 from primus.specs.flops import flops_per_token
 from primus.specs.model import ModelSpec
 
@@ -150,3 +150,23 @@ def test_token_dispatchers(dispatcher: str, kinds: set[str]) -> None:
     base = ctx(m, ep=16)
     c = OpContext(base.act, 16, base.padded_vocab, False, dispatcher)
     assert {x.kind for x in layer_block(m, "moe", c).comms if x.name == "ep_a2a"} == kinds
+
+
+def test_unfused_permutation_moves_the_torch_paths_extra_rows() -> None:
+    """Megatron-Core core_v0.14.0 moe_utils.py without --moe-permute-fusion: `index_select` reads every top-k
+    copy's row (copies - Tn more than the fused kernel), its backward and `unpermute`'s `zeros` +
+    `scatter_add_` write a zeroed buffer and read it back (2 Tn more each), and `unpermute`'s backward
+    gathers the copies' gradients (copies - Tn more)."""
+    m = model("qwen3-30b-a3b")
+    base = ctx(m, ep=8, mbs=2)
+    fused = layer_block(m, "moe", base)
+    unfused = layer_block(m, "moe", OpContext(base.act, 8, base.padded_vocab, False, permute_fusion=False))
+    tn, copies, row = 2 * 4096, 2 * 4096 * m.topk, m.hidden_size * 2
+    extra = {(a.name, d): getattr(b, d) - getattr(a, d) for a, b in zip(fused.memops, unfused.memops, strict=True)
+             for d in ("fwd_bytes", "bwd_bytes")}
+    assert unfused_permutation_rows(tn, copies) == (copies - tn, 2 * tn, 2 * tn, copies - tn)
+    assert extra[("mlp.permute", "fwd_bytes")] == (copies - tn) * row
+    assert extra[("mlp.permute", "bwd_bytes")] == 2 * tn * row
+    assert extra[("mlp.unpermute", "fwd_bytes")] == 2 * tn * row
+    assert extra[("mlp.unpermute", "bwd_bytes")] == (copies - tn) * row
+    assert sum(extra.values()) == (2 * copies + 2 * tn) * row

@@ -140,6 +140,9 @@ class OpContext:
     #: transformer_engine/common/gemm/cublaslt_gemm.cu and common/util/cast.cu. The legacy GroupedMLP
     #: (grouped_gemm's `gmm`) and torch's grouped_mm run one kernel for all experts.
     per_expert_launches: bool = False
+    #: the MoE permutation runs Transformer Engine's fused kernels (`MoeOptions.permute_fusion`); off,
+    #: Megatron-Core's torch path (`unfused_permutation_rows`)
+    permute_fusion: bool = True
 
     @property
     def T(self) -> int:
@@ -331,6 +334,31 @@ def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True, module="mlp")
 
 
+#: Host round trips Megatron-Core's unfused permutation adds per MoE layer forward. `permute` calls
+#: `masked_select` twice (the token indices, then the routing probabilities), and a `masked_select`'s
+#: output size depends on the data, so the host waits for the device each time (core_v0.14.0
+#: megatron/core/transformer/moe/moe_utils.py `permute`, reached from both the alltoall and the flex
+#: dispatcher with `probs`: token_dispatcher.py). The two are back to back (one transpose between them),
+#: so they expose one round trip, before and apart from the dispatcher's own synchronisation (the
+#: alltoall dispatcher's `before_ep_alltoall` point, after the permutation). Each round trip costs the
+#: profile's `host.moe_layer_us`.
+UNFUSED_PERMUTE_SYNCS = 1
+
+
+def unfused_permutation_rows(tn: int, copies: int) -> tuple[int, int, int, int]:
+    """Rows of `hidden` elements Megatron-Core's unfused permutation moves beyond the fused kernels', per
+    MoE layer: (permute forward, permute backward, unpermute forward, unpermute backward).
+
+    core_v0.14.0 moe_utils.py: `permute` is `tokens.index_select(0, sorted_indices)`, which reads every
+    top-k copy's source row (the fused kernel reads each token once: copies - Tn more); its backward is
+    `index_add_` into a new `zeros` buffer (Tn written, then Tn read and written again around the
+    accumulation: 2 Tn more than the fused kernel's one write). `unpermute` is `torch.zeros(restore_shape)`
+    then `scatter_add_` of the copies (the same 2 Tn more); its backward gathers the copies' gradients
+    row by row (copies read instead of Tn: copies - Tn more). The probabilities are applied inside the
+    experts in this release, so neither path multiplies by them here."""
+    return copies - tn, 2 * tn, 2 * tn, copies - tn
+
+
 def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     """Router, token dispatch over EP (all-to-all; all-gather for Megatron's `allgather` dispatcher; a
     deduplicating dispatch for `flex`), all-gather over ETP, grouped expert GEMMs, combine.
@@ -356,13 +384,14 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
              Gemm("mlp.experts.linear_fc2", per_expert, h, ffn // a.etp, count=local, low=low, cast_input=low,
                   launches=launches)]
     copies = Tn * topk
+    pf, pb, uf, ub = (0, 0, 0, 0) if ctx.permute_fusion else unfused_permutation_rows(Tn, copies)
     mem = [
         norm_op("pre_mlp_layernorm", Tn, h, ctx, fused_cast=False, module="layernorm"),
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
-        MemOp("mlp.permute", (Tn + copies + 2 * R) * h * ACT, (Tn + copies + 2 * R) * h * ACT),
+        MemOp("mlp.permute", (Tn + copies + 2 * R + pf) * h * ACT, (Tn + copies + 2 * R + pb) * h * ACT),
         _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu, "moe_act"),
-        MemOp("mlp.unpermute", (2 * R + copies + Tn) * h * ACT, (2 * R + copies + Tn) * h * ACT),
+        MemOp("mlp.unpermute", (2 * R + copies + Tn + uf) * h * ACT, (2 * R + copies + Tn + ub) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
     ]
     comms: list[Comm] = []

@@ -35,7 +35,7 @@ from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, Tallies, block_tallies, finish_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.offload import offloaded_bytes, with_offload
-from primus.projection.ops import ACT, Block, OpContext, layer_block
+from primus.projection.ops import ACT, UNFUSED_PERMUTE_SYNCS, Block, OpContext, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -110,7 +110,8 @@ class Projector:
             tp_overlap=float(ov.tp_comm.value) if spec.overlap.tp_comm else None,
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
             fsdp_overlap=float(ov.fsdp_prefetch.value),
-            moe_host=0.0 if spec.moe.sync_free else float(self.profile.host.moe_layer_us.value) * 1e-6,
+            moe_host=0.0 if spec.moe.sync_free else float(self.profile.host.moe_layer_us.value) * 1e-6 * (
+                1 + (0 if spec.moe.permute_fusion else UNFUSED_PERMUTE_SYNCS)),
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
             recompute_modules=selective_modules(spec.parallel.recompute_modules),
@@ -158,7 +159,8 @@ class Projector:
         spec = self.job.spec
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
                          self.low, spec.moe.token_dispatcher,
-                         per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te")
+                         per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te",
+                         permute_fusion=spec.moe.permute_fusion)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
                    cid: int | None = None) -> BlockCost:

@@ -108,13 +108,22 @@ class MoeOptions(Spec):
     so a MoE layer costs no host round trip (the profile's `host.moe_layer_us` is not spent). AMD
     Primus-Turbo's sync-free MoE stage 2 and above does this (use_cuda_num_token_per_expert in DeepEP and
     a grouped MLP that takes the counts on the device: Primus examples/moe_package/README.md, "Sync-Free
-    MoE"); stage 1 removes only the router's and permutation's syncs and keeps the dispatcher's."""
+    MoE"); stage 1 removes only the router's and permutation's syncs and keeps the dispatcher's.
+
+    `permute_fusion`: Megatron's --moe-permute-fusion, Transformer Engine's fused permute/unpermute
+    kernels. Off, Megatron-Core runs its torch path (core_v0.14.0 megatron/core/transformer/moe/
+    moe_utils.py `permute`: `masked_select` of the token indices and of the probabilities, then
+    `index_select`; `unpermute`: `zeros` then `scatter_add_`), which moves more bytes and whose
+    `masked_select` calls make the host wait for the device (their output size is data-dependent). AMD Primus
+    leaves it off until sync-free MoE stage 1 turns it on (language_model.yaml moe_permute_fusion: false;
+    rocm_arg_validation.py `_get_sync_free_moe_options`)."""
 
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
     token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
     grouped_gemm: Literal["te", "legacy"] = "te"
     sync_free: Bool = False
+    permute_fusion: Bool = True
 
 
 class OverlapOptions(Spec):

@@ -42,6 +42,8 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
         "kernels": {"flash_attention": v["flash_attention"], **loss_kernels(str(ce))},
         "moe": {"token_dispatcher": dispatcher(stack, scaleup_domain)},
     }
+    if v.get("moe_permute_fusion") is not None and is_moe:
+        keys["moe"]["permute_fusion"] = bool(v["moe_permute_fusion"])
     selective = v["selective_recompute"]  # set only where it is not the framework's own mode
     if selective != implied_selective(str(v["framework"])):
         keys["selective_recompute"] = selective

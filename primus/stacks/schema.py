@@ -68,6 +68,9 @@ class StackSettings(Spec):
     moe_a2a_overlap: Sourced[Bool] | None = None
     moe_dispatcher: Sourced[Literal["alltoall", "allgather", "flex"]] | None = None
     moe_dispatcher_scaleup: Sourced[Literal["alltoall", "allgather", "flex"] | None] | None = None
+    #: Megatron's --moe-permute-fusion (`MoeOptions.permute_fusion`) where the stack's source says it
+    #: stack-wide; null where it does not, and the job's default (fused) stands
+    moe_permute_fusion: Sourced[Bool | None] | None = None
     flash_attention: Sourced[Bool] | None = None
     cross_entropy: Sourced[CrossEntropy] | None = None
     grad_reduce_overlap: Sourced[Bool] | None = None
