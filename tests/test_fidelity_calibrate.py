@@ -62,6 +62,20 @@ def test_groups_are_only_what_the_runs_can_identify(prepared: list[Prepared]) ->
     assert [g.name for g in few] == ["gemm (joint)"]
 
 
+def test_the_joint_gemm_factor_moves_every_formats_plateau_also_one_no_run_used(prepared: list[Prepared]) -> None:
+    # the dev set's two H200 runs are torchtitan Float8 (tensorwise fp8); the joint factor is the H200's
+    # GEMM factor against its datasheet plateaus, so bf16 and the other formats move with fp8
+    rows = _on(prepared, "h200")
+    start = load_spec_profile("h200")
+    (joint,) = parameter_groups(start, rows)
+    assert joint.name == "gemm (joint)"
+    assert {f"gemm.{f}.efficiency" for f in start.gemm} <= set(joint.params)
+    fitted = calibrate(start, rows, date="2026-01-02").profile
+    factor = fitted.gemm["fp8"].efficiency.value / start.gemm["fp8"].efficiency.value
+    assert factor != 1.0
+    assert fitted.gemm["bf16"].efficiency.value == pytest.approx(start.gemm["bf16"].efficiency.value * factor)
+
+
 def test_calibration_lowers_the_error_and_records_its_provenance(prepared: list[Prepared]) -> None:
     rows = _on(prepared, "b200")
     start = load_spec_profile("b200")

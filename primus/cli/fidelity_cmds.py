@@ -66,6 +66,15 @@ def print_validation(doc: dict[str, Any]) -> None:
               f"unstated axes free: {s['false_oom_as_typed']}); recompute "
               f"escalated beyond the stack's in {s['escalated_rows']} runs ({_abs(s['escalated_pct'])}); "
               f"Korthikanti et al. 2022 A100 mean |error| {_abs(s['korthikanti2022_a100_mean_abs_pct'])}")
+    held = s.get("leave_one_source_out")
+    if held is not None:
+        from primus.fidelity.loso import SPLIT_MIN_RUNS
+
+        o = held["overall"]
+        cover = ", ".join(f"{k} {v['pct']:.1f}% of {v['n']}" for k, v in held["coverage"].items()
+                          if k in ("overall", "dense", "moe") or v["n"] >= SPLIT_MIN_RUNS)
+        con.print(f"leave one source out: median |error| {_abs(o['median_abs_pct'])}, p90 {_abs(o['p90_abs_pct'])} "
+                  f"over {o['n']} runs; error-bar coverage {cover}")
     cols = ["group", "runs", "median |err|", "p90", "max", "mean signed"]
     right = cols[1:]
     for key, title in (("by_source", "by source"), ("by_accelerator", "by accelerator"),
@@ -80,15 +89,19 @@ def print_validation(doc: dict[str, Any]) -> None:
 @click.argument("runs_file", type=click.Path(dir_okay=False))
 @format_option("table", "json")
 @click.option("--no-fit-check", is_flag=True, help="Skip the per-row `primus fit` check (faster; fits is null).")
+@click.option("--loso/--no-loso", "loso", default=True, show_default=True,
+              help="Refit each accelerator without each source in turn and report the held-out errors and the "
+                   "error bars' coverage (summary.leave_one_source_out; about 1.5 min for the dev set).")
 @guarded
-def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool) -> None:
+def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool) -> None:
     """Project every complete published run of RUNS_FILE and compare with what it measured.
 
     RUNS_FILE has the columns of ground_truth/runs_dev.csv. Per row: predicted vs measured tokens/s/GPU
     (error_pct = 100 x (predicted / measured - 1)), peak memory where measured, and whether `primus fit`
     finds the published config legal (as the job file a user would type: stated settings and its
     source's stack, unstated axes free), and `escalated`, the settings changed from the stack's to make
-    the run fit. Then median, p90 and max |error| by source, accelerator, precision and dense vs MoE.
+    the run fit. Then median, p90 and max |error| by source, accelerator, precision and dense vs MoE,
+    and (unless --no-loso) the same errors leave-one-source-out, with the coverage of the error bars.
     Unstated settings follow one stack per source (`stacks/`, recorded per row). Rows that cannot be
     projected are listed with the reason. Exit 0 whenever the report prints.
 
@@ -99,6 +112,14 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool) -> None:
     rows = read_runs(runs_file)
     report = validate(rows, runs_file, check_fit=not no_fit_check)
     doc = report.to_json()
+    if loso:
+        from primus.fidelity.held_out import held_out_section
+        from primus.fidelity.validate import prepare
+
+        err = stderr_console()
+        with err.status("leave-one-source-out: refitting each accelerator without each source"):
+            held = held_out_section(prepare(rows)[0])
+        doc["summary"]["leave_one_source_out"] = held
     if fmt == "json":
         emit_json(doc)
     else:

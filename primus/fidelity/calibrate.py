@@ -97,7 +97,8 @@ def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group,
     """What these runs can identify, most informative first: a group is fitted only when at least
     RUNS_PER_GROUP runs depend on it, and there are never more groups than runs / RUNS_PER_GROUP. With
     fewer than 4 × RUNS_PER_GROUP runs (or no format with enough runs of its own) the GEMM plateaus of
-    every format the runs use move by one joint factor; two runs suffice for that one.
+    every format of the profile move by one joint factor, the accelerator's, whether or not a run used
+    that format; two runs suffice for that one.
 
     Every group is a property of the accelerator, shared by every software stack: a stack's own entry
     for a parameter (`stacks.NAME.…`, its kernels' efficiency as its source states it, e.g. FlashAttention-2
@@ -134,7 +135,12 @@ def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group,
     add("overlap.interference", ["overlap.interference"], len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
     add("hbm.efficiency", everywhere(["hbm.efficiency"]), len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
     gemm = [(g, n) for g, n in candidates if g.name.startswith("gemm.")]
-    joint = Group("gemm (joint)", tuple(dict.fromkeys(p for g, _ in gemm for p in g.params)))
+    # the joint factor is the accelerator's GEMM factor against its datasheet plateaus, so it moves every
+    # format's plateau, also those no run used (their values stay in the spec's ratio to the others);
+    # left at the spec value, a format the runs never used would be projected as if the accelerator
+    # reached its datasheet plateau in that format alone
+    every_format = [x for x in everywhere([f"gemm.{f}.efficiency" for f in sorted(profile.gemm)]) if x in known]
+    joint = Group("gemm (joint)", tuple(dict.fromkeys([*(p for g, _ in gemm for p in g.params), *every_format])))
     if len(rows) < 4 * RUNS_PER_GROUP or not any(n >= RUNS_PER_GROUP for _, n in gemm):
         # few runs: one factor on every GEMM plateau they use, then whatever else they identify
         candidates = [(joint, len(rows)), *[(g, n) for g, n in candidates if (g, n) not in gemm]]

@@ -1,0 +1,77 @@
+"""`primus validate` reports the leave-one-source-out figures issue 19 asks of it (held-out median and p90,
+the error bars' coverage) from the runs file it is given, computed, not read from what primus ships."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from primus.fidelity.runs import bundled_runs_path
+
+# The seven A100 runs of Korthikanti et al. 2022 and BLOOM-176B (bigscience tr11): two sources on one
+# accelerator, so each is predicted by a profile fitted to the other alone.
+SOURCES = ("korthikanti2022", "bloom-tr11")
+
+
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with bundled_runs_path().open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["source"] in SOURCES]
+        fields = reader.fieldnames
+    assert fields is not None and len(rows) == 8
+    path = tmp_path_factory.mktemp("runs") / "two_sources.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def doc(two_sources: Path) -> dict:  # type: ignore[type-arg]
+    from click.testing import CliRunner
+
+    from primus.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["validate", str(two_sources), "--no-fit-check", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_every_row_is_predicted_by_a_profile_fitted_without_its_source(doc: dict) -> None:  # type: ignore[type-arg]
+    held = doc["summary"]["leave_one_source_out"]
+    rows = {r["run_id"]: r for r in held["rows"]}
+    assert set(rows) == {r["run_id"] for r in doc["rows"]}
+    # Korthikanti's runs are predicted from BLOOM's one run, BLOOM's from Korthikanti's seven
+    assert {r["fitted_on"] for r in rows.values() if r["source"] == "korthikanti2022"} == {1}
+    assert {r["fitted_on"] for r in rows.values() if r["source"] == "bloom-tr11"} == {7}
+    assert held["overall"]["n"] == 8 and held["overall"]["median_abs_pct"] >= 0
+
+
+def test_the_held_out_errors_differ_from_the_in_sample_ones(doc: dict) -> None:  # type: ignore[type-arg]
+    in_sample = {r["run_id"]: r["error_pct"] for r in doc["rows"]}
+    held = {r["run_id"]: r["held_out_error_pct"] for r in doc["summary"]["leave_one_source_out"]["rows"]}
+    assert any(abs(held[k] - in_sample[k]) > 0.1 for k in held)
+
+
+def test_coverage_is_reported_overall_and_by_group(doc: dict) -> None:  # type: ignore[type-arg]
+    held = doc["summary"]["leave_one_source_out"]
+    assert held["coverage_band_pct"] == [60.0, 80.0]
+    overall = held["coverage"]["overall"]
+    assert overall["n"] == 8 and 0 <= overall["inside"] <= 8
+    assert "a100-80gb dense" in held["coverage"]
+
+
+def test_no_loso_skips_the_refits(two_sources: Path) -> None:
+    from click.testing import CliRunner
+
+    from primus.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["validate", str(two_sources), "--no-fit-check", "--no-loso", "--format",
+                                      "json"])
+    assert result.exit_code == 0
+    assert "leave_one_source_out" not in json.loads(result.stdout)["summary"]
