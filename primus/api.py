@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from primus.errors import InputError, shown
+from primus.gcpause import with_paused_gc
 from primus.job import Job, job_from_mapping
 from primus.job import load_job as _load_job_file
 
@@ -129,6 +130,7 @@ class FitAnswer:
         return self.result.to_json(self.capacity_bytes, self.question.space.reserves)
 
 
+@with_paused_gc
 def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),
         without: Sequence[str] = ()) -> FitAnswer:
     """Prove that the job fits (free axes completed with the most headroom), or explain why not; the
@@ -166,6 +168,7 @@ class Enumeration:
         return doc
 
 
+@with_paused_gc
 def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | PathLike[str]] = (),
                       without: Sequence[str] = (), top: int | None = None, rank: bool = False,
                       count_only: bool = False) -> Enumeration:
@@ -243,6 +246,7 @@ class ProjectionAnswer:
         return doc
 
 
+@with_paused_gc
 def project(job: JobLike, *, profile: str | PathLike[str] | None = None,
             allow_device_mismatch: bool = False) -> ProjectionAnswer:
     """Step time, tokens/s/GPU, MFU and the exposed-time breakdown; `profile` is a calibration profile

@@ -28,13 +28,14 @@ Transformer Engine's GroupedLinear, `primus.projection.ops.OpContext.per_expert_
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 from primus.memory.recompute import DEFAULT_SELECTIVE
 from primus.projection.ops import ACT, Block, Gemm, MemOp
 from primus.projection.placement import GroupShape
-from primus.projection.timer import AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
+from primus.projection.timer import AnalyticTimer, AttentionCall, CollectiveCall, GemmCall, KernelTimer, MemoryCall
 
 CATEGORIES: tuple[str, ...] = ("gemm", "attention", "memory_bound", "recompute", "tp_comm", "cp_comm",
                                "ep_a2a", "fsdp_comm", "dp_grad_reduce", "host")
@@ -151,6 +152,8 @@ def _gemm_calls(g: Gemm, timer: KernelTimer, s: CostSettings) -> tuple[_Entry, _
     fmt = s.fmt if low else s.high_fmt
     w_in = s.low_width if low and s.low_width is not None else ACT
     cat = GEMM if g.cat == "gemm" else ATTN
+    if type(timer) is AnalyticTimer:  # the same seconds without building the call records
+        return _analytic_gemm_calls(g, timer, s, low, fmt, w_in, cat)
     fwd = (cat, *timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT)))
     dgrad = (cat, *timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT)))
     out = 2 * s.grad_width if g.weight else ACT
@@ -166,8 +169,30 @@ def _gemm_calls(g: Gemm, timer: KernelTimer, s: CostSettings) -> tuple[_Entry, _
     return fwd, dgrad, wgrad, qf, qb
 
 
+def _analytic_gemm_calls(g: Gemm, timer: AnalyticTimer, s: CostSettings, low: bool, fmt: str, w_in: float,
+                         cat: int) -> tuple[_Entry, _Entry, _Entry, tuple[_Entry, ...], tuple[_Entry, ...]]:
+    """`_gemm_calls` under the analytic timer, call for call (its answers are never measured)."""
+    m, n, k, count = g.m, g.n, g.k, g.count
+    seconds = timer.gemm_seconds
+    fwd = (cat, seconds(fmt, m, n, k, count, w_in, ACT), False)
+    dgrad = (cat, seconds(fmt, m, k, n, count, w_in, ACT), False)
+    out = 2 * s.grad_width if g.weight else ACT
+    wgrad = (cat, seconds(fmt, k, n, m, count, w_in, out), False)
+    qf: tuple[_Entry, ...] = ()
+    qb: tuple[_Entry, ...] = ()
+    if low and s.low_width is not None:
+        quant = ACT + 2 * s.low_width
+        if g.cast_input:
+            qf = ((MEM, timer.memory_seconds(m * k * count * quant), False),)
+        if g.weight:
+            qb = ((MEM, timer.memory_seconds(m * n * count * quant), False),)
+    return fwd, dgrad, wgrad, qf, qb
+
+
 def _memop_calls(op: MemOp, timer: KernelTimer) -> tuple[_Entry, _Entry]:
     cat = ATTN if op.name in ("attention.softmax", "attention.dropout") else MEM
+    if type(timer) is AnalyticTimer:
+        return (cat, timer.memory_seconds(op.fwd_bytes), False), (cat, timer.memory_seconds(op.bwd_bytes), False)
     return (cat, *timer.memory(MemoryCall(op.fwd_bytes))), (cat, *timer.memory(MemoryCall(op.bwd_bytes)))
 
 
@@ -318,23 +343,30 @@ def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape
 
 def finish_cost(tallies: Tallies, s: CostSettings, fsdp: tuple[float, float, bool] = (0.0, 0.0, False)) -> BlockCost:
     """The block's cost from its tallies (left unchanged): FSDP's gathers and reduce-scatters hidden
-    behind `s.fsdp_overlap` of the compute, the host's per-MoE-layer cost and the launch floor."""
-    f, b = tallies.f.copy(), tallies.b.copy()
+    behind `s.fsdp_overlap` of the compute, the host's per-MoE-layer cost and the launch floor.
+    (Plain lists, not `_Tally`: it runs once per block, context and placement of a bounded search.)"""
+    tf, tb = tallies.f, tallies.b
+    fv, bv = list(tf.v), list(tb.v)
+    fc, bc = list(tf.calls), list(tb.calls)
+    fm, bm = list(tf.measured), list(tb.measured)
     hf, hb = list(tallies.hf), list(tallies.hb)
-    for tally, hidden, t in ((f, hf, fsdp[0]), (b, hb, fsdp[1])):
+    for v, calls, meas, hidden, t in ((fv, fc, fm, hf, fsdp[0]), (bv, bc, bm, hb, fsdp[1])):
         if t > 0:
-            compute = tally.v[GEMM] + tally.v[ATTN] + tally.v[MEM]
+            compute = v[GEMM] + v[ATTN] + v[MEM]
             hide = min(t, s.fsdp_overlap * compute) * (1.0 - s.interference)
-            tally.add(FSDP, t - hide, fsdp[2])
+            v[FSDP] += t - hide
+            calls[FSDP] += 1
+            meas[FSDP] += int(fsdp[2])
             hidden[FSDP] += hide
     if tallies.kind == "moe" and s.moe_host > 0:
-        f.add(HOST, s.moe_host, False)
+        fv[HOST] += s.moe_host
+        fc[HOST] += 1
     if s.launch > 0:  # the host issues every kernel: a block cannot run faster than its launches
-        for tally in (f, b):
-            floor = sum(tally.calls) * s.launch - sum(tally.v)
+        for v, calls in ((fv, fc), (bv, bc)):
+            floor = sum(calls) * s.launch - sum(v)
             if floor > 0:
-                tally.v[HOST] += floor
-    calls = tuple(x + y for x, y in zip(f.calls, b.calls, strict=True))
-    measured = tuple(x + y for x, y in zip(f.measured, b.measured, strict=True))
-    return BlockCost(tuple(f.v), tuple(b.v), tuple(hf), tuple(hb), tallies.core + tallies.modules, calls, measured,
+                v[HOST] += floor
+    calls_t = tuple(map(operator.add, fc, bc))
+    measured = tuple(map(operator.add, fm, bm))
+    return BlockCost(tuple(fv), tuple(bv), tuple(hf), tuple(hb), tallies.core + tallies.modules, calls_t, measured,
                      tallies.op_recompute, tallies.attn_f + tallies.remat)

@@ -415,10 +415,18 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
 
 
 @lru_cache(maxsize=4096)
+def expert_free(ctx: OpContext) -> OpContext:
+    """The context with EP = ETP = 1: what blocks that read neither (attention, dense layers, the
+    embedding and the loss) are built in, so one build serves every expert layout (cached: a bounded
+    search asks for it once per block of thousands of contexts)."""
+    return ctx if ctx.ep == 1 and ctx.act.etp == 1 else replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+
+
+@lru_cache(maxsize=4096)
 def layer_block(model: ModelSpec, kind: str, ctx: OpContext, window: int | None = None) -> Block:
     """One decoder layer ("dense" or "moe") for one microbatch on one rank."""
     mlp = _mlp_block(model, kind, ctx)
-    plain = ctx if ctx.ep == 1 and ctx.act.etp == 1 else replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+    plain = expert_free(ctx)
     b = _attention_block(model, plain, window) + mlp
     if model.norm_placement == "sandwich":  # Gemma 2/3: a norm on each sublayer's output as well
         b = b + Block(kind, memops=tuple(norm_op(name, ctx.Tn, model.hidden_size, ctx, fused_cast=False)

@@ -18,7 +18,7 @@ can call it thousands of times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -35,7 +35,7 @@ from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, Tallies, block_tallies, finish_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.offload import offloaded_bytes, with_offload
-from primus.projection.ops import ACT, UNFUSED_PERMUTE_SYNCS, Block, OpContext, layer_block
+from primus.projection.ops import ACT, UNFUSED_PERMUTE_SYNCS, Block, OpContext, expert_free, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -127,7 +127,7 @@ class Projector:
         self._blocks: dict[tuple[str, int], tuple[Block, tuple[str, ...], int]] = {}
         self._chunks: dict[tuple[Any, ...], ChunkWork] = {}
         self._keys: dict[tuple[int, int], Any] = {}
-        self._groups: dict[Layout, dict[str, GroupShape]] = {}
+        self._groups: dict[tuple[int, ...], dict[str, GroupShape]] = {}
         self._params: dict[tuple[int, ...], tuple[RankParams, ...]] = {}
         self._ids: dict[Any, int] = {}
         self._tails: dict[tuple[Any, ...], RankTail] = {}
@@ -136,10 +136,13 @@ class Projector:
     # ---- cached pieces ----
 
     def groups(self, layout: Layout) -> dict[str, GroupShape]:
-        g = self._groups.get(layout)
+        """The layout's group shapes (`Placement.groups`), cached per the sizes they read (TP, CP, DP,
+        PP, EP, ETP): layouts that differ in MBS, SP, VP, recompute or sharding share them."""
+        key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.etp)
+        g = self._groups.get(key)
         if g is None:
             g = Placement(layout, self.job.cluster.scaleup.domain_size, self.order).groups()
-            self._groups[layout] = g
+            self._groups[key] = g
         return g
 
     def group_id(self, groups: dict[str, GroupShape]) -> int:
@@ -221,7 +224,7 @@ class Projector:
             if kind in EXPERT_FREE and (ctx.ep != 1 or ctx.act.etp != 1):
                 plain = self._plain.get(cid)
                 if plain is None:
-                    ctx1 = replace(ctx, ep=1, act=replace(ctx.act, etp=1))
+                    ctx1 = expert_free(ctx)
                     plain = self._plain[cid] = (ctx1, self._intern(ctx1))
                 entry = self._blocks[bk] = self._block_entry(key, *plain)
                 return entry

@@ -49,11 +49,20 @@ class GemmCall:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.count
+        return gemm_flops(self.m, self.n, self.k, self.count)
 
     @property
     def nbytes(self) -> float:
-        return self.count * ((self.m * self.k + self.k * self.n) * self.in_bytes + self.m * self.n * self.out_bytes)
+        return gemm_bytes(self.m, self.n, self.k, self.count, self.in_bytes, self.out_bytes)
+
+
+def gemm_flops(m: int, n: int, k: int, count: int) -> int:
+    return 2 * m * n * k * count
+
+
+def gemm_bytes(m: int, n: int, k: int, count: int, in_bytes: float, out_bytes: float) -> float:
+    """Operand and output bytes of `count` [m × k] · [k × n] problems."""
+    return count * ((m * k + k * n) * in_bytes + m * n * out_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +129,16 @@ class AnalyticTimer:
             raise InputError(where, "precision", precision_refusal(self.cluster, frozenset(self._gemm), fmt))
 
     def gemm(self, call: GemmCall) -> Timed:
-        rate, half = self._gemm[call.fmt]
-        compute = call.flops / rate
-        memory = call.nbytes / self.hbm
-        return Timed(max(compute, memory) + call.count * half / rate, False)
+        return Timed(self.gemm_seconds(call.fmt, call.m, call.n, call.k, call.count, call.in_bytes, call.out_bytes),
+                     False)
+
+    def gemm_seconds(self, fmt: str, m: int, n: int, k: int, count: int, in_bytes: float, out_bytes: float) -> float:
+        """`gemm` of GemmCall(fmt, m, n, k, count, in_bytes, out_bytes) without building the record (block
+        costs time thousands of GEMMs in a bounded search)."""
+        rate, half = self._gemm[fmt]
+        compute = gemm_flops(m, n, k, count) / rate
+        memory = gemm_bytes(m, n, k, count, in_bytes, out_bytes) / self.hbm
+        return max(compute, memory) + count * half / rate
 
     def attention(self, call: AttentionCall) -> Timed:
         if call.backward:
@@ -131,9 +146,13 @@ class AnalyticTimer:
         return Timed(call.op.fwd_flops / self.attn_fwd, False)
 
     def memory(self, call: MemoryCall) -> Timed:
-        if call.nbytes <= 0:
-            return Timed(0.0, False)
-        return Timed((call.nbytes + self.half_bytes) / self.hbm, False)
+        return Timed(self.memory_seconds(call.nbytes), False)
+
+    def memory_seconds(self, nbytes: float) -> float:
+        """`memory` of MemoryCall(nbytes) without building the record."""
+        if nbytes <= 0:
+            return 0.0
+        return (nbytes + self.half_bytes) / self.hbm
 
     def collective(self, call: CollectiveCall) -> Timed:
         return Timed(self.links.time(call.kind, call.nbytes, call.group, call.fanout), False)

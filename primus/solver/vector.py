@@ -43,13 +43,14 @@ class Candidates:
 
     def layout(self, i: int) -> Layout:
         c = self.cols
-        n = int(c["recompute_num_layers"][i])
+        n = c["recompute_num_layers"].item(i)  # .item: a Python scalar without a numpy one first
+        vp = c["vp"].item(i)
         return Layout(
-            tp=int(c["tp"][i]), pp=int(c["pp"][i]), vp=int(c["vp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
-            etp=int(c["etp"][i]), dp=int(c["dp"][i]), mbs=int(c["mbs"][i]), sp=bool(c["sp"][i]),
-            recompute=RECOMPUTES[int(c["recompute"][i])], sharding=SHARDINGS[int(c["sharding"][i])],
-            recompute_num_layers=n if n > 0 else None,
-            schedule="interleaved" if int(c["vp"][i]) > 1 else "1f1b",
+            tp=int(c["tp"].item(i)), pp=int(c["pp"].item(i)), vp=int(vp), cp=int(c["cp"].item(i)),
+            ep=int(c["ep"].item(i)), etp=int(c["etp"].item(i)), dp=int(c["dp"].item(i)), mbs=int(c["mbs"].item(i)),
+            sp=bool(c["sp"].item(i)), recompute=RECOMPUTES[c["recompute"].item(i)],
+            sharding=SHARDINGS[c["sharding"].item(i)], recompute_num_layers=int(n) if n > 0 else None,
+            schedule="interleaved" if vp > 1 else "1f1b",
         )
 
     def parallel_dicts(self) -> list[dict[str, Any]]:

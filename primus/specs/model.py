@@ -232,6 +232,10 @@ class ModelSpec(Spec):
 
     def windowed_layers(self) -> tuple[bool, ...]:
         """Per layer: True when it uses sliding-window attention (every window_attn_skip_freq-th is full)."""
+        return self.windowed_mask
+
+    @cached_property
+    def windowed_mask(self) -> tuple[bool, ...]:
         if self.window_size is None:
             return tuple(False for _ in range(self.num_layers))
         skip = self.window_attn_skip_freq
