@@ -287,13 +287,20 @@ class SpeedBound:
         data-parallel groups, the key that multiplies FSDP's and ZeRO-2's bounds by every (DP, PP)."""
         place = () if self.default_order else PLACEMENT_COLUMNS
         _, first, ids = self._distinct(self._columns(cands, (*CONTEXT_COLUMNS, "recompute", *place)))
+        return self._lazy(ids, lambda j: self.context_bound(replace(cands.layout(int(first[j])), sharding="none")))
+
+    @staticmethod
+    def _lazy(ids: np.ndarray, value_of: Callable[[int], float]) -> Callable[[int], float]:
+        """Row i's value: `value_of` its distinct index ids[i], evaluated once per index when first asked
+        (the indices as a list: a search asks for tens of thousands of rows, one at a time)."""
+        index = ids.tolist()
         values: dict[int, float] = {}
 
         def bound(i: int) -> float:
-            j = int(ids[i])
+            j = index[i]
             v = values.get(j)
             if v is None:
-                v = values[j] = self.context_bound(replace(cands.layout(int(first[j])), sharding="none"))
+                v = values[j] = value_of(j)
             return v
         return bound
 
@@ -303,15 +310,7 @@ class SpeedBound:
         if self.default_order:  # DP and PP matter only to FSDP's gathers and ZeRO-2's reduce (`_key`)
             cols[~np.isin(cols[:, 7], [SHARDINGS.index(x) for x in PLACED]), 8:] = 0
         _, first, ids = self._distinct(cols)
-        values: dict[int, float] = {}
-
-        def bound(i: int) -> float:
-            j = int(ids[i])
-            v = values.get(j)
-            if v is None:
-                v = values[j] = self.context_bound(cands.layout(int(first[j])))
-            return v
-        return bound
+        return self._lazy(ids, lambda j: self.context_bound(cands.layout(int(first[j]))))
 
     def group_bounds(self, cands: Candidates) -> np.ndarray:
         """A bound on every row's tokens/s/GPU, one block evaluation per group of rows that share all
