@@ -306,12 +306,11 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
     span = np.arange(heads_n)
     names = ("peak_bytes", "first_stage_bytes", "last_stage_bytes", *(f"{k}_bytes" for k in BREAKDOWN_KEYS),
              "peak_stage")
-    out = {name: np.zeros(n, dtype=np.int64) for name in names}
-    sharding = c["sharding"]
-    for k in range(len(SHARDINGS)):
-        rows = np.flatnonzero(sharding == k)
-        if not len(rows):
-            continue
+    # per name, one row of per-head values for each sharding present; every candidate then reads its
+    # (sharding, run) entry in one gather
+    present = np.unique(c["sharding"]).tolist()
+    by_sharding = {name: np.zeros((len(SHARDINGS), heads_n), dtype=np.int64) for name in names}
+    for k in present:
         results = [combine(shape, pu, au, mem.widths, mem.numerics, SHARDINGS[k], p["dp"] * p["cp"], p["edp"], comm)
                    for shape in shapes]
         slot_bytes = np.stack([np.broadcast_to(r.bytes, (heads_n,)) for r in results])
@@ -327,10 +326,10 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
         for key in BREAKDOWN_KEYS:
             per_head[f"{key}_bytes"] = np.stack([np.broadcast_to(r.breakdown[key], (heads_n,))
                                                  for r in results]).max(axis=0)
-        of_row = parent[rows]
         for name in names:
-            out[name][rows] = per_head[name][of_row]
-    c.update(out)
+            by_sharding[name][k] = per_head[name]
+    sharding = c["sharding"]
+    c.update({name: by_sharding[name][sharding, parent] for name in names})
 
 
 def field_names(cls: type) -> tuple[str, ...]:
