@@ -75,3 +75,44 @@ def test_no_loso_skips_the_refits(two_sources: Path) -> None:
                                       "json"])
     assert result.exit_code == 0
     assert "leave_one_source_out" not in json.loads(result.stdout)["summary"]
+
+
+def _one_row_changed(tmp_path: Path, **cells: str) -> Path:
+    with bundled_runs_path().open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["source"] in SOURCES][:2]
+        fields = reader.fieldnames
+    assert fields is not None
+    rows[0].update(cells)
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("cell", ["inf", "nan", "abc", "-5"])
+def test_a_measurement_that_is_not_a_finite_positive_number_is_named_not_fitted(run_cli, tmp_path: Path,
+                                                                                 cell: str) -> None:  # type: ignore[no-untyped-def]
+    path = _one_row_changed(tmp_path, tokens_per_s_per_gpu=cell)
+    code, out, _ = run_cli("validate", str(path), "--no-fit-check", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and len(doc["rows"]) == 1
+    (bad,) = doc["unprojected"]
+    assert bad["reason"] == f"column 'tokens_per_s_per_gpu' must be a finite positive number, got '{cell}'"
+
+
+def test_a_row_with_an_empty_source_is_listed_not_grouped(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = _one_row_changed(tmp_path, source="")
+    code, out, _ = run_cli("validate", str(path), "--no-fit-check", "--format", "json")
+    (bad,) = json.loads(out)["unprojected"]
+    assert code == 0 and bad["reason"].startswith("column 'source' is empty")
+
+
+def test_a_truncated_row_is_bad_input(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = _one_row_changed(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8") + "a,b,c\n", encoding="utf-8")
+    code, out, err = run_cli("validate", str(path), "--format", "json")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "line 4: fewer fields than the header's" in err

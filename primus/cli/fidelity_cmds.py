@@ -74,7 +74,7 @@ def print_validation(doc: dict[str, Any]) -> None:
         cover = ", ".join(f"{k} {v['pct']:.1f}% of {v['n']}" for k, v in held["coverage"].items()
                           if k in ("overall", "dense", "moe") or v["n"] >= SPLIT_MIN_RUNS)
         con.print(f"leave one source out: median |error| {_abs(o['median_abs_pct'])}, p90 {_abs(o['p90_abs_pct'])} "
-                  f"over {o['n']} runs; error-bar coverage {cover}")
+                  f"over {o['n']} runs; error-bar coverage {cover or 'n/a (one source: no bar without it)'}")
     cols = ["group", "runs", "median |err|", "p90", "max", "mean signed"]
     right = cols[1:]
     for key, title in (("by_source", "by source"), ("by_accelerator", "by accelerator"),
@@ -113,12 +113,15 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool) -> No
     report = validate(rows, runs_file, check_fit=not no_fit_check)
     doc = report.to_json()
     if loso:
+        from rich.markup import escape
+
         from primus.fidelity.held_out import held_out_section
         from primus.fidelity.validate import prepare
 
         err = stderr_console()
-        with err.status("leave-one-source-out: refitting each accelerator without each source"):
-            held = held_out_section(prepare(rows)[0])
+        with err.status("leave-one-source-out: refitting each accelerator without each source") as status:
+            held = held_out_section(prepare(rows)[0],
+                                    progress=lambda msg: status.update(f"leave-one-source-out: {escape(msg)}"))
         doc["summary"]["leave_one_source_out"] = held
     if fmt == "json":
         emit_json(doc)

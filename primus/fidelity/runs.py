@@ -10,6 +10,7 @@ quotes a bounded excerpt of the cell), never the whole file.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,14 +105,29 @@ class RunRow:
             return False
         return None
 
+    def measurement(self, key: str) -> float | None:
+        """A measured figure: None when the cell is empty; ValueError naming the column and the cell when
+        it is not a finite positive number (a typo or `inf` would otherwise pass for "not measured", or
+        reach the fit as an infinite error)."""
+        text = self[key]
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"column {key!r} must be a finite positive number, got {shown(text)}")
+        return value
+
     @property
     def measured_tokens(self) -> float | None:
         """Measured tokens/s/GPU: the published figure, else the one derived from step time."""
-        return self.number("tokens_per_s_per_gpu") or self.number("tokens_per_s_per_gpu_derived")
+        return self.measurement("tokens_per_s_per_gpu") or self.measurement("tokens_per_s_per_gpu_derived")
 
     @property
     def measured_peak_gib(self) -> float | None:
-        return self.number("peak_memory_gib")
+        return self.measurement("peak_memory_gib")
 
     @property
     def published(self) -> str | None:
@@ -190,6 +206,10 @@ def read_runs(path: str | Path) -> list[RunRow]:
         for i, raw in enumerate(reader):
             if i >= MAX_ROWS:
                 raise InputError(str(p), None, f"more than {MAX_ROWS} rows")
+            if None in raw or any(v is None for v in raw.values()):  # DictReader's marks of a ragged row
+                raise InputError(str(p), f"line {reader.line_num}",
+                                 f"{'more' if None in raw else 'fewer'} fields than the header's {len(header)} "
+                                 "(a truncated or over-long row)")
             cells = {k: (v or "").strip() for k, v in raw.items() if k is not None}
             flags = frozenset(f for f in cells.get("flags", "").split(";") if f)
             rows.append(RunRow(cells, i + 2, flags))

@@ -190,7 +190,15 @@ def prepare(rows: Iterable[RunRow]) -> tuple[list[Prepared], list[Unprojected]]:
     for row in rows:
         if not row.complete:
             continue
-        if row.measured_tokens is None:
+        if not row.source:
+            bad.append(Unprojected(row.run_id, row.source, "column 'source' is empty (every figure groups by it)"))
+            continue
+        try:
+            measured, _ = row.measured_tokens, row.measured_peak_gib
+        except ValueError as exc:
+            bad.append(Unprojected(row.run_id, row.source, str(exc)))
+            continue
+        if measured is None:
             bad.append(Unprojected(row.run_id, row.source, "no measured tokens/s/GPU (nor step time to derive it)"))
             continue
         try:
