@@ -127,3 +127,21 @@ def test_the_unfused_permutation_costs_one_more_host_round_trip_per_moe_layer_fo
     b = Projector(fused, profile).project(layout, "fast").breakdown
     assert a["host"] == 2 * b["host"] > 0.0
     assert a["memory_bound"] > b["memory_bound"]
+
+
+def test_a_sync_free_job_never_pays_the_unfused_permutation() -> None:
+    # sync-free MoE stage 1 already turns the fused permutation on (rocm_arg_validation.py
+    # _get_sync_free_moe_options), so `sync_free: true` under the primus stack's unfused default projects
+    # exactly as with `permute_fusion: true` set as well (review 40, item 6)
+    from primus.memory.evaluate import pinned_layout
+    from primus.projection import Projector, load_profile
+
+    job = build(_row("moe1_mi355x_dsv2lite_mbs12_deepep")).project
+    sync_free = job.with_spec(moe={**job.spec.moe.model_dump(), "sync_free": True})
+    both = job.with_spec(moe={**job.spec.moe.model_dump(), "sync_free": True, "permute_fusion": True})
+    assert not sync_free.spec.moe.permute_fusion and sync_free.spec.moe.permutes_fused
+    profile = load_profile(job.cluster)
+    layout = pinned_layout(job)
+    a = Projector(sync_free, profile).project(layout, "fast")
+    b = Projector(both, profile).project(layout, "fast")
+    assert a.step_time_s == b.step_time_s

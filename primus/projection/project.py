@@ -111,7 +111,7 @@ class Projector:
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
             fsdp_overlap=float(ov.fsdp_prefetch.value),
             moe_host=0.0 if spec.moe.sync_free else float(self.profile.host.moe_layer_us.value) * 1e-6 * (
-                1 + (0 if spec.moe.permute_fusion else UNFUSED_PERMUTE_SYNCS)),
+                1 + (0 if spec.moe.permutes_fused else UNFUSED_PERMUTE_SYNCS)),
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
             recompute_modules=selective_modules(spec.parallel.recompute_modules),
@@ -163,7 +163,7 @@ class Projector:
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
                          self.low, spec.moe.token_dispatcher,
                          per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te",
-                         permute_fusion=spec.moe.permute_fusion)
+                         permute_fusion=spec.moe.permutes_fused)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
                    cid: int | None = None) -> BlockCost:

@@ -125,6 +125,13 @@ class MoeOptions(Spec):
     sync_free: Bool = False
     permute_fusion: Bool = True
 
+    @property
+    def permutes_fused(self) -> bool:
+        """Whether the permutation runs fused: `permute_fusion`, or sync-free MoE, whose stage 1 (below
+        the stage `sync_free` describes) already turns Megatron's fused permutation on (AMD Primus
+        rocm_arg_validation.py `_get_sync_free_moe_options`), so a sync-free job never pays the torch path."""
+        return bool(self.permute_fusion or self.sync_free)
+
 
 class OverlapOptions(Spec):
     """Communication overlap switches, with Megatron-LM's flag names in mind."""
