@@ -10,8 +10,9 @@ its own spec-derived value:
 
     value = own spec value × (sibling's fitted value / sibling's spec value)
 
-Only dimensionless efficiencies and fractions travel (GEMM plateaus, attention, HBM and collective
-efficiencies, overlap fractions). Peaks, bandwidths and capacities are each entry's own datasheet
+Only dimensionless efficiencies and fractions of the die travel (GEMM plateaus, attention, HBM
+efficiency, overlap fractions), and only where the fit settled inside its limits; collective efficiencies
+stay the target's own (they belong to the network). Peaks, bandwidths and capacities are each entry's own datasheet
 figures and never move; half sizes are not fitted anyway; host times (`host.*`) belong to the host CPU
 and the software around the GPU (Grace on GB200, x86 on B200), not to the die. Factors apply to the
 target's own spec values, so the documented differences between the two spec-derived profiles (the
@@ -22,15 +23,27 @@ fit respects (`calibrate.ceiling`). The result is not a fitted profile: `fitted`
 
 from __future__ import annotations
 
+import math
+
 from primus.errors import InputError
-from primus.fidelity.calibrate import ceiling
+from primus.fidelity.calibrate import MAX_FACTOR, ceiling
 from primus.projection.profile import Profile, bounds, profile_from_mapping
 
 
 def dimensionless(name: str) -> bool:
-    """Whether a profile parameter is an efficiency or fraction that may travel to a sibling."""
+    """Whether a profile parameter is an efficiency or fraction of the die that may travel to a sibling:
+    not host times (the host CPU's), not half sizes (not fitted), and not collective efficiencies, which
+    belong to the network around the die (B200's 8-GPU HGX NVLink vs GB200's 72-GPU NVL72 domain,
+    H800's cut NVLink), not to the die (review 40, item 3)."""
     base = name.split(".", 2)[2] if name.startswith("stacks.") else name
-    return not base.startswith("host.") and not base.endswith(("half_flops", "half_bytes"))
+    return (not base.startswith(("host.", "collectives.")) and not base.endswith(("half_flops", "half_bytes")))
+
+
+def settled(factor: float) -> bool:
+    """Whether a fitted factor is an estimate rather than the fit's own limit (`calibrate.MAX_FACTOR`, a
+    factor of 2 either way): a parameter stopped at the limit says only that the fit wanted to go further,
+    which is no factor to carry to another accelerator."""
+    return abs(math.log(factor)) < MAX_FACTOR - 1e-9
 
 
 def sibling_of(hardware: str) -> str | None:
@@ -49,8 +62,9 @@ def factors(fitted: Profile, spec: Profile) -> dict[str, float]:
     if not fitted.fitted or fitted.calibration is None:
         raise ValueError(f"{fitted.hardware}'s profile is not fitted: nothing to transfer")
     now, start = fitted.parameters(), spec.parameters()
-    return {n: now[n] / start[n] for n in fitted.calibration.parameters
-            if dimensionless(n) and start.get(n, 0.0) > 0.0 and n in now}
+    out = {n: now[n] / start[n] for n in fitted.calibration.parameters
+           if dimensionless(n) and start.get(n, 0.0) > 0.0 and n in now}
+    return {n: f for n, f in out.items() if f > 0.0 and settled(f)}
 
 
 def transfer(target_spec: Profile, sibling_fitted: Profile, sibling_spec: Profile) -> Profile:
