@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -24,16 +25,43 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _Pauses:
+    """How many `paused_gc` blocks are running, and whether the collector was on when the first began.
+    The collector is one per process, so its pause is too: a block that ends while another (in another
+    thread) still runs leaves the collector off, and only the last one out restores the state the first
+    one found (review 40, item 5). Module state for that reason only: it mirrors the interpreter's."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.was_enabled = False
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.was_enabled = gc.isenabled()
+                gc.disable()
+            self.depth += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.was_enabled:
+                gc.enable()
+
+
+_PAUSES = _Pauses()
+
+
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Disable the cyclic collector inside the block; re-enable it after if it was enabled before."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Disable the cyclic collector inside the block; the last block out re-enables it if it was enabled
+    when the first came in."""
+    _PAUSES.enter()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        _PAUSES.leave()
 
 
 def with_paused_gc(fn: Callable[P, R]) -> Callable[P, R]:

@@ -72,3 +72,20 @@ def test_the_cli_turns_the_collector_off_for_one_shot_commands_only(
     monkeypatch.setattr(cli_main, "cli", lambda prog_name: None)
     cli_main.main()
     assert gc.isenabled() is not off
+
+
+def test_overlapping_pauses_restore_the_collector_only_when_the_last_one_ends() -> None:
+    # two API calls in flight at once (two threads): the first to finish must not turn the collector back
+    # on under the other (review 40, item 5)
+    import gc
+
+    from primus.gcpause import paused_gc
+
+    assert gc.isenabled()
+    outer = paused_gc()
+    outer.__enter__()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the outer block still runs
+    outer.__exit__(None, None, None)
+    assert gc.isenabled()
