@@ -116,3 +116,23 @@ def test_a_truncated_row_is_bad_input(run_cli, tmp_path: Path) -> None:  # type:
     code, out, err = run_cli("validate", str(path), "--format", "json")
     assert (code, out, err.count("\n")) == (2, "", 1)
     assert "line 4: fewer fields than the header's" in err
+
+
+def test_the_progress_spinner_shows_text_from_the_runs_file_as_text() -> None:
+    # a source name is input: on a terminal the spinner must neither run its escape codes nor read its
+    # brackets as markup (rich's Status reads a str as markup past the console's own render_str)
+    import io
+    import re
+    import time
+
+    from primus.cli.output import SafeConsole
+
+    buf = io.StringIO()
+    console = SafeConsole(file=buf, force_terminal=True, width=120)
+    with console.status("start") as status:
+        status.update("leave-one-source-out: [link=http://x]\x1b[31mEVIL\x1b]0;t\x07 on a100-80gb")
+        time.sleep(0.2)
+    out = buf.getvalue()
+    assert "\x1b[31mEVIL" not in out and "\x1b]0;t" not in out and "\x1b]8;" not in out
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)  # rich's own styling of the spinner line
+    assert "\\x1b[31mEVIL" in shown and "[link=http://x]" in shown

@@ -113,15 +113,13 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool) -> No
     report = validate(rows, runs_file, check_fit=not no_fit_check)
     doc = report.to_json()
     if loso:
-        from rich.markup import escape
-
         from primus.fidelity.held_out import held_out_section
         from primus.fidelity.validate import prepare
 
         err = stderr_console()
         with err.status("leave-one-source-out: refitting each accelerator without each source") as status:
             held = held_out_section(prepare(rows)[0],
-                                    progress=lambda msg: status.update(f"leave-one-source-out: {escape(msg)}"))
+                                    progress=lambda msg: status.update(f"leave-one-source-out: {msg}"))
         doc["summary"]["leave_one_source_out"] = held
     if fmt == "json":
         emit_json(doc)

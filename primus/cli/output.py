@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.errors import MarkupError
 from rich.markup import escape as markup_escape
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -44,6 +45,21 @@ class SafeConsole(Console):
             return super().render_str(safe, **kwargs)
         except MarkupError:  # brackets from input that read as a broken tag: show the text as it is
             return super().render_str(safe, **{**kwargs, "markup": False})
+
+
+    def status(self, status: RenderableType, **kwargs: Any) -> Status:
+        """A spinner whose text, also on every `update`, is rendered as this console renders strings:
+        rich's Status reads a str as markup on its own, past `render_str`."""
+        return _SafeStatus(self, self.render_str(status) if isinstance(status, str) else status, **kwargs)
+
+
+class _SafeStatus(Status):
+    def __init__(self, console: SafeConsole, status: RenderableType, **kwargs: Any) -> None:
+        self._safe = console
+        super().__init__(status, console=console, **kwargs)
+
+    def update(self, status: RenderableType | None = None, **kwargs: Any) -> None:
+        super().update(self._safe.render_str(status) if isinstance(status, str) else status, **kwargs)
 
 
 def lit(value: Any) -> str:
