@@ -16,19 +16,29 @@ from primus.fidelity.runs import bundled_runs_path
 SOURCES = ("korthikanti2022", "bloom-tr11")
 
 
-@pytest.fixture(scope="module")
-def two_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _runs(count: int | None = None) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and the rows of the two sources, from the bundled dev set."""
     with bundled_runs_path().open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        rows = [r for r in reader if r["source"] in SOURCES]
+        rows = [r for r in reader if r["source"] in SOURCES][:count]
         fields = reader.fieldnames
-    assert fields is not None and len(rows) == 8
-    path = tmp_path_factory.mktemp("runs") / "two_sources.csv"
+    assert fields is not None
+    return list(fields), rows
+
+
+def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    fields, rows = _runs()
+    assert len(rows) == 8
+    return _write(tmp_path_factory.mktemp("runs") / "two_sources.csv", fields, rows)
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +88,9 @@ def test_no_loso_skips_the_refits(two_sources: Path) -> None:
 
 
 def _one_row_changed(tmp_path: Path, **cells: str) -> Path:
-    with bundled_runs_path().open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        rows = [r for r in reader if r["source"] in SOURCES][:2]
-        fields = reader.fieldnames
-    assert fields is not None
+    fields, rows = _runs(2)
     rows[0].update(cells)
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    return _write(tmp_path / "runs.csv", fields, rows)
 
 
 @pytest.mark.parametrize("cell", ["inf", "nan", "abc", "-5"])

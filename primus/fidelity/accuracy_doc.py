@@ -18,6 +18,7 @@ from primus.fidelity.accuracy_sections import (
     unstated_section,
 )
 from primus.fidelity.defaults import all_rules
+from primus.fidelity.loso import SPLIT_MIN_RUNS
 from primus.fidelity.validate import ValidationReport
 
 START, END = "<!-- measured:start -->", "<!-- measured:end -->"
@@ -59,7 +60,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
     t = s["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
     cover = bars.get("coverage", {})
-    big = [k for k, v in cover.items() if k not in ("overall", "dense", "moe") and v["n"] >= 10]
+    big = [k for k, v in cover.items() if k not in ("overall", "dense", "moe") and v["n"] >= SPLIT_MIN_RUNS]
     cover_text = (f"{_f(cover['overall']['pct'])}%; " + ", ".join(f"{k} {_f(cover[k]['pct'])}%" for k in big)
                   if "overall" in cover else "-")
     oom_runs = ", ".join(s["false_oom_runs"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from primus.fidelity.loso import COVERAGE_BAND, SPLIT_MIN_RUNS, coverage, leave_one_source_out, loso_summary
+from primus.fidelity.loso import COVERAGE_BAND, coverage, leave_one_source_out, loso_summary, out_of_band
 from primus.fidelity.validate import Prepared
 
 
@@ -19,14 +19,11 @@ def held_out_section(prepared: Sequence[Prepared],
                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`summary.leave_one_source_out` of the validate document: the held-out error statistics (overall and
     by source), the coverage of the error bars derived without each source (overall, dense/MoE, and each
-    accelerator × kind group), the groups of at least SPLIT_MIN_RUNS runs whose coverage falls outside
-    COVERAGE_BAND, and each row's held-out error."""
+    accelerator × kind group), the groups of at least `loso.SPLIT_MIN_RUNS` runs whose coverage falls
+    outside COVERAGE_BAND with what decides it (`loso.out_of_band`), and each row's held-out error."""
     held = leave_one_source_out(prepared, progress=progress)
-    cover = coverage(held)
-    lo, hi = COVERAGE_BAND
-    outside = sorted(k for k, v in cover.items() if v["n"] >= SPLIT_MIN_RUNS and not lo <= v["pct"] <= hi)
-    return {**loso_summary(held), "coverage": cover, "coverage_band_pct": [lo, hi],
-            "coverage_groups_outside_band": outside,
+    return {**loso_summary(held), "coverage": coverage(held), "coverage_band_pct": list(COVERAGE_BAND),
+            "coverage_groups_outside_band": out_of_band(held),
             "rows": [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator,
                       "held_out_error_pct": h.error_pct, "fitted_on": h.fitted_on,
                       **({"transferred_from": h.transferred_from} if h.transferred_from else {})}
