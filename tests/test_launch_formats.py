@@ -44,7 +44,7 @@ def test_published_primus_experiment_with_placeholders() -> None:
     assert config.job["model"]["base"] == "deepseek-v3"
     assert config.job["model"]["multi_latent_attention"] is False
     # Primus/Megatron default dispatcher; the experiment's moe_use_legacy_grouped_gemm: true (bf16 grouped GEMMs)
-    assert config.job["moe"] == {"token_dispatcher": "allgather", "grouped_gemm": "legacy"}
+    assert config.job["moe"] == {"token_dispatcher": "allgather", "grouped_gemm": "legacy", "permute_fusion": False}
     assert any("${PRIMUS_TP:1}" in n for n in config.notes)
     assert "moe_router_force_load_balancing: True" in config.unmodelled
 

@@ -120,10 +120,12 @@ def test_moe_and_mla_options_build_the_model(tmp_path: Path) -> None:
     config = import_launch("megatron", _write(tmp_path, text), hardware="h100-80gb", gpus=1024)
     assert config.job["model"] == "deepseek-v3"
     assert config.job["parallel"]["etp"] == 2  # Megatron: ETP defaults to TP
-    assert config.job["moe"] == {"token_dispatcher": "alltoall"}
+    # no --moe-permute-fusion: Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False)
+    assert config.job["moe"] == {"token_dispatcher": "alltoall", "permute_fusion": False}
     legacy = import_launch("megatron", _write(tmp_path, text + " --moe-use-legacy-grouped-gemm", "l.sh"),
                            hardware="h100-80gb", gpus=1024)
-    assert legacy.job["moe"] == {"token_dispatcher": "alltoall", "grouped_gemm": "legacy"}  # bf16 grouped GEMMs
+    assert legacy.job["moe"] == {"token_dispatcher": "alltoall", "grouped_gemm": "legacy",  # bf16 grouped GEMMs
+                                 "permute_fusion": False}
     pattern = text.replace("'([0]*3+[1]*58)'", "'([1]*3+[0]*1)*15+[1]'")  # Megatron's grouped form
     grouped = import_launch("megatron", _write(tmp_path, pattern, "b.sh"), hardware="h100-80gb", gpus=1024)
     assert isinstance(grouped.job["model"], dict) and len(grouped.job["model"]["moe_layer_freq"]) == 61

@@ -131,8 +131,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=capacity is not None)
-        written |= {"moe.token_dispatcher", "moe.capacity_factor"}
+                  moe_pad_expert_input_to_capacity=capacity is not None, moe_permute_fusion=spec.moe.permute_fusion)
+        written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion"}
         if primus:
             ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
             written.add("moe.grouped_gemm")

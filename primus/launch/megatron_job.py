@@ -437,6 +437,8 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
     doc: dict[str, Any] = {"token_dispatcher": dispatcher}
     if r.get("moe_use_legacy_grouped_gemm"):
         doc["grouped_gemm"] = "legacy"
+    # absent, Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False)
+    doc["permute_fusion"] = bool(r.get("moe_permute_fusion"))
     capacity = r.get("moe_expert_capacity_factor")
     padded = r.get("moe_pad_expert_input_to_capacity")
     if capacity is not None and capacity > 0:

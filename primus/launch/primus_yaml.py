@@ -60,9 +60,24 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
 }
 _SECTION = "modules.pre_trainer.overrides"
+#: Primus-Turbo's sync-free MoE level (0-3). AMD-AGI/Primus fd1eeabbad15135e3702094087e96142b4b4eacb
+#: primus/backends/megatron/patches/args/rocm_arg_validation.py `_get_sync_free_moe_options`: stage 1 sets
+#: moe_permute_fusion (and the fused router, which holds no bytes primus counts); stage 2 and 3 also keep
+#: the per-expert token counts on the device through DeepEP and Turbo's grouped GEMM (`moe.sync_free`).
+SYNC_FREE_KEY: Final = "turbo_sync_free_moe_stage"
 #: A template's slot for the user to fill in (`model: <YOUR_MODEL_YAML>`)
 TEMPLATE_SLOT: Final = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
+
+
+def _sync_free_stage(value: Any, where: str) -> int:
+    """The stage as Primus accepts it: an integer 0-3 (its validation raises on anything else)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*\d\s*", value):  # an environment substitution's text
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
+        raise InputError(where, f"{_SECTION}.{SYNC_FREE_KEY}", "must be an integer from 0 to 3 (Primus's "
+                         f"sync-free MoE stages), got {shorten(repr(value), 40)}")
+    return value
 
 
 def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -103,15 +118,23 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     ns: dict[str, Any] = {}
     unknown: list[str] = []
     layer_ids: tuple[int, ...] | None = None
+    sync_free_stage = 0
     for key, value in overrides.items():
         value = substitute(value, where, f"overrides.{key}", out)
         if key == "recompute_layer_ids":
             layer_ids = _layer_ids(value, where)
+        elif key == SYNC_FREE_KEY:
+            sync_free_stage = _sync_free_stage(value, where)
         elif key in BY_DEST:
             ns[key] = coerce(BY_DEST[key], value, where, f"overrides.{key}")
         else:
             unknown.append(f"{key}: {value}")
     _fp4_recipe(ns, overrides, out)
+    if sync_free_stage >= 1:  # rocm_arg_validation.py sets the stage's options over the overrides
+        if ns.get("moe_permute_fusion") is False:
+            out.note(f"{_SECTION}.moe_permute_fusion false is overridden: {SYNC_FREE_KEY} {sync_free_stage} turns "
+                     "the fused permutation on")
+        ns["moe_permute_fusion"] = True
     model_file = str(substitute(module.get("model", BASE_MODEL_FILE), where, f"modules.{name}.model", out))
     if TEMPLATE_SLOT.fullmatch(model_file):  # AMD's native_hf_to_megatron_sft.template.yaml: <YOUR_MODEL_YAML>
         raise InputError(where, f"modules.{name}.model", f"not an experiment: a template ({model_file} is a slot to "
@@ -135,6 +158,10 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                                                                 else Path(where).stem),
                         recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
+    if sync_free_stage >= 2 and "moe" in job:
+        job["moe"]["sync_free"] = True
+    elif sync_free_stage and "moe" not in job:
+        out.note(f"{SYNC_FREE_KEY} {sync_free_stage} has no effect: the model has no MoE layer")
     for key in overrides:
         if key in ns and key not in consumed and ns[key] is not None:
             out.skip(f"{key}: {overrides[key]}")

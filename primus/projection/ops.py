@@ -334,17 +334,6 @@ def _dense_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     return norm + _mlp(model, ctx, "mlp", model.ffn_hidden_size or 0, norm_fused=True, module="mlp")
 
 
-#: Host round trips Megatron-Core's unfused permutation adds per MoE layer forward. `permute` calls
-#: `masked_select` twice (the token indices, then the routing probabilities), and a `masked_select`'s
-#: output size depends on the data, so the host waits for the device each time (core_v0.14.0
-#: megatron/core/transformer/moe/moe_utils.py `permute`, reached from both the alltoall and the flex
-#: dispatcher with `probs`: token_dispatcher.py). The two are back to back (one transpose between them),
-#: so they expose one round trip, before and apart from the dispatcher's own synchronisation (the
-#: alltoall dispatcher's `before_ep_alltoall` point, after the permutation). Each round trip costs the
-#: profile's `host.moe_layer_us`.
-UNFUSED_PERMUTE_SYNCS = 1
-
-
 def unfused_permutation_rows(tn: int, copies: int) -> tuple[int, int, int, int]:
     """Rows of `hidden` elements Megatron-Core's unfused permutation moves beyond the fused kernels', per
     MoE layer: (permute forward, permute backward, unpermute forward, unpermute backward).

@@ -35,7 +35,7 @@ from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, Tallies, block_tallies, finish_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.offload import offloaded_bytes, with_offload
-from primus.projection.ops import ACT, UNFUSED_PERMUTE_SYNCS, Block, OpContext, expert_free, layer_block
+from primus.projection.ops import ACT, Block, OpContext, expert_free, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -111,7 +111,7 @@ class Projector:
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
             fsdp_overlap=float(ov.fsdp_prefetch.value),
             moe_host=0.0 if spec.moe.sync_free else float(self.profile.host.moe_layer_us.value) * 1e-6 * (
-                1 + (0 if spec.moe.permutes_fused else UNFUSED_PERMUTE_SYNCS)),
+                1 + (0 if spec.moe.permutes_fused else spec.moe.unfused_permute_syncs)),
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
             recompute_modules=selective_modules(spec.parallel.recompute_modules),

@@ -116,7 +116,17 @@ class MoeOptions(Spec):
     `index_select`; `unpermute`: `zeros` then `scatter_add_`), which moves more bytes and whose
     `masked_select` calls make the host wait for the device (their output size is data-dependent). AMD Primus
     leaves it off until sync-free MoE stage 1 turns it on (language_model.yaml moe_permute_fusion: false;
-    rocm_arg_validation.py `_get_sync_free_moe_options`)."""
+    rocm_arg_validation.py `_get_sync_free_moe_options`).
+
+    `unfused_permute_syncs`: host round trips that unfused permutation adds per MoE layer forward, which
+    depends on the Megatron-Core release. From core_v0.10 to core_v0.16, `permute` calls `masked_select`
+    twice, back to back, and each output's size depends on the data, so the host waits once (1,
+    the default: NVIDIA/Megatron-LM ac0474d26e, 2024-10-29, to d3528a2130, which AMD Primus fd1eeabb pins).
+    From core_v0.17.0 (e19fbe2e1d, 2026-03-06) an `argsort` of fixed shape replaces it, and before
+    core_v0.10 `permute` was `argsort` and `index_select` (core_v0.8.0 moe_utils.py); neither waits (0).
+    Each round trip is apart from the dispatcher's own (the alltoall dispatcher's `before_ep_alltoall`
+    point) and costs the profile's `host.moe_layer_us`. Stacks set it by release. It has no effect when the
+    permutation runs fused."""
 
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
@@ -124,6 +134,7 @@ class MoeOptions(Spec):
     grouped_gemm: Literal["te", "legacy"] = "te"
     sync_free: Bool = False
     permute_fusion: Bool = True
+    unfused_permute_syncs: Annotated[StrictInt, Field(ge=0, le=4)] = 1
 
     @property
     def permutes_fused(self) -> bool:

@@ -44,6 +44,8 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
     }
     if v.get("moe_permute_fusion") is not None and is_moe:
         keys["moe"]["permute_fusion"] = bool(v["moe_permute_fusion"])
+    if v.get("moe_unfused_permute_syncs") is not None and is_moe:
+        keys["moe"]["unfused_permute_syncs"] = int(v["moe_unfused_permute_syncs"])
     selective = v["selective_recompute"]  # set only where it is not the framework's own mode
     if selective != implied_selective(str(v["framework"])):
         keys["selective_recompute"] = selective

@@ -71,6 +71,9 @@ class StackSettings(Spec):
     #: Megatron's --moe-permute-fusion (`MoeOptions.permute_fusion`) where the stack's source says it
     #: stack-wide; null where it does not, and the job's default (fused) stands
     moe_permute_fusion: Sourced[Bool | None] | None = None
+    #: host round trips of Megatron-Core's unfused permutation per MoE layer forward in this release
+    #: (`MoeOptions.unfused_permute_syncs`); null where the release is not stated, and the job's default stands
+    moe_unfused_permute_syncs: Sourced[Annotated[int, Field(ge=0, le=4)] | None] | None = None
     flash_attention: Sourced[Bool] | None = None
     cross_entropy: Sourced[CrossEntropy] | None = None
     grad_reduce_overlap: Sourced[Bool] | None = None

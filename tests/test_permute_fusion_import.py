@@ -1,0 +1,123 @@
+"""Megatron's --moe-permute-fusion on the user's path: an imported launch says whether the permutation
+runs fused (Megatron-LM's argument defaults to False), Primus's sync-free MoE stage turns it on, an
+export writes it, and the host round trips of the unfused permutation follow the stack's Megatron-Core
+release (masked_select from core_v0.10 to core_v0.16; an argsort of fixed shape before and after)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primus.errors import InputError
+from primus.job import load_job
+from primus.launch import import_launch
+from primus.launch.megatron import export_megatron
+from primus.launch.primus_yaml import export_primus
+from primus.memory.evaluate import pinned_layout
+from primus.projection.profile import load_profile
+from primus.projection.project import Projector
+
+LAUNCH = Path(__file__).resolve().parent / "data" / "launch"
+MIXTRAL = LAUNCH / "primus_checkout" / "examples" / "megatron" / "configs" / "MI355X" / \
+    "mixtral_8x22B_v0.1-BF16-pretrain.yaml"
+
+# Mixtral 8x7B on 8 H100: the architecture spelled out, EP 8, MBS 1, GBS 64
+MEGATRON = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+            "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+            "--vocab-size 32000 --swiglu --normalization RMSNorm --disable-bias-linear "
+            "--position-embedding-type rope --untie-embeddings-and-output-weights --num-experts 8 "
+            "--moe-router-topk 2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --seq-length 4096 "
+            "--max-position-embeddings 32768 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+            "--expert-model-parallel-size 8 --use-distributed-optimizer")
+
+
+def _megatron(tmp_path: Path, extra: str = "") -> dict:  # type: ignore[type-arg]
+    path = tmp_path / "train.sh"
+    path.write_text(MEGATRON + extra + "\n")
+    return import_launch("megatron", path, hardware="h100-80gb", gpus=8).job
+
+
+def _primus(tmp_path: Path, overrides: str) -> dict:  # type: ignore[type-arg]
+    text = MIXTRAL.read_text().replace("      cross_entropy_loss_fusion: true\n",
+                                       "      cross_entropy_loss_fusion: true\n" + overrides)
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return import_launch("primus", path, hardware="mi355x", nodes=4).job
+
+
+def test_a_megatron_launch_without_the_flag_permutes_unfused(tmp_path: Path) -> None:
+    # NVIDIA/Megatron-LM d98e8a6 transformer_config.py line 941: moe_permute_fusion = False
+    assert _megatron(tmp_path)["moe"]["permute_fusion"] is False
+
+
+def test_a_megatron_launch_with_the_flag_permutes_fused(tmp_path: Path) -> None:
+    assert _megatron(tmp_path, " --moe-permute-fusion")["moe"]["permute_fusion"] is True
+
+
+def test_primus_sync_free_stage_1_turns_the_fused_permutation_on(tmp_path: Path) -> None:
+    # Primus fd1eeab rocm_arg_validation.py _get_sync_free_moe_options: stage 1 sets moe_permute_fusion
+    moe = _primus(tmp_path, "      turbo_sync_free_moe_stage: 1\n")["moe"]
+    assert moe["permute_fusion"] is True and "sync_free" not in moe
+
+
+def test_primus_sync_free_stage_2_keeps_the_token_counts_on_the_device(tmp_path: Path) -> None:
+    moe = _primus(tmp_path, "      turbo_sync_free_moe_stage: 2\n")["moe"]
+    assert moe["permute_fusion"] is True and moe["sync_free"] is True
+
+
+def test_primus_without_the_stage_permutes_unfused(tmp_path: Path) -> None:
+    # language_model.yaml line 144: moe_permute_fusion: false
+    assert _primus(tmp_path, "")["moe"]["permute_fusion"] is False
+
+
+def test_a_sync_free_stage_outside_0_to_3_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        _primus(tmp_path, "      turbo_sync_free_moe_stage: 5\n")
+    assert exc.value.field == "modules.pre_trainer.overrides.turbo_sync_free_moe_stage"
+    assert "0 to 3" in exc.value.reason
+
+
+def _job(tmp_path: Path, stack: str, fused: bool):  # type: ignore[no-untyped-def]
+    path = tmp_path / f"{stack.replace('@', '_')}_{fused}.yaml"
+    path.write_text(f"model: mixtral-8x7b\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"
+                    f"stack: {stack}\nparallel: {{tp: 1, pp: 1, cp: 1, ep: 8, etp: 1, mbs: 1, sharding: dist_opt, "
+                    "recompute: none}\n"
+                    f"moe: {{permute_fusion: {str(fused).lower()}}}\n")
+    return load_job(path)
+
+
+@pytest.mark.parametrize(("stack", "syncs"), [("megatron-lm@2026.06", 0), ("megatron-lm@2024.08", 0),
+                                              ("primus", 1)])
+def test_the_stacks_release_says_how_often_the_unfused_permutation_waits(tmp_path: Path, stack: str,
+                                                                         syncs: int) -> None:
+    # masked_select from ac0474d26e (2024-10-29) until e19fbe2e1d (2026-03-06, core_v0.17.0); Primus fd1eeab
+    # pins Megatron-LM d3528a2130, which still has it
+    assert _job(tmp_path, stack, fused=False).spec.moe.unfused_permute_syncs == syncs
+
+
+def test_each_unfused_round_trip_costs_one_host_moe_layer_us_per_moe_layer_forward(tmp_path: Path) -> None:
+    hosts = {}
+    for stack in ("megatron-lm@2026.06", "primus"):
+        job = _job(tmp_path, stack, fused=False)
+        profile = load_profile(job.cluster)
+        projection = Projector(job, profile).project(pinned_layout(job), "fast")
+        hosts[stack] = projection.breakdown["host"]
+    # 32 MoE layers x 8 microbatches (GBS 64 / DP 8 / MBS 1) x one more round trip on the primus stack
+    per_trip = float(profile.host.moe_layer_us.value) * 1e-6
+    assert hosts["primus"] - hosts["megatron-lm@2026.06"] == pytest.approx(32 * 8 * per_trip, rel=1e-9)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_export_to_megatron_writes_the_permutation_and_reads_back_the_same(tmp_path: Path, fused: bool) -> None:
+    job = _job(tmp_path, "megatron-lm@2026.06", fused=fused)
+    text = export_megatron(job, pinned_layout(job)).text
+    assert ("--moe-permute-fusion" in text) is fused
+    path = tmp_path / "exported.sh"
+    path.write_text(text)
+    assert import_launch("megatron", path).job["moe"]["permute_fusion"] is fused
+
+
+def test_an_export_to_primus_writes_the_permutation(tmp_path: Path) -> None:
+    job = _job(tmp_path, "primus", fused=True)
+    assert "moe_permute_fusion: true" in export_primus(job, pinned_layout(job)).text
