@@ -313,7 +313,11 @@ def _mbs_pair_lines(amd: ValidationReport) -> list[str]:
                  "fixed microbatch count. Manual GC, on in every "
                  "DeepSeek-V2-Lite row, is not it: AMD puts a collection every step at about 10-30 ms (Primus "
                  "examples/megatron/configs/MI355X/qwen3_30B_A3B-BF16-sft-packed-bridge_aligned.yaml, its "
-                 "manual_gc comment).")
+                 "manual_gc comment). Nor is a slower MLA attention kernel, which would cost per token: "
+                 "ROCm/TransformerEngine pull request 706 (2026-08-18) reports Transformer Engine's automatic "
+                 "backend choice falling to a ck_tile path about 8x slower than aiter's for unequal query/key and "
+                 "value head dims (192/128), but in releases after release_v2.15_rocm, which chose the fused path, "
+                 "and the per-token part above leaves no room for it.")
     return ["", *textwrap.wrap(text + " " + closing, 110, break_on_hyphens=False)]
 
 
