@@ -6,12 +6,14 @@ release (masked_select from core_v0.10 to core_v0.16; an argsort of fixed shape 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from primus.errors import InputError
-from primus.job import load_job
+from primus.job import Job, load_job
 from primus.launch import import_launch
+from primus.launch.common import LaunchConfig
 from primus.launch.megatron import export_megatron
 from primus.launch.primus_yaml import export_primus
 from primus.memory.evaluate import pinned_layout
@@ -32,18 +34,22 @@ MEGATRON = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidde
             "--expert-model-parallel-size 8 --use-distributed-optimizer")
 
 
-def _megatron(tmp_path: Path, extra: str = "") -> dict:  # type: ignore[type-arg]
+def _megatron(tmp_path: Path, extra: str = "") -> dict[str, Any]:
     path = tmp_path / "train.sh"
     path.write_text(MEGATRON + extra + "\n")
     return import_launch("megatron", path, hardware="h100-80gb", gpus=8).job
 
 
-def _primus(tmp_path: Path, overrides: str) -> dict:  # type: ignore[type-arg]
+def _primus_config(tmp_path: Path, overrides: str) -> LaunchConfig:
     text = MIXTRAL.read_text().replace("      cross_entropy_loss_fusion: true\n",
                                        "      cross_entropy_loss_fusion: true\n" + overrides)
     path = tmp_path / "exp.yaml"
     path.write_text(text)
-    return import_launch("primus", path, hardware="mi355x", nodes=4).job
+    return import_launch("primus", path, hardware="mi355x", nodes=4)
+
+
+def _primus(tmp_path: Path, overrides: str) -> dict[str, Any]:
+    return _primus_config(tmp_path, overrides).job
 
 
 def test_a_megatron_launch_without_the_flag_permutes_unfused(tmp_path: Path) -> None:
@@ -71,14 +77,31 @@ def test_primus_without_the_stage_permutes_unfused(tmp_path: Path) -> None:
     assert _primus(tmp_path, "")["moe"]["permute_fusion"] is False
 
 
-def test_a_sync_free_stage_outside_0_to_3_is_bad_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", ["5", "-1", "true", "'1'", "x"])
+def test_a_sync_free_stage_that_is_not_an_integer_from_0_to_3_is_bad_input(tmp_path: Path, value: str) -> None:
+    # Primus raises on a stage outside 0-3 and compares it with > 0, which a string or a bool does not pass
     with pytest.raises(InputError) as exc:
-        _primus(tmp_path, "      turbo_sync_free_moe_stage: 5\n")
+        _primus(tmp_path, f"      turbo_sync_free_moe_stage: {value}\n")
     assert exc.value.field == "modules.pre_trainer.overrides.turbo_sync_free_moe_stage"
     assert "0 to 3" in exc.value.reason
 
 
-def _job(tmp_path: Path, stack: str, fused: bool):  # type: ignore[no-untyped-def]
+def test_a_substituted_sync_free_stage_is_read_as_its_default(tmp_path: Path) -> None:
+    moe = _primus(tmp_path, "      turbo_sync_free_moe_stage: ${SYNC_FREE:2}\n")["moe"]
+    assert moe["sync_free"] is True
+
+
+def test_what_the_stage_turns_on_and_primus_does_not_model_is_listed(tmp_path: Path) -> None:
+    config = _primus_config(tmp_path, "      turbo_sync_free_moe_stage: 2\n      moe_permute_fusion: false\n")
+    listed = [u for u in config.unmodelled if u.startswith("turbo_sync_free_moe_stage: 2")]
+    assert len(listed) == 1 and "use_turbo_deepep" in listed[0] and "use_turbo_grouped_gemm" in listed[0]
+    assert any("moe_permute_fusion false is overridden" in n for n in config.notes)
+    # rocm_arg_validation.py: sync-free MoE asserts enable_primus_turbo and, from stage 2, Turbo's grouped GEMM
+    assert any("requires enable_primus_turbo: true" in n for n in config.notes)
+    assert any("requires use_turbo_grouped_gemm: true" in n for n in config.notes)
+
+
+def _job(tmp_path: Path, stack: str, fused: bool) -> Job:
     path = tmp_path / f"{stack.replace('@', '_')}_{fused}.yaml"
     path.write_text(f"model: mixtral-8x7b\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"
                     f"stack: {stack}\nparallel: {{tp: 1, pp: 1, cp: 1, ep: 8, etp: 1, mbs: 1, sharding: dist_opt, "
@@ -87,8 +110,10 @@ def _job(tmp_path: Path, stack: str, fused: bool):  # type: ignore[no-untyped-de
     return load_job(path)
 
 
-@pytest.mark.parametrize(("stack", "syncs"), [("megatron-lm@2026.06", 0), ("megatron-lm@2024.08", 0),
-                                              ("primus", 1)])
+@pytest.mark.parametrize(("stack", "syncs"), [
+    ("megatron-lm@core_v0.8.0", 0), ("megatron-lm@core_v0.10.0", 1), ("megatron-lm@core_v0.14.0", 1),
+    ("megatron-lm@core_v0.16.1", 1), ("megatron-lm@core_v0.17.0", 0), ("megatron-lm@2026.06", 0),
+    ("megatron-bridge@26.06", 0), ("torchtitan", 0), ("primus", 1)])
 def test_the_stacks_release_says_how_often_the_unfused_permutation_waits(tmp_path: Path, stack: str,
                                                                          syncs: int) -> None:
     # masked_select from ac0474d26e (2024-10-29) until e19fbe2e1d (2026-03-06, core_v0.17.0); Primus fd1eeab

@@ -87,7 +87,7 @@ def test_memory_json_carries_fits_verdict_fields(run_cli, write_job) -> None:  #
     # NVIDIA/Megatron-LM tag core_v0.14.0 tags 23e00ed096 of 2025-10-08 (the branch core_r0.14.0 has no tag)
     ("megatron-lm@core_r0.14", "megatron-lm@core_r0.14 is core_r0.14.0 of 2025-10-08 (NVIDIA/Megatron-LM tag "
                                "core_v0.14.0, commit 23e00ed096): read as 2025.10; megatron-lm@2025.10 is not "
-                               "described; using megatron-lm@2024.08"),
+                               "described; using megatron-lm@2025.03"),
     # tag core_v0.18.0: ba7b5ebce1 of 2026-06-22, the month of a described release
     ("megatron-lm@core_v0.18.0", "megatron-lm@core_v0.18.0 is core_v0.18.0 of 2026-06-22 (NVIDIA/Megatron-LM tag "
                                  "core_v0.18.0, commit ba7b5ebce1): read as 2026.06"),

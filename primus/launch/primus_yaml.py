@@ -71,13 +71,37 @@ _METADATA = ("work_group", "user_name", "exp_name", "workspace")
 
 
 def _sync_free_stage(value: Any, where: str) -> int:
-    """The stage as Primus accepts it: an integer 0-3 (its validation raises on anything else)."""
-    if isinstance(value, str) and re.fullmatch(r"\s*\d\s*", value):  # an environment substitution's text
-        value = int(value)
+    """The stage as Primus accepts it: an integer 0-3 (its validation raises on anything else; an environment
+    substitution has already been typed as YAML types it, primus_models.substitute)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
         raise InputError(where, f"{_SECTION}.{SYNC_FREE_KEY}", "must be an integer from 0 to 3 (Primus's "
                          f"sync-free MoE stages), got {shorten(repr(value), 40)}")
     return value
+
+
+#: What each sync-free stage turns on beyond the fused permutation and (stage 2 and 3) the device-side token
+#: counts, which primus reads: `_get_sync_free_moe_options` at AMD-AGI/Primus fd1eeab. These are kernel
+#: choices primus has no sourced cost for; the import lists them as unmodelled.
+SYNC_FREE_UNMODELLED: Final = {
+    1: ("moe_use_fused_router_with_aux_score",),
+    2: ("moe_use_fused_router_with_aux_score", "use_turbo_deepep", "use_turbo_grouped_gemm"),
+    3: ("moe_use_fused_router_with_aux_score", "use_turbo_deepep", "use_turbo_grouped_gemm",
+        "use_turbo_fused_act_with_probs"),
+}
+
+
+def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collector) -> None:
+    """List what the stage turns on that primus does not model, and say when the file lacks what Primus
+    requires for it (rocm_arg_validation.py: enable_primus_turbo for any stage, use_turbo_grouped_gemm from
+    stage 2): a launch script may still pass those on its command line, so this is a note, not a refusal."""
+    out.skip(f"{SYNC_FREE_KEY}: {stage} (read: the fused permutation"
+             + (", token counts on the device" if stage >= 2 else "") + "; implied and not modelled: "
+             + ", ".join(SYNC_FREE_UNMODELLED[stage]) + ")")
+    if overrides.get("enable_primus_turbo") is not True:
+        out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires enable_primus_turbo: true, which this file does not set")
+    if stage >= 2 and overrides.get("use_turbo_grouped_gemm") is not True:
+        out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires use_turbo_grouped_gemm: true from stage 2, which this "
+                 "file does not set")
 
 
 def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -119,8 +143,9 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     unknown: list[str] = []
     layer_ids: tuple[int, ...] | None = None
     sync_free_stage = 0
+    typed: dict[str, Any] = {}  # every override after substitution
     for key, value in overrides.items():
-        value = substitute(value, where, f"overrides.{key}", out)
+        value = typed[key] = substitute(value, where, f"overrides.{key}", out)
         if key == "recompute_layer_ids":
             layer_ids = _layer_ids(value, where)
         elif key == SYNC_FREE_KEY:
@@ -158,9 +183,11 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                                                                 else Path(where).stem),
                         recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
-    if sync_free_stage >= 2 and "moe" in job:
-        job["moe"]["sync_free"] = True
-    elif sync_free_stage and "moe" not in job:
+    if sync_free_stage and "moe" in job:
+        _sync_free_prerequisites(typed, sync_free_stage, out)
+        if sync_free_stage >= 2:
+            job["moe"]["sync_free"] = True
+    elif sync_free_stage:
         out.note(f"{SYNC_FREE_KEY} {sync_free_stage} has no effect: the model has no MoE layer")
     for key in overrides:
         if key in ns and key not in consumed and ns[key] is not None:

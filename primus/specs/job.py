@@ -124,7 +124,8 @@ class MoeOptions(Spec):
     the default: NVIDIA/Megatron-LM ac0474d26e, 2024-10-29, to d3528a2130, which AMD Primus fd1eeabb pins).
     From core_v0.17.0 (e19fbe2e1d, 2026-03-06) an `argsort` of fixed shape replaces it, and before
     core_v0.10 `permute` was `argsort` and `index_select` (core_v0.8.0 moe_utils.py); neither waits (0).
-    Each round trip is apart from the dispatcher's own (the alltoall dispatcher's `before_ep_alltoall`
+    Bounded at 4, as every number in a job file is bounded (no release has more than 1). Each round trip is
+    apart from the dispatcher's own (the alltoall dispatcher's `before_ep_alltoall`
     point) and costs the profile's `host.moe_layer_us`. Stacks set it by release. It has no effect when the
     permutation runs fused."""
 
