@@ -94,7 +94,8 @@ def test_a_substituted_sync_free_stage_is_read_as_its_default(tmp_path: Path) ->
 def test_what_the_stage_turns_on_and_primus_does_not_model_is_listed(tmp_path: Path) -> None:
     config = _primus_config(tmp_path, "      turbo_sync_free_moe_stage: 2\n      moe_permute_fusion: false\n")
     listed = [u for u in config.unmodelled if u.startswith("turbo_sync_free_moe_stage: 2")]
-    assert len(listed) == 1 and "use_turbo_deepep" in listed[0] and "use_turbo_grouped_gemm" in listed[0]
+    assert len(listed) == 1 and "use_turbo_grouped_gemm" in listed[0] and "fused_router" in listed[0]
+    assert config.job["moe"]["token_dispatcher"] == "flex"  # stage 2 turns Primus-Turbo's DeepEP on
     assert any("moe_permute_fusion false is overridden" in n for n in config.notes)
     # rocm_arg_validation.py: sync-free MoE asserts enable_primus_turbo and, from stage 2, Turbo's grouped GEMM
     assert any("requires enable_primus_turbo: true" in n for n in config.notes)
@@ -146,3 +147,16 @@ def test_an_export_to_megatron_writes_the_permutation_and_reads_back_the_same(tm
 def test_an_export_to_primus_writes_the_permutation(tmp_path: Path) -> None:
     job = _job(tmp_path, "primus", fused=True)
     assert "moe_permute_fusion: true" in export_primus(job, pinned_layout(job)).text
+
+
+def test_primus_turbo_deepep_makes_the_dispatcher_flex(tmp_path: Path) -> None:
+    # Primus fd1eeab patches/turbo/moe_dispatcher_patches.py: moe_enable_deepep, moe_token_dispatcher_type flex
+    config = _primus_config(tmp_path, "      use_turbo_deepep: true\n      enable_primus_turbo: true\n")
+    assert config.job["moe"]["token_dispatcher"] == "flex"
+    assert not any(u.startswith("use_turbo_deepep") for u in config.unmodelled)
+
+
+def test_a_turbo_deepep_switch_that_is_not_true_or_false_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        _primus(tmp_path, "      use_turbo_deepep: maybe\n")
+    assert exc.value.field == "modules.pre_trainer.overrides.use_turbo_deepep"

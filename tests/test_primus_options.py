@@ -145,3 +145,38 @@ def test_a_sync_free_job_never_pays_the_unfused_permutation() -> None:
     a = Projector(sync_free, profile).project(layout, "fast")
     b = Projector(both, profile).project(layout, "fast")
     assert a.step_time_s == b.step_time_s
+
+
+def test_an_option_given_an_off_value_is_not_used() -> None:
+    # a row that states the switch off did not use it (review 42: `=false` used to turn it on)
+    for text in ("cross_entropy_loss_fusion=false", "use_turbo_deepep: false", "turbo_sync_free_moe_stage=0"):
+        applied = apply_options(text, is_moe=True)
+        assert applied.job == {} and applied.modelled == () and applied.not_modelled == (), text
+
+
+def test_a_negated_option_is_not_used() -> None:
+    assert apply_options("no DeepEP; without loss fusion", is_moe=True).modelled == ()
+
+
+def test_a_stage_spelling_matches_its_own_stage_only() -> None:
+    stage2 = apply_options("turbo_sync_free_moe_stage: 2", is_moe=True)
+    assert stage2.job["moe"]["sync_free"] is True
+    assert "sync_free" not in apply_options("turbo_sync_free_moe_stage: 1", is_moe=True).job["moe"]
+
+
+def test_a_sync_free_stage_outside_0_to_3_leaves_the_row_unprojected(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from primus.fidelity.validate import prepare
+
+    with open(AMD_RUNS, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    row = next(r for r in rows if r["run_id"] == "moe1_mi355x_dsv2lite_mbs12_syncfree1")
+    row["options"] = "turbo_sync_free_moe_stage=20"
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerow(row)
+    ok, bad = prepare(read_runs(path))
+    assert not ok and len(bad) == 1 and "'20' is not an integer from 0 to 3" in bad[0].reason

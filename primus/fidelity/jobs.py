@@ -369,7 +369,10 @@ def _pipeline_options(rule: SourceRule, model: Any, pp: int, vp: int, where: str
 def _with_options(row: RunRow, keys: dict[str, Any], model: Any, assumed: list[str]) -> Any:
     """Merge the Primus options the row states (`primus.fidelity.options`) into the job keys; the model
     reference, with any architecture override they make."""
-    opts = apply_options(row["options"], is_moe=row.is_moe)
+    try:
+        opts = apply_options(row["options"], is_moe=row.is_moe)
+    except ValueError as exc:
+        raise Unprojectable(str(exc)) from None
     merge_keys(keys, opts.job)
     if opts.modelled:
         assumed.append("Primus options: " + ", ".join(opts.modelled))

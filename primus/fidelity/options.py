@@ -34,12 +34,50 @@ class PrimusOption:
     modelled: bool = True
 
     def used_in(self, options: str) -> bool:
-        """Whether a row's `options` text names this option (a spelling, or its MoE_Features number)."""
+        """Whether a row's `options` text turns this option on: a spelling that is not negated ("no DeepEP",
+        "without ...") and not given an off value (`=false`, `: 0`), or its MoE_Features number."""
         text = options.lower()
-        if any(m.lower() in text for m in self.match):
+        if any(_turned_on(text, m.lower()) for m in self.match):
             return True
         found = _FEATURES.search(options)
         return self.moe_features is not None and found is not None and str(self.moe_features) in found.group(1).split()
+
+
+#: Words that, right before a spelling, say the run did not use it ("no DeepEP", "w/o loss fusion").
+_NEGATIONS = re.compile(r"(?:\bno|\bnot|\bwithout|\bw/o|\bdisable[sd]?)\s+$")
+#: A value written right after a spelling (`=false`, `: 0`, ` True`).
+_VALUE = re.compile(r"\s*[=:]?\s*([a-z0-9_.+-]+)")
+_OFF = frozenset({"false", "0", "no", "off", "none", "disabled"})
+_STAGE = re.compile(r"turbo_sync_free_moe_stage\s*[=:]?\s*([^\s,;)]*)")
+
+
+def _turned_on(text: str, spelling: str) -> bool:
+    """Whether `spelling` occurs in `text` as a whole token (a spelling that ends in a value, such as
+    "stage: 2", does not match "stage: 20"), not negated and not followed by an off value."""
+    for found in re.finditer(re.escape(spelling), text):
+        start, end = found.span()
+        if end < len(text) and spelling[-1].isalnum() and (text[end].isalnum() or text[end] == "_"):
+            continue  # a longer token: "stage: 20" for "stage: 2", "deepep_num_cu" still counts below
+        if _NEGATIONS.search(text[max(0, start - 12):start]):
+            continue
+        value = _VALUE.match(text, end) if not spelling[-1].isdigit() else None
+        if value is not None and text[end:value.start(1)].strip() and value.group(1) in _OFF:
+            continue
+        return True
+    return False
+
+
+def sync_free_stage(options: str) -> int | None:
+    """The Primus-Turbo sync-free MoE stage a row's options state, if any; ValueError when it is not an
+    integer from 0 to 3 (Primus refuses anything else: rocm_arg_validation.py `_get_sync_free_moe_options`)."""
+    found = _STAGE.search(options.lower())
+    if found is None:
+        return None
+    value = found.group(1)
+    if not value.isdigit() or not 0 <= int(value) <= 3:
+        raise ValueError(f"options: turbo_sync_free_moe_stage {value or '(no value)'!r} is not an integer from 0 "
+                         "to 3 (Primus's sync-free MoE stages)")
+    return int(value)
 
 
 @lru_cache(maxsize=1)
@@ -78,6 +116,7 @@ def apply_options(options: str, *, is_moe: bool) -> AppliedOptions:
     model: dict[str, Any] = {}
     modelled: list[str] = []
     not_modelled: list[str] = []
+    sync_free_stage(options)  # an out-of-range stage is bad input, not a stage of its own
     for opt in primus_options():
         if not opt.used_in(options):
             continue

@@ -65,6 +65,9 @@ _SECTION = "modules.pre_trainer.overrides"
 #: moe_permute_fusion (and the fused router, which holds no bytes primus counts); stage 2 and 3 also keep
 #: the per-expert token counts on the device through DeepEP and Turbo's grouped GEMM (`moe.sync_free`).
 SYNC_FREE_KEY: Final = "turbo_sync_free_moe_stage"
+#: Primus-Turbo's DeepEP: AMD-AGI/Primus fd1eeab primus/backends/megatron/patches/turbo/moe_dispatcher_patches.py
+#: sets moe_enable_deepep and moe_token_dispatcher_type "flex" when it is on (stage 2 and 3 turn it on).
+DEEPEP_KEY: Final = "use_turbo_deepep"
 #: A template's slot for the user to fill in (`model: <YOUR_MODEL_YAML>`)
 TEMPLATE_SLOT: Final = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
@@ -84,9 +87,8 @@ def _sync_free_stage(value: Any, where: str) -> int:
 #: choices primus has no sourced cost for; the import lists them as unmodelled.
 SYNC_FREE_UNMODELLED: Final = {
     1: ("moe_use_fused_router_with_aux_score",),
-    2: ("moe_use_fused_router_with_aux_score", "use_turbo_deepep", "use_turbo_grouped_gemm"),
-    3: ("moe_use_fused_router_with_aux_score", "use_turbo_deepep", "use_turbo_grouped_gemm",
-        "use_turbo_fused_act_with_probs"),
+    2: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm"),
+    3: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm", "use_turbo_fused_act_with_probs"),
 }
 
 
@@ -95,7 +97,7 @@ def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collect
     requires for it (rocm_arg_validation.py: enable_primus_turbo for any stage, use_turbo_grouped_gemm from
     stage 2): a launch script may still pass those on its command line, so this is a note, not a refusal."""
     out.skip(f"{SYNC_FREE_KEY}: {stage} (read: the fused permutation"
-             + (", token counts on the device" if stage >= 2 else "") + "; implied and not modelled: "
+             + (", token counts on the device, DeepEP" if stage >= 2 else "") + "; implied and not modelled: "
              + ", ".join(SYNC_FREE_UNMODELLED[stage]) + ")")
     if overrides.get("enable_primus_turbo") is not True:
         out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires enable_primus_turbo: true, which this file does not set")
@@ -143,6 +145,7 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     unknown: list[str] = []
     layer_ids: tuple[int, ...] | None = None
     sync_free_stage = 0
+    deepep = False
     typed: dict[str, Any] = {}  # every override after substitution
     for key, value in overrides.items():
         value = typed[key] = substitute(value, where, f"overrides.{key}", out)
@@ -150,6 +153,10 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
             layer_ids = _layer_ids(value, where)
         elif key == SYNC_FREE_KEY:
             sync_free_stage = _sync_free_stage(value, where)
+        elif key == DEEPEP_KEY:
+            if not isinstance(value, bool):
+                raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shorten(repr(value), 40)}")
+            deepep = value
         elif key in BY_DEST:
             ns[key] = coerce(BY_DEST[key], value, where, f"overrides.{key}")
         else:
@@ -183,6 +190,15 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                                                                 else Path(where).stem),
                         recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
+    if (deepep or sync_free_stage >= 2) and "moe" in job:
+        job["moe"]["token_dispatcher"] = "flex"
+        out.note(f"{DEEPEP_KEY if deepep else f'{SYNC_FREE_KEY} {sync_free_stage}'} makes the dispatcher Megatron's "
+                 "flex one with Primus-Turbo's DeepEP (moe_dispatcher_patches.py sets moe_enable_deepep and "
+                 "moe_token_dispatcher_type flex)")
+        if typed.get("enable_primus_turbo") is not True:
+            out.note(f"Primus applies {DEEPEP_KEY} only with enable_primus_turbo: true, which this file does not set")
+    elif deepep:
+        out.note(f"{DEEPEP_KEY} has no effect: the model has no MoE layer")
     if sync_free_stage and "moe" in job:
         _sync_free_prerequisites(typed, sync_free_stage, out)
         if sync_free_stage >= 2:
