@@ -160,3 +160,19 @@ def test_a_turbo_deepep_switch_that_is_not_true_or_false_is_bad_input(tmp_path: 
     with pytest.raises(InputError) as exc:
         _primus(tmp_path, "      use_turbo_deepep: maybe\n")
     assert exc.value.field == "modules.pre_trainer.overrides.use_turbo_deepep"
+
+
+def test_an_export_to_megatron_asks_for_grouped_expert_gemms(tmp_path: Path) -> None:
+    # without --moe-grouped-gemm Megatron-LM builds SequentialMLP (d98e8a6 moe_module_specs.py; the config
+    # default moe_grouped_gemm = False, transformer_config.py line 850); primus times grouped GEMMs
+    job = _job(tmp_path, "megatron-lm@2026.06", fused=True)
+    assert "--moe-grouped-gemm" in export_megatron(job, pinned_layout(job)).text
+
+
+def test_a_megatron_launch_without_grouped_gemm_is_noted(tmp_path: Path) -> None:
+    path = tmp_path / "seq.sh"
+    path.write_text(MEGATRON.replace(" --moe-grouped-gemm", "") + "\n")
+    notes = import_launch("megatron", path, hardware="h100-80gb", gpus=8).notes
+    assert any("SequentialMLP" in n for n in notes)
+    path.write_text(MEGATRON + "\n")
+    assert not any("SequentialMLP" in n for n in import_launch("megatron", path, hardware="h100-80gb", gpus=8).notes)

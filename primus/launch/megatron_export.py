@@ -131,7 +131,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=capacity is not None, moe_permute_fusion=spec.moe.permute_fusion)
+                  moe_pad_expert_input_to_capacity=capacity is not None, moe_permute_fusion=spec.moe.permute_fusion,
+                  moe_grouped_gemm=True)  # primus times grouped expert GEMMs; without it Megatron loops over experts
         written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion"}
         if primus:
             ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"

@@ -437,6 +437,10 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
     doc: dict[str, Any] = {"token_dispatcher": dispatcher}
     if r.get("moe_use_legacy_grouped_gemm"):
         doc["grouped_gemm"] = "legacy"
+    if r.get("moe_grouped_gemm") is False:  # None: not known (a Primus model file that was not read)
+        out.note(f"no {r.ctx.label('moe_grouped_gemm')}: Megatron-LM runs the experts as SequentialMLP, one GEMM "
+                 "per local expert (megatron/core/models/gpt/moe_module_specs.py); primus times them as grouped "
+                 "GEMMs")
     # absent, Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False)
     doc["permute_fusion"] = bool(r.get("moe_permute_fusion"))
     capacity = r.get("moe_expert_capacity_factor")

@@ -58,6 +58,9 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "micro_batch_size": 2, "global_batch_size": 16, "seq_length": 1024, "bf16": True,
     "use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True, "swiglu": True,
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
+    # language_model.yaml says false, but model presets set it (mixtral_base.yaml, deepseek_v3_base.yaml:
+    # true); with the model file unread it is not known
+    "moe_grouped_gemm": None,
 }
 _SECTION = "modules.pre_trainer.overrides"
 #: Primus-Turbo's sync-free MoE level (0-3). AMD-AGI/Primus fd1eeabbad15135e3702094087e96142b4b4eacb
