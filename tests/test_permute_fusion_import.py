@@ -176,3 +176,42 @@ def test_a_megatron_launch_without_grouped_gemm_is_noted(tmp_path: Path) -> None
     assert any("SequentialMLP" in n for n in notes)
     path.write_text(MEGATRON + "\n")
     assert not any("SequentialMLP" in n for n in import_launch("megatron", path, hardware="h100-80gb", gpus=8).notes)
+
+
+def _flex_job(tmp_path: Path, ep: int, extra: str = "") -> Job:
+    path = tmp_path / f"flex{ep}.yaml"
+    path.write_text(f"model: deepseek-v2-lite\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"
+                    f"parallel: {{tp: 1, pp: 1, cp: 1, ep: {ep}, etp: 1, mbs: 1, sharding: dist_opt, "
+                    f"recompute: none}}\nmoe: {{token_dispatcher: flex{extra}}}\n")
+    return load_job(path)
+
+
+def test_the_flex_dispatcher_needs_more_than_one_rank_in_tp_x_ep(tmp_path: Path) -> None:
+    # d98e8a6 token_dispatcher.py line 1836: assert tp_size * ep_size > 1, "DeepEP dispatcher requires TPxEP > 1"
+    from primus.solver.api import Question
+    from primus.solver.fit import fit
+
+    result = fit(Question(_flex_job(tmp_path, ep=1)))
+    assert not result.fits and any("flex-needs-tp-ep" in r for r in (*result.violated_rules, *result.request_breaks))
+    assert fit(Question(_flex_job(tmp_path, ep=8))).fits
+
+
+def test_a_flex_export_enables_deepep_and_drops_at_capacity_unpadded(tmp_path: Path) -> None:
+    # core_v0.14.0 token_dispatcher.py asserts --moe-enable-deepep for flex; transformer_config.py refuses
+    # moe_pad_expert_input_to_capacity with flex
+    job = _flex_job(tmp_path, ep=8, extra=", capacity_factor: 1.25")
+    exported = export_megatron(job, pinned_layout(job))
+    assert "--moe-enable-deepep" in exported.text and "--moe-pad-expert-input-to-capacity" not in exported.text
+    assert any("moe_pad_expert_input_to_capacity not written" in n for n in exported.notes)
+    path = tmp_path / "flex.sh"
+    path.write_text(exported.text)
+    moe = import_launch("megatron", path).job["moe"]
+    assert (moe["token_dispatcher"], moe["capacity_factor"]) == ("flex", 1.25)
+    primus_text = export_primus(job, pinned_layout(job)).text
+    assert "use_turbo_deepep: true" in primus_text and "enable_primus_turbo: true" in primus_text
+
+
+def test_deepep_without_the_flex_dispatcher_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        _megatron(tmp_path, " --moe-enable-deepep")
+    assert exc.value.field == "--moe-enable-deepep" and "flex" in exc.value.reason

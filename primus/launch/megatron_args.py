@@ -62,7 +62,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     # MoE runtime, overlap, kernels
     _a("--moe-token-dispatcher-type", "str"), _a("--moe-expert-capacity-factor", "float"),
     _a("--moe-pad-expert-input-to-capacity", "true"), _a("--moe-use-legacy-grouped-gemm", "true"),
-    _a("--moe-permute-fusion", "true"), _a("--moe-grouped-gemm", "true"),
+    _a("--moe-permute-fusion", "true"), _a("--moe-grouped-gemm", "true"), _a("--moe-enable-deepep", "true"),
     _a("--overlap-grad-reduce", "true"),
     _a("--overlap-param-gather", "true"), _a("--tp-comm-overlap", "true"),
     _a("--overlap-moe-expert-parallel-comm", "true"), _a("--attention-backend", "str"),
@@ -99,7 +99,7 @@ MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
     "use_precision_aware_optimizer": False, "grad_reduce_in_bf16": False, "main_grads_dtype": "fp32",
     "main_params_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32",
     "moe_token_dispatcher_type": "allgather", "moe_use_legacy_grouped_gemm": False, "moe_permute_fusion": False,
-    "moe_grouped_gemm": False,
+    "moe_grouped_gemm": False, "moe_enable_deepep": False,
     "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False, "attention_backend": "auto",

@@ -130,9 +130,18 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
                "optimizer", "overlap", "kernels"}
     if m.is_moe:
         capacity = spec.moe.capacity_factor
+        # the flex dispatcher with DeepEP drops at capacity without padding (d98e8a6 transformer_config.py
+        # lines 1754-1761 refuse the padding); primus still sizes padded buffers, an upper bound
+        pad = capacity is not None and spec.moe.token_dispatcher != "flex"
+        if capacity is not None and not pad:
+            notes.append("moe_pad_expert_input_to_capacity not written: the flex (DeepEP) dispatcher refuses it and "
+                         "drops tokens at the capacity factor unpadded; primus sizes padded buffers (an upper bound)")
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=capacity is not None, moe_permute_fusion=spec.moe.permute_fusion,
+                  moe_pad_expert_input_to_capacity=pad, moe_permute_fusion=spec.moe.permute_fusion,
                   moe_grouped_gemm=True)  # primus times grouped expert GEMMs; without it Megatron loops over experts
+        if spec.moe.token_dispatcher == "flex" and not primus:
+            # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
+            ns["moe_enable_deepep"] = True
         written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion"}
         if primus:
             ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"

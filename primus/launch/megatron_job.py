@@ -435,6 +435,10 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
     if dispatcher == "alltoall_seq":
         dispatcher = "alltoall"
     doc: dict[str, Any] = {"token_dispatcher": dispatcher}
+    if r.get("moe_enable_deepep") and dispatcher != "flex":  # Megatron-Core refuses it (transformer_config.py)
+        raise InputError(r.ctx.where, r.ctx.label("moe_enable_deepep"),
+                         f"DeepEP needs the flex token dispatcher, not {dispatcher!r} (Megatron-Core: 'DeepEP backend "
+                         "is only supported with flex token dispatcher')")
     if r.get("moe_use_legacy_grouped_gemm"):
         doc["grouped_gemm"] = "legacy"
     if r.get("moe_grouped_gemm") is False:  # None: not known (a Primus model file that was not read)

@@ -71,6 +71,7 @@ SYNC_FREE_KEY: Final = "turbo_sync_free_moe_stage"
 #: Primus-Turbo's DeepEP: AMD-AGI/Primus fd1eeab primus/backends/megatron/patches/turbo/moe_dispatcher_patches.py
 #: sets moe_enable_deepep and moe_token_dispatcher_type "flex" when it is on (stage 2 and 3 turn it on).
 DEEPEP_KEY: Final = "use_turbo_deepep"
+TURBO_KEY: Final = "enable_primus_turbo"
 #: A template's slot for the user to fill in (`model: <YOUR_MODEL_YAML>`)
 TEMPLATE_SLOT: Final = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
@@ -102,7 +103,7 @@ def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collect
     out.skip(f"{SYNC_FREE_KEY}: {stage} (read: the fused permutation"
              + (", token counts on the device, DeepEP" if stage >= 2 else "") + "; implied and not modelled: "
              + ", ".join(SYNC_FREE_UNMODELLED[stage]) + ")")
-    if overrides.get("enable_primus_turbo") is not True:
+    if overrides.get(TURBO_KEY) is not True:
         out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires enable_primus_turbo: true, which this file does not set")
     if stage >= 2 and overrides.get("use_turbo_grouped_gemm") is not True:
         out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires use_turbo_grouped_gemm: true from stage 2, which this "
@@ -156,6 +157,9 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
             layer_ids = _layer_ids(value, where)
         elif key == SYNC_FREE_KEY:
             sync_free_stage = _sync_free_stage(value, where)
+        elif key == TURBO_KEY:  # the switch Turbo's DeepEP and sync-free MoE need; each Turbo kernel has its own key
+            if not isinstance(value, bool):
+                raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shorten(repr(value), 40)}")
         elif key == DEEPEP_KEY:
             if not isinstance(value, bool):
                 raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shorten(repr(value), 40)}")
@@ -198,7 +202,7 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
         out.note(f"{DEEPEP_KEY if deepep else f'{SYNC_FREE_KEY} {sync_free_stage}'} makes the dispatcher Megatron's "
                  "flex one with Primus-Turbo's DeepEP (moe_dispatcher_patches.py sets moe_enable_deepep and "
                  "moe_token_dispatcher_type flex)")
-        if typed.get("enable_primus_turbo") is not True:
+        if typed.get(TURBO_KEY) is not True:
             out.note(f"Primus applies {DEEPEP_KEY} only with enable_primus_turbo: true, which this file does not set")
     elif deepep:
         out.note(f"{DEEPEP_KEY} has no effect: the model has no MoE layer")
@@ -303,6 +307,8 @@ def export_primus(job: Job, layout: Layout) -> Exported:
     slug = job.spec.model if isinstance(job.spec.model, str) else None
     model_file = MODEL_FILES.get(slug or "", BASE_MODEL_FILE)
     overrides = {k: _yaml_value(v) for k, v in ns.items() if v is not None}  # Primus's default is null too
+    if job.model.is_moe and job.spec.moe.token_dispatcher == "flex":  # Primus-Turbo's DeepEP, as import reads it
+        overrides.update({TURBO_KEY: True, DEEPEP_KEY: True})
     body = {
         "work_group": "amd", "user_name": "root",
         "exp_name": f"{job.model.name}-{job.num_gpus}x{job.cluster.name}",

@@ -77,6 +77,7 @@ FACT_DOCS: dict[str, str] = {
     "reserve_bytes": "named runtime reserves (context, fragmentation)",
     "capacity_bytes": "hbm_bytes - reserve_bytes",
     "cpu_offload_layers": "decoder layers whose activations are offloaded to host memory (cpu_offloading)",
+    "flex_dispatcher": "MoE tokens go through Megatron's flex (DeepEP) dispatcher (bool)",
 }
 
 
@@ -126,6 +127,7 @@ class Space:
             "reserve_bytes": self.reserves.reserve_bytes,
             "capacity_bytes": self.reserves.capacity_bytes,
             "cpu_offload_layers": spec.cpu_offloading.offloaded_layers,
+            "flex_dispatcher": m.is_moe and spec.moe.token_dispatcher == "flex",
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:
