@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from primus.cli.common import format_option, guarded
-from primus.cli.output import emit_json, stderr_console, stdout_console, table
+from primus.cli.output import emit_csv, emit_json, stderr_console, stdout_console, table
 from primus.errors import InputError
 from primus.report.owned import check_replaceable, replace_file
 
@@ -85,9 +85,17 @@ def print_validation(doc: dict[str, Any]) -> None:
                         [(u["run_id"], u["source"], u["reason"]) for u in doc["unprojected"]]))
 
 
+#: `validate --format csv`: one line per projected row (the JSON rows' scalar fields; `parallel`, `assumed`
+#: and `escalated` as JSON cells). The summary is the JSON document's.
+VALIDATE_CSV_COLUMNS = ("run_id", "source", "accelerator", "precision", "moe", "model", "num_gpus",
+                        "measured_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error_pct",
+                        "error_bar_pct", "step_time_s", "fits", "fits_as_typed", "measured_peak_gib",
+                        "predicted_peak_gib", "stack", "parallel", "assumed", "escalated")
+
+
 @click.command("validate")
 @click.argument("runs_file", type=click.Path(dir_okay=False))
-@format_option("table", "json")
+@format_option("table", "json", "csv")
 @click.option("--no-fit-check", is_flag=True, help="Skip the per-row `primus fit` check (faster; fits is null).")
 @click.option("--loso/--no-loso", "loso", default=True, show_default=True,
               help="Refit each accelerator without each source in turn and report the held-out errors and the "
@@ -103,7 +111,8 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool) -> No
     the run fit. Then median, p90 and max |error| by source, accelerator, precision and dense vs MoE,
     and (unless --no-loso) the same errors leave-one-source-out, with the coverage of the error bars.
     Unstated settings follow one stack per source (`stacks/`, recorded per row). Rows that cannot be
-    projected are listed with the reason. Exit 0 whenever the report prints.
+    projected are listed with the reason. Exit 0 whenever the report prints. `--format csv` writes one
+    line per projected row and nothing else (no summary, no held-out section).
 
     Example: primus validate ../shared/ground_truth/runs_dev.csv --format json
     """
@@ -112,6 +121,9 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool) -> No
     rows = read_runs(runs_file)
     report = validate(rows, runs_file, check_fit=not no_fit_check)
     doc = report.to_json()
+    if fmt == "csv":  # the rows only: the held-out section is a summary, not rows
+        emit_csv(doc["rows"], VALIDATE_CSV_COLUMNS)
+        return
     if loso:
         from primus.fidelity.held_out import held_out_section
         from primus.fidelity.validate import prepare

@@ -432,7 +432,9 @@ def _optimizer(r: ArgReader, out: Collector) -> dict[str, Any]:
 
 def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
     dispatcher = str(r.get("moe_token_dispatcher_type"))
-    if dispatcher == "alltoall_seq":
+    if dispatcher == "alltoall_seq":  # the sequence-parallel variant moves the same tokens over the EP group
+        out.note(f"{r.ctx.label('moe_token_dispatcher_type')} alltoall_seq read as alltoall (the same tokens "
+                 "cross the EP group; Megatron-Core removed alltoall_seq in core_v0.13)")
         dispatcher = "alltoall"
     doc: dict[str, Any] = {"token_dispatcher": dispatcher}
     if r.get("moe_enable_deepep") and dispatcher != "flex":  # Megatron-Core refuses it (transformer_config.py)
