@@ -198,3 +198,13 @@ def test_a_cell_that_is_not_a_count_names_its_column_and_value(tmp_path: Path) -
     assert "row-3" not in reasons  # a whole number with a decimal point, as spreadsheets write it
     assert reasons["row-4"].startswith("column 'gbs' must be a positive integer, got 'xxx") and \
         len(reasons["row-4"]) < 120
+
+
+def test_a_count_is_written_in_ascii_digits(tmp_path: Path) -> None:
+    # float() would read "1_2" (digit grouping) and full-width digits as 12; a CSV cell meant neither
+    path = _write(tmp_path, [{"mbs": "1_2"}, {"mbs": "１２"}, {"tp": "1e0"}])
+    result = CliRunner().invoke(validate_cmd, [str(path), "--format", "json", "--no-fit-check"])
+    reasons = {u["run_id"]: u["reason"] for u in json.loads(result.output)["unprojected"]}
+    assert reasons["row-0"] == "column 'mbs' must be a positive integer, got '1_2'"
+    assert reasons["row-1"].startswith("column 'mbs' must be a positive integer")
+    assert "row-2" not in reasons  # an exponent, as spreadsheets write it

@@ -29,6 +29,9 @@ MAX_BYTES = 64 * 2**20  # a runs file is a table of measurements, not a data set
 #: The largest integer a float holds with every smaller one (IEEE 754 double: a 53-bit significand).
 MAX_FLOAT_EXACT = 2**53
 _DIGITS = re.compile(r"\+?[0-9]+")
+#: A whole number as a spreadsheet writes it (8.0, 1e3): ASCII digits only, so that Python's float() does
+#: not read "1_2" (digit grouping) or full-width digits as numbers a CSV never meant
+_DECIMAL = re.compile(r"\+?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 MAX_ROWS = 100_000
 #: `_202412_`, `_2025-06_`, `_20250613_` between the hardware and entity parts of a benchmark file name
 #: "recompute_layer_ids 0,1,2,4" / "recompute_layer_ids: \"0,1,2\"" in a row's notes
@@ -77,10 +80,9 @@ class RunRow:
             except ValueError:  # over Python's 4,300-digit conversion limit
                 raise bad from None
         else:
-            try:
-                number = float(text)
-            except ValueError:
-                raise bad from None
+            if not _DECIMAL.fullmatch(text):
+                raise bad
+            number = float(text)
             if not number.is_integer() or abs(number) > MAX_FLOAT_EXACT:
                 raise bad
             value = int(number)
