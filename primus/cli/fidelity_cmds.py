@@ -68,11 +68,11 @@ def print_validation(doc: dict[str, Any]) -> None:
               f"Korthikanti et al. 2022 A100 mean |error| {_abs(s['korthikanti2022_a100_mean_abs_pct'])}")
     held = s.get("leave_one_source_out")
     if held is not None:
-        from primus.fidelity.loso import SPLIT_MIN_RUNS
+        from primus.fidelity.loso import AGGREGATES, is_large_group
 
         o = held["overall"]
         cover = ", ".join(f"{k} {v['pct']:.1f}% of {v['n']}" for k, v in held["coverage"].items()
-                          if k in ("overall", "dense", "moe") or v["n"] >= SPLIT_MIN_RUNS)
+                          if k in AGGREGATES or is_large_group(k, v))
         con.print(f"leave one source out: median |error| {_abs(o['median_abs_pct'])}, p90 {_abs(o['p90_abs_pct'])} "
                   f"over {o['n']} runs; error-bar coverage {cover or 'n/a (one source: no bar without it)'}")
     cols = ["group", "runs", "median |err|", "p90", "max", "mean signed"]

@@ -18,14 +18,14 @@ from primus.fidelity.accuracy_sections import (
     unstated_section,
 )
 from primus.fidelity.defaults import all_rules
-from primus.fidelity.loso import SPLIT_MIN_RUNS
+from primus.fidelity.loso import SPLIT_MIN_RUNS, is_large_group
 from primus.fidelity.validate import ValidationReport
 
 START, END = "<!-- measured:start -->", "<!-- measured:end -->"
 TARGETS = (("median \\|error\\| of tokens/s/GPU", "≤ 5%"), ("p90 \\|error\\|", "≤ 20%"),
            ("leave-one-source-out median \\|error\\|", "≤ 8%"),
            ("leave-one-source-out p90 \\|error\\|", "≤ 25%"),
-           ("error-bar coverage, leave one source out (overall; each group of ≥ 10 runs)", "60-80%"),
+           (f"error-bar coverage, leave one source out (overall; each group of ≥ {SPLIT_MIN_RUNS} runs)", "60-80%"),
            ("Korthikanti et al. 2022 A100 mean \\|error\\|", "≤ 5%"),
            ("peak memory median \\|error\\|", "≤ 10%"), ("false out-of-memory verdicts at the stacks' settings", "0"),
            ("rows whose recompute was escalated beyond the stack's", "≤ 3%"),
@@ -60,7 +60,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
     t = s["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
     cover = bars.get("coverage", {})
-    big = [k for k, v in cover.items() if k not in ("overall", "dense", "moe") and v["n"] >= SPLIT_MIN_RUNS]
+    big = [k for k, v in cover.items() if is_large_group(k, v)]
     cover_text = (f"{_f(cover['overall']['pct'])}%; " + ", ".join(f"{k} {_f(cover[k]['pct'])}%" for k in big)
                   if "overall" in cover else "-")
     oom_runs = ", ".join(s["false_oom_runs"])

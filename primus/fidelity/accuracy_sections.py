@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from primus.fidelity.loso import held_from_rows, out_of_band
+from primus.fidelity.loso import AGGREGATES, SPLIT_MIN_RUNS, held_from_rows, is_large_group, out_of_band
 from primus.fidelity.mbs_pairs import mbs_pairs
 from primus.fidelity.stats import percentile
 from primus.fidelity.validate import ValidationReport
@@ -150,10 +150,10 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
         lines += ["", "Coverage, leave one source out: for each source, the bars are derived from the other sources'",
                   "held-out errors, and its runs are counted inside or outside their own bar. Target: 60-80%.", "",
                   "| group | runs inside their bar | runs | coverage % |", "|---|---:|---:|---:|"]
-        order = ["overall", "dense", "moe", *sorted(k for k in cov if k not in ("overall", "dense", "moe"))]
+        order = [*AGGREGATES, *sorted(k for k in cov if k not in AGGREGATES)]
         for key in order:
             c = cov.get(key)
-            if c is None or (key not in ("overall", "dense", "moe") and c["n"] < 10):
+            if c is None or not (key in AGGREGATES or is_large_group(key, c)):
                 continue
             lines.append(f"| {key} | {c['inside']} | {c['n']} | {_f(c['pct'])} |")
         for g in out_of_band(held_from_rows(bars["held_out"]), q) if bars.get("held_out") else []:
@@ -163,10 +163,11 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
                 f"come from {g['source']}; held out, they are judged by a ±{_f(g['bar_pct'])}% bar resting on "
                 f"{g['bar_sources']} source(s), while their median |error| is {_f(g['median_abs_pct'])}%: the bar is "
                 f"{how}. Not adjusted: a group's bar rests on the sources that remain, weighted as every bar is.", 110)]
-        small = [k for k in cov if k not in ("overall", "dense", "moe") and cov[k]["n"] < 10]
+        small = [k for k in cov if not (k in AGGREGATES or is_large_group(k, cov[k]))]
         if small:
-            lines += ["", *textwrap.wrap(f"Groups with fewer than 10 runs ({', '.join(sorted(small))}) are counted "
-                                         "in the overall figure only: too few runs for a coverage of their own.", 110)]
+            lines += ["", *textwrap.wrap(f"Groups with fewer than {SPLIT_MIN_RUNS} runs ({', '.join(sorted(small))}) "
+                                         "are counted in the overall figure only: too few runs for a coverage of "
+                                         "their own.", 110)]
     return lines
 
 

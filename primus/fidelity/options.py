@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from primus.stacks.primus_turbo import is_stage, sync_free_moe
+
 _PATH = Path(__file__).resolve().parent / "data" / "primus_options.yaml"
 _FEATURES = re.compile(r"MoE_Features=\(([\d\s]+)\)")
 
@@ -48,6 +50,11 @@ _NEGATIONS = re.compile(r"(?:\bno|\bnot|\bwithout|\bw/o|\bdisable[sd]?)\s+$")
 #: A value written right after a spelling (`=false`, `: 0`, ` True`).
 _VALUE = re.compile(r"\s*[=:]?\s*([a-z0-9_.+-]+)")
 _OFF = frozenset({"false", "0", "no", "off", "none", "disabled"})
+#: Off values that also count after a bare space ("stage 0", "legacy_grouped_gemm false"); "no" and "none"
+#: there begin prose too often ("DeepEP no longer syncs") to be read as a value.
+_OFF_AFTER_SPACE = frozenset({"false", "0", "off", "disabled"})
+#: How far before a spelling a negation word is looked for: the longest ("disabled", "without") and a space.
+_NEGATION_REACH = 12
 _STAGE = re.compile(r"turbo_sync_free_moe_stage\s*[=:]?\s*([^\s,;)]*)")
 
 
@@ -58,10 +65,10 @@ def _turned_on(text: str, spelling: str) -> bool:
         start, end = found.span()
         if end < len(text) and spelling[-1].isalnum() and (text[end].isalnum() or text[end] == "_"):
             continue  # a longer token: "stage: 20" for "stage: 2", "deepep_num_cu" still counts below
-        if _NEGATIONS.search(text[max(0, start - 12):start]):
+        if _NEGATIONS.search(text[max(0, start - _NEGATION_REACH):start]):
             continue
         value = _VALUE.match(text, end) if not spelling[-1].isdigit() else None
-        if value is not None and text[end:value.start(1)].strip() and value.group(1) in _OFF:
+        if value is not None and value.group(1) in (_OFF if text[end:value.start(1)].strip() else _OFF_AFTER_SPACE):
             continue
         return True
     return False
@@ -74,7 +81,7 @@ def sync_free_stage(options: str) -> int | None:
     if found is None:
         return None
     value = found.group(1)
-    if not value.isdigit() or not 0 <= int(value) <= 3:
+    if not (value.isascii() and value.isdigit() and is_stage(int(value))):
         raise ValueError(f"options: turbo_sync_free_moe_stage {value or '(no value)'!r} is not an integer from 0 "
                          "to 3 (Primus's sync-free MoE stages)")
     return int(value)
@@ -116,7 +123,7 @@ def apply_options(options: str, *, is_moe: bool) -> AppliedOptions:
     model: dict[str, Any] = {}
     modelled: list[str] = []
     not_modelled: list[str] = []
-    sync_free_stage(options)  # an out-of-range stage is bad input, not a stage of its own
+    stage = sync_free_stage(options)  # an out-of-range stage is bad input, not a stage of its own
     for opt in primus_options():
         if not opt.used_in(options):
             continue
@@ -124,4 +131,6 @@ def apply_options(options: str, *, is_moe: bool) -> AppliedOptions:
         merge_keys(job, keys)
         model.update(opt.model)
         (modelled if opt.modelled else not_modelled).append(opt.name)
+    if stage and is_moe:  # however the stage is spelled, it sets what the import reads for it
+        merge_keys(job, {"moe": sync_free_moe(stage)})
     return AppliedOptions(job, model, tuple(modelled), tuple(not_modelled))

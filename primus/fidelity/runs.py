@@ -31,7 +31,7 @@ MAX_FLOAT_EXACT = 2**53
 _DIGITS = re.compile(r"\+?[0-9]+")
 #: A whole number as a spreadsheet writes it (8.0, 1e3): ASCII digits only, so that Python's float() does
 #: not read "1_2" (digit grouping) or full-width digits as numbers a CSV never meant
-_DECIMAL = re.compile(r"\+?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+_DECIMAL = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_ROWS = 100_000
 #: `_202412_`, `_2025-06_`, `_20250613_` between the hardware and entity parts of a benchmark file name
 #: "recompute_layer_ids 0,1,2,4" / "recompute_layer_ids: \"0,1,2\"" in a row's notes
@@ -91,13 +91,12 @@ class RunRow:
         return value
 
     def number(self, key: str) -> float | None:
-        """The cell as a positive float, None when empty or not a positive number."""
-        text = self[key]
+        """The cell as a positive float, None when empty or not a positive number (`measurement`'s reading,
+        where that one names the bad cell)."""
         try:
-            value = float(text)
+            return self.measurement(key)
         except ValueError:
             return None
-        return value if value > 0 else None
 
     def boolean(self, key: str) -> bool | None:
         text = self[key].lower()
@@ -114,10 +113,7 @@ class RunRow:
         text = self[key]
         if not text:
             return None
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+        value = float(text) if _DECIMAL.fullmatch(text) else math.nan  # ASCII digits, as `integer` reads them
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"column {key!r} must be a finite positive number, got {shown(text)}")
         return value

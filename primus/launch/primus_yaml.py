@@ -21,7 +21,7 @@ from typing import Any, Final
 import yaml
 
 from primus import __version__
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.arch import catalog_spec
 from primus.launch.common import (
@@ -47,6 +47,14 @@ from primus.launch.primus_models import (
     substitute,
 )
 from primus.parallel import Layout
+from primus.stacks.primus_turbo import (
+    DEEPEP_KEY,
+    SYNC_FREE_KEY,
+    SYNC_FREE_UNMODELLED,
+    TURBO_KEY,
+    is_stage,
+    sync_free_moe,
+)
 from primus.yamlio import loads_yaml
 
 PRIMUS_RELEASE: Final = ("AMD Primus (AMD-AGI/Primus) Megatron trainer: experiment YAML modules.pre_trainer."
@@ -63,37 +71,25 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "moe_grouped_gemm": None,
 }
 _SECTION = "modules.pre_trainer.overrides"
-#: Primus-Turbo's sync-free MoE level (0-3). AMD-AGI/Primus fd1eeabbad15135e3702094087e96142b4b4eacb
-#: primus/backends/megatron/patches/args/rocm_arg_validation.py `_get_sync_free_moe_options`: stage 1 sets
-#: moe_permute_fusion (and the fused router, which holds no bytes primus counts); stage 2 and 3 also keep
-#: the per-expert token counts on the device through DeepEP and Turbo's grouped GEMM (`moe.sync_free`).
-SYNC_FREE_KEY: Final = "turbo_sync_free_moe_stage"
-#: Primus-Turbo's DeepEP: AMD-AGI/Primus fd1eeab primus/backends/megatron/patches/turbo/moe_dispatcher_patches.py
-#: sets moe_enable_deepep and moe_token_dispatcher_type "flex" when it is on (stage 2 and 3 turn it on).
-DEEPEP_KEY: Final = "use_turbo_deepep"
-TURBO_KEY: Final = "enable_primus_turbo"
 #: A template's slot for the user to fill in (`model: <YOUR_MODEL_YAML>`)
 TEMPLATE_SLOT: Final = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _METADATA = ("work_group", "user_name", "exp_name", "workspace")
 
 
 def _sync_free_stage(value: Any, where: str) -> int:
-    """The stage as Primus accepts it: an integer 0-3 (its validation raises on anything else; an environment
-    substitution has already been typed as YAML types it, primus_models.substitute)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
+    """The stage as Primus accepts it (an environment substitution has already been typed as YAML types it,
+    primus_models.substitute)."""
+    if not is_stage(value):
         raise InputError(where, f"{_SECTION}.{SYNC_FREE_KEY}", "must be an integer from 0 to 3 (Primus's "
-                         f"sync-free MoE stages), got {shorten(repr(value), 40)}")
+                         f"sync-free MoE stages), got {shown(value)}")
+    return int(value)
+
+
+def _switch(key: str, value: Any, where: str) -> bool:
+    """A Primus-Turbo switch: true or false, as Primus's YAML types it."""
+    if not isinstance(value, bool):
+        raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shown(value)}")
     return value
-
-
-#: What each sync-free stage turns on beyond the fused permutation and (stage 2 and 3) the device-side token
-#: counts, which primus reads: `_get_sync_free_moe_options` at AMD-AGI/Primus fd1eeab. These are kernel
-#: choices primus has no sourced cost for; the import lists them as unmodelled.
-SYNC_FREE_UNMODELLED: Final = {
-    1: ("moe_use_fused_router_with_aux_score",),
-    2: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm"),
-    3: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm", "use_turbo_fused_act_with_probs"),
-}
 
 
 def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collector) -> None:
@@ -158,22 +154,17 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
         elif key == SYNC_FREE_KEY:
             sync_free_stage = _sync_free_stage(value, where)
         elif key == TURBO_KEY:  # the switch Turbo's DeepEP and sync-free MoE need; each Turbo kernel has its own key
-            if not isinstance(value, bool):
-                raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shorten(repr(value), 40)}")
+            _switch(key, value, where)
         elif key == DEEPEP_KEY:
-            if not isinstance(value, bool):
-                raise InputError(where, f"{_SECTION}.{key}", f"must be true or false, got {shorten(repr(value), 40)}")
-            deepep = value
+            deepep = _switch(key, value, where)
         elif key in BY_DEST:
             ns[key] = coerce(BY_DEST[key], value, where, f"overrides.{key}")
         else:
             unknown.append(f"{key}: {value}")
     _fp4_recipe(ns, overrides, out)
-    if sync_free_stage >= 1:  # rocm_arg_validation.py sets the stage's options over the overrides
-        if ns.get("moe_permute_fusion") is False:
-            out.note(f"{_SECTION}.moe_permute_fusion false is overridden: {SYNC_FREE_KEY} {sync_free_stage} turns "
-                     "the fused permutation on")
-        ns["moe_permute_fusion"] = True
+    if sync_free_stage >= 1 and ns.get("moe_permute_fusion") is False:  # the stage's options win (Primus)
+        out.note(f"{_SECTION}.moe_permute_fusion false is overridden: {SYNC_FREE_KEY} {sync_free_stage} turns "
+                 "the fused permutation on")
     model_file = str(substitute(module.get("model", BASE_MODEL_FILE), where, f"modules.{name}.model", out))
     if TEMPLATE_SLOT.fullmatch(model_file):  # AMD's native_hf_to_megatron_sft.template.yaml: <YOUR_MODEL_YAML>
         raise InputError(where, f"modules.{name}.model", f"not an experiment: a template ({model_file} is a slot to "
@@ -197,6 +188,8 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
                                                                 else Path(where).stem),
                         recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
+    if sync_free_stage and "moe" in job:
+        job["moe"].update(sync_free_moe(sync_free_stage))
     if (deepep or sync_free_stage >= 2) and "moe" in job:
         job["moe"]["token_dispatcher"] = "flex"
         out.note(f"{DEEPEP_KEY if deepep else f'{SYNC_FREE_KEY} {sync_free_stage}'} makes the dispatcher Megatron's "
@@ -208,8 +201,6 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
         out.note(f"{DEEPEP_KEY} has no effect: the model has no MoE layer")
     if sync_free_stage and "moe" in job:
         _sync_free_prerequisites(typed, sync_free_stage, out)
-        if sync_free_stage >= 2:
-            job["moe"]["sync_free"] = True
     elif sync_free_stage:
         out.note(f"{SYNC_FREE_KEY} {sync_free_stage} has no effect: the model has no MoE layer")
     for key in overrides:
