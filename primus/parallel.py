@@ -15,6 +15,19 @@ from primus.specs.job import Recompute
 SHARDINGS = ("none", "dist_opt", "zero2", "fsdp")
 RECOMPUTES: tuple[Recompute, ...] = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
+INT_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
+
+
+def parallel_text(p: dict[str, Any] | None) -> str:
+    """A `parallel` mapping in one line (`TP2 PP4 ... sp=on recompute=none sharding=dist_opt`): the one
+    spelling `fit`, `tune`, `export` and the reports print, so a layout reads the same wherever it is
+    shown and a user can copy it between them. No mapping reads `none`."""
+    if not p:
+        return "none"
+    text = " ".join(f"{k.upper()}{p[k]}" for k in INT_AXES if k in p)
+    extra = f" recompute_num_layers={p['recompute_num_layers']}" if p.get("recompute_num_layers") else ""
+    return (f"{text} sp={'on' if p.get('sp') else 'off'} recompute={p.get('recompute')} "
+            f"sharding={p.get('sharding')}{extra}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -60,6 +73,10 @@ class Layout:
         if self.recompute_num_layers is not None:
             out["recompute_num_layers"] = self.recompute_num_layers
         return out
+
+    def text(self) -> str:
+        """The layout in one line, as every command prints it (`parallel_text`)."""
+        return parallel_text(self.as_parallel())
 
     def key(self) -> tuple[Any, ...]:
         """Canonical sort key (the order of `enumerate`)."""

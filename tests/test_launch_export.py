@@ -45,6 +45,10 @@ def test_export_refuses_what_fit_refuses(tmp_path: Path) -> None:
     result = CliRunner().invoke(export_cmd, args)
     assert result.exit_code == 1
     assert "not exported" in result.output and "pipeline-split" in result.output
+    # fit's suggestions read as `primus fit` prints them: the layout in one line and each option with its
+    # value (26 decoder layers on the last stage: 25 x 4 + 26 = 126), not a Python dict.
+    assert "fits instead: TP8 PP5 VP1 CP1 EP1 ETP1 DP8 MBS1 sp=on recompute=full sharding=dist_opt" in result.output
+    assert "pipeline.decoder_last_pipeline_num_layers=26" in result.output and "{'tp'" not in result.output
     assert not (tmp_path / "x.sh").exists()
 
 

@@ -16,9 +16,10 @@ from click.testing import CliRunner
 
 from primus.cli.report_cmds import audit_group, report_cmd
 from primus.job import job_from_mapping
+from primus.parallel import parallel_text as layout_text
 from primus.report.audit import Checkpoint
 from primus.report.manifest import write_manifest
-from primus.report.rundir import RunDir, layout_of, layout_text
+from primus.report.rundir import RunDir, layout_of
 from primus.report.verify import verify_run
 from primus.solver.check import violated_rules
 from primus.tuning.agent import Tuner, TuneSettings

@@ -18,6 +18,7 @@ import yaml
 from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.launch_opts import COUNT, ROOT_HELP
 from primus.cli.output import echo, emit_json
+from primus.cli.solver_cmds import changed_text
 from primus.errors import InputError
 from primus.job import Job, load_job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
@@ -162,7 +163,7 @@ def _check_fits(job: Job, as_launched: bool = False) -> Job:
     if result.report is not None:
         click.echo(f"  peak {result.report.peak_bytes / 2**30:.2f} GiB on stage {result.report.peak.stage}", err=True)
     for alt in result.alternatives[:3]:
-        click.echo(f"  fits instead: {alt.layout.as_parallel()} (changed: {', '.join(alt.changed)})", err=True)
+        click.echo(f"  fits instead: {alt.layout.text()} (changed: {changed_text(alt)})", err=True)
     for note in result.notes:
         click.echo(f"  note: {note}", err=True)
     raise Negative()

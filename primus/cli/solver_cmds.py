@@ -40,7 +40,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
     reserves = q.space.reserves
     if result.fits:
         assert result.report is not None and result.layout is not None
-        con.print(f"[bold green]FITS[/]: {lit(_layout_text(result.layout.as_parallel()))}", markup=True)
+        con.print(f"[bold green]FITS[/]: {lit(result.layout.text())}", markup=True)
         headroom = capacity - result.report.peak_bytes
         if reserves.verdict(result.report.peak_bytes) == "tight":
             con.print("[bold yellow]TIGHT[/]: " + lit(f"headroom {gib(headroom)} is less than the allocator reserve "
@@ -68,7 +68,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
             con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
     if result.report is not None and result.layout is not None:
         breaks = f" (breaks {', '.join(result.request_breaks)})" if result.request_breaks else ""
-        con.print(f"closest evaluation of the request{breaks}: {_layout_text(result.layout.as_parallel())}")
+        con.print(f"closest evaluation of the request{breaks}: {result.layout.text()}")
         for note in result.notes:
             con.print(f"  note: {lit(note)}")
         for s in result.report.stages:
@@ -79,7 +79,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
                           f"largest: " + ", ".join(f"{k} {gib(v)}" for k, v in top))
     if result.alternatives:
         ranked = all(a.tokens_per_s_per_gpu is not None for a in result.alternatives)
-        rows = [(i + 1, _layout_text(a.layout.as_parallel()), _changed_text(a), ", ".join(a.pins_changed) or "none",
+        rows = [(i + 1, a.layout.text(), changed_text(a), ", ".join(a.pins_changed) or "none",
                  gib(a.peak_bytes), gib(a.headroom_bytes) + (" (tight)" if a.tight else ""),
                  *([f"{a.tokens_per_s_per_gpu:,.0f}"] if ranked else []))
                 for i, a in enumerate(result.alternatives)]
@@ -94,18 +94,11 @@ def _print_fit(q: Question, result: FitResult) -> None:
         con.print(f"  - {lit(a)}")
 
 
-def _changed_text(a: Alternative) -> str:
+def changed_text(a: Alternative) -> str:
     """What a fix changes, every option with the value it sets (`recompute=full, parallel.recompute_method=
     block, ...`); an axis change by its name (the parallel column holds its value)."""
     values = {changed_name(path, PIN_AXES): value for path, value in a.options.items()}
     return ", ".join(f"{c}={values[c]}" if c in values else c for c in a.changed) or "-"
-
-
-def _layout_text(p: dict[str, Any]) -> str:
-    keys = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
-    text = " ".join(f"{k.upper()}{p[k]}" for k in keys if k in p)
-    return f"{text} sp={'on' if p['sp'] else 'off'} recompute={p['recompute']} sharding={p['sharding']}" + (
-        f" recompute_num_layers={p['recompute_num_layers']}" if p.get("recompute_num_layers") else "")
 
 
 @click.command("fit")

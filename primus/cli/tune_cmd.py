@@ -10,9 +10,10 @@ import click
 
 from primus.cli.common import Negative, format_option, guarded, stack_option
 from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table
-from primus.cli.solver_cmds import _layout_text, rule_options
+from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
 from primus.job import load_job
+from primus.parallel import parallel_text
 from primus.paths import data_dir
 from primus.report.audit import partial_dir, read_state
 from primus.report.owned import claimable
@@ -47,7 +48,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     if best["parallel"] is None:
         con.print("[bold red]no legal layout[/]", markup=True)
         return
-    con.print(f"[bold green]best[/]: {lit(_layout_text(best['parallel']))}", markup=True)
+    con.print(f"[bold green]best[/]: {lit(parallel_text(best['parallel']))}", markup=True)
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
@@ -55,14 +56,14 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     if "note" in ref:  # no reference: nothing is compared with the best
         con.print(f"reference: none ({ref['note']})")
     elif not ref["fits"]:
-        con.print(f"reference ({ref['origin']}): " + (_layout_text(ref["parallel"]) if ref["parallel"] else "none"))
+        con.print(f"reference ({ref['origin']}): " + parallel_text(ref["parallel"]))
         con.print(f"  [red]not legal[/]: minimal core {lit(', '.join(ref['violated_rules']))}", markup=True)
         near = ref.get("nearest_legal")
         if near:
             con.print(f"  nearest legal variant (changes {', '.join(near['changed'])}): "
-                      f"{_layout_text(near['parallel'])} -> {near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
+                      f"{parallel_text(near['parallel'])} -> {near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     else:
-        con.print(f"reference ({ref['origin']}): {_layout_text(ref['parallel'])}")
+        con.print(f"reference ({ref['origin']}): {parallel_text(ref['parallel'])}")
         con.print(f"  {ref['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
     if "speedup_vs_reference" in doc:
         con.print(f"best is {doc['speedup_vs_reference']:.2f}x the reference" +
@@ -83,7 +84,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
                   f"{cert['margin_to_runner_up_pct'] or 0:.2f}% vs error bar {doc['uncertainty_pct'] or 0:.0f}%"
                   + (" (the ranking among the top is within the error bar)" if not cert["margin_exceeds_error_bar"]
                      else ""))
-    rows = [(i + 1, _layout_text(t["parallel"]), f"{t['tokens_per_s_per_gpu']:,.0f}", f"{t['step_time_s']:.3f}",
+    rows = [(i + 1, parallel_text(t["parallel"]), f"{t['tokens_per_s_per_gpu']:,.0f}", f"{t['step_time_s']:.3f}",
              gib(t["peak_bytes"])) for i, t in enumerate(doc["top"][:10])]
     con.print(table("top layouts", ["#", "parallel", "tokens/s/GPU", "step s", "peak"], rows))
     con.print(f"report: {out_dir / 'report.html'} (and report.md); search log: {out_dir / 'audit.jsonl'}")

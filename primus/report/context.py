@@ -12,10 +12,11 @@ from typing import Any
 
 from primus.memory.evaluate import MemoryModel
 from primus.parallel import Layout, normalise
+from primus.parallel import parallel_text as layout_text
 from primus.projection import Projector
 from primus.report import charts
 from primus.report.pipeline import simulate, timeline_data
-from primus.report.rundir import RunDir, layout_of, layout_text
+from primus.report.rundir import RunDir, layout_of
 
 GIB = 1024**3
 WHO = {"built-in": "built-in", "job": "user (job file)", "user": "user (rule file)", "inline": "user (--rule)",

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping
-from primus.parallel import RECOMPUTES, SHARDINGS, Layout
+from primus.parallel import INT_AXES, RECOMPUTES, SHARDINGS, Layout
 from primus.projection.profile import Profile, profile_from_mapping
 from primus.report.audit import read_audit
 from primus.rules.model import Rule, check_rule
@@ -29,19 +29,7 @@ from primus.solver.ruleset import RuleSet
 from primus.specs.base import error_reason
 from primus.yamlio import load_json, load_mapping, loads_yaml, read_text
 
-INT_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs")
 INPUT_NAMES = ("hardware.yaml", "job.yaml", "model.yaml", "profile.yaml", "rules.yaml")
-
-
-def layout_text(p: dict[str, Any] | None) -> str:
-    if not p:
-        return "none"
-    """A layout in one line, as `primus tune` prints it."""
-    text = " ".join(f"{k.upper()}{p[k]}" for k in INT_AXES if k in p)
-    extra = f" recompute_num_layers={p['recompute_num_layers']}" if p.get("recompute_num_layers") else ""
-    return (f"{text} sp={'on' if p.get('sp') else 'off'} recompute={p.get('recompute')} "
-            f"sharding={p.get('sharding')}{extra}")
-
 
 def layout_of(parallel: Any) -> Layout:
     """A Layout from a recorded `parallel` mapping, refusing anything the tuner could not have written

@@ -31,9 +31,10 @@ from typing import Any
 from primus import __version__
 from primus.errors import InputError
 from primus.parallel import Layout, normalise
+from primus.parallel import parallel_text as layout_text
 from primus.projection import Projector
 from primus.report.manifest import check_manifest
-from primus.report.rundir import RunDir, layout_of, layout_text
+from primus.report.rundir import RunDir, layout_of
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
 
