@@ -47,8 +47,10 @@ def test_a_bad_stack_option_names_the_option_not_the_files_field(run_cli, write_
                                                           "using the oldest, nemo@24.07")])
 def test_an_undescribed_release_newer_or_older_says_which_it_uses(run_cli, write_job, ref: str,
                                                                   says: str) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = run_cli("fit", write_job(BASE), "--stack", ref, "--format", "json")
+    code, out, err = run_cli("fit", write_job(BASE), "--stack", ref, "--format", "json")
     assert code in (0, 1) and says in as_json(out)["assumptions"][0]
+    # the defaults of another release apply: said on stderr too, not only in the assumption list
+    assert err.startswith(f"primus: note: {says}") and err.count("\n") == 1
     code, _, err = run_cli("stacks", "show", ref)
     assert code == 0 and err.startswith(f"primus: note: {says}") and err.count("\n") == 1  # one line
 

@@ -10,9 +10,9 @@ from rich.markup import escape
 
 from primus.catalog.hardware import catalog_hardware, resolve_hardware
 from primus.catalog.models import catalog_models, resolve_model
-from primus.cli.common import format_option, guarded, stack_option
+from primus.cli.common import format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_csv, emit_json, human_params, stdout_console, table
-from primus.job import Job, load_job
+from primus.job import Job
 from primus.specs.flops import flops_per_token
 from primus.specs.job import JobSpec
 from primus.specs.model import ModelSpec
@@ -217,7 +217,7 @@ def job_show(job_file: str, stack: str | None, fmt: str) -> None:
 
     Example: primus job show examples/llama3.1-70b-mi300x.yaml --stack megatron-bridge --format json
     """
-    job = load_job(job_file, stack)
+    job = read_job(job_file, stack)
     doc = job_summary(job)
     if fmt == "json":
         emit_json(doc)

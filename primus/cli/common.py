@@ -9,12 +9,17 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from primus.cli.output import echo
 from primus.errors import InputError
 from primus.safe_text import one_line
+
+if TYPE_CHECKING:
+    from primus.job import Job
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +63,20 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
         "--format", "fmt", type=click.Choice(list(choices)), default=default, show_default=True,
         help="Output format; with a machine format stdout carries only that document.",
     )
+
+
+def read_job(path: str | Path, stack: str | None) -> Job:
+    """A job file as every command reads it. How its `stack:` release was resolved (a release the stack
+    does not describe, older than every one it does, or named by the framework's own tag) changes the
+    defaults the job gets, so it is said on stderr as well as in the assumptions: a user who typed
+    `primus@25.1` and got 26.1's defaults sees it without reading the assumption list."""
+    from primus.job import load_job
+
+    job = load_job(path, stack)
+    note = job.resolved_stack.note
+    if note:
+        echo(f"primus: note: {note}", err=True)
+    return job
 
 
 def stack_option(fn: F) -> F:

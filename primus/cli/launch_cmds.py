@@ -15,12 +15,12 @@ from typing import Any, TypeVar, get_args
 import click
 import yaml
 
-from primus.cli.common import Negative, format_option, guarded, stack_option
+from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
 from primus.cli.launch_opts import COUNT, ROOT_HELP
 from primus.cli.output import echo, emit_json
 from primus.cli.solver_cmds import changed_text
 from primus.errors import InputError
-from primus.job import Job, load_job
+from primus.job import Job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
 from primus.launch.api import launchable, with_stack
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
@@ -247,7 +247,7 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     if job_file is not None and tune_file is not None:
         raise InputError("command line", None, "give a job file or --from-tune, not both")
     check_out(out_file, "export", (job_file, tune_file))
-    base = load_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
+    base = read_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     job, changed = launchable(job, kind)  # what the target runs is what fit checks
     for note in changed:

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import click
 
-from primus.cli.common import stack_option
+from primus.cli.common import read_job, stack_option
 from primus.errors import InputError
-from primus.job import Job, load_job
+from primus.job import Job
 from primus.launch.common import KINDS, LaunchConfig
 from primus.projection.profile import require_precision
 
@@ -61,7 +61,7 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
     if job_file is not None:
         if hardware is not None or nodes is not None or gpus is not None:
             raise InputError("command line", None, "--hardware, --nodes and --gpus go with --from only")
-        job = load_job(job_file, stack)
+        job = read_job(job_file, stack)
     else:
         from primus.launch import load_launch_job
 

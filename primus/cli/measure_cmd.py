@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from primus.cli.common import EXIT_INPUT, format_option, guarded, stack_option
+from primus.cli.common import EXIT_INPUT, format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_json, lit, stderr_console, stdout_console, table
 from primus.errors import InputError
-from primus.job import Job, load_job
+from primus.job import Job
 from primus.parallel import Layout
 
 if TYPE_CHECKING:  # torch is optional: only the types, never the modules, at import time
@@ -93,7 +93,7 @@ def measure_cmd(job_file: str, stack: str | None, fmt: str, device: str, procs: 
         sys.exit(EXIT_INPUT)
     from primus.measure.campaign import MeasureOptions, run_measure
 
-    job = load_job(job_file, stack)
+    job = read_job(job_file, stack)
     layout, how = target_layout(job)
     if device == "auto":
         import torch

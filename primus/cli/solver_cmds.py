@@ -8,11 +8,10 @@ from typing import Any, TypeVar
 import click
 
 from primus import api
-from primus.cli.common import Negative, format_option, guarded, stack_option
+from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.memory_cmd import print_memory_table
 from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_console, stdout_console, table
-from primus.job import load_job
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, sizes_text
@@ -152,7 +151,7 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
 
     Example: primus enumerate examples/llama3.1-70b-mi300x.yaml --count
     """
-    found = api.enumerate_layouts(load_job(job_file, stack), rules=rule_texts, rule_files=rule_files,
+    found = api.enumerate_layouts(read_job(job_file, stack), rules=rule_texts, rule_files=rule_files,
                                   without=without, top=top, rank=rank, count_only=count_only)
     n, bar = found.count, found.uncertainty
     if count_only:

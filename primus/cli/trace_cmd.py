@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from primus.cli.common import EXIT_INPUT, Negative, format_option, guarded, stack_option
+from primus.cli.common import EXIT_INPUT, Negative, format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_json, stdout_console, table
 from primus.errors import InputError
-from primus.job import load_job
 
 if TYPE_CHECKING:  # torch is optional: only the type, never the module, at import time
     from primus.measure.trace import TraceResult
@@ -69,7 +68,7 @@ def trace_cmd(job_file: str, stack: str | None, fmt: str, kinds: str | None, moe
         click.echo(f"primus trace-memory: this torch build has no MemTracker: {exc}", err=True)
         sys.exit(EXIT_INPUT)
 
-    job = load_job(job_file, stack)
+    job = read_job(job_file, stack)
     model = job.model
     selected = _kinds(kinds, model.has_dense_layers, model.num_moe_layers > 0, job.where)
     seq, mbs = job.spec.seq_len, job.spec.parallel.mbs or 1

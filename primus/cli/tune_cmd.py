@@ -8,11 +8,10 @@ from typing import Any
 
 import click
 
-from primus.cli.common import Negative, format_option, guarded, stack_option
+from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table
 from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
-from primus.job import load_job
 from primus.parallel import parallel_text
 from primus.paths import data_dir
 from primus.report.audit import partial_dir, read_state
@@ -151,7 +150,7 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
         opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
     path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
-    job = load_job(path, opts["stack"])
+    job = read_job(path, opts["stack"])
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
                       max_calls=opts["llm_calls"], timeout_s=opts["llm_timeout"])
     err = stderr_console()
