@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from primus.errors import InputError
 from primus.job import Job, load_job
@@ -215,3 +216,45 @@ def test_deepep_without_the_flex_dispatcher_is_bad_input(tmp_path: Path) -> None
     with pytest.raises(InputError) as exc:
         _megatron(tmp_path, " --moe-enable-deepep")
     assert exc.value.field == "--moe-enable-deepep" and "flex" in exc.value.reason
+
+
+def test_a_sync_free_export_to_megatron_permutes_fused_and_says_what_it_cannot_write(tmp_path: Path) -> None:
+    # a sync-free job permutes fused whatever its own permute_fusion says (Primus's stage 1 turns it on,
+    # rocm_arg_validation.py _get_sync_free_moe_options); Megatron-LM has the fused permutation but no
+    # sync-free MoE, so the flag is written and the rest is a note (the header keeps the key)
+    job = _flex_job(tmp_path, ep=8, extra=", sync_free: true, permute_fusion: false")
+    exported = export_megatron(job, pinned_layout(job))
+    assert "--moe-permute-fusion" in exported.text
+    assert any(n.startswith("moe.sync_free not written") for n in exported.notes)
+    path = tmp_path / "sync_free.sh"
+    path.write_text(exported.text)
+    moe = import_launch("megatron", path).job["moe"]
+    assert (moe["sync_free"], moe["permute_fusion"], moe["token_dispatcher"]) == (True, True, "flex")
+
+
+def test_a_sync_free_export_to_primus_writes_stage_2_and_what_primus_requires_beside_it(tmp_path: Path) -> None:
+    # Primus fd1eeab rocm_arg_validation.py: any stage needs enable_primus_turbo, stage 2 use_turbo_grouped_gemm
+    job = _flex_job(tmp_path, ep=8, extra=", sync_free: true")
+    exported = export_primus(job, pinned_layout(job))
+    for line in ("turbo_sync_free_moe_stage: 2", "enable_primus_turbo: true", "use_turbo_grouped_gemm: true",
+                 "use_turbo_deepep: true"):
+        assert line in exported.text
+    assert "sync_free" not in exported.text.split("# primus-job:", 1)[-1].splitlines()[0]  # written, not carried
+    path = tmp_path / "sync_free.yaml"
+    path.write_text(exported.text)
+    config = import_launch("primus", path)
+    assert config.job["moe"]["sync_free"] is True and config.job["moe"]["token_dispatcher"] == "flex"
+    assert not any("Primus requires" in n for n in config.notes)
+
+
+def test_a_sync_free_job_without_deepep_is_not_written_as_a_primus_stage(tmp_path: Path) -> None:
+    # stage 2 would also switch the dispatcher to flex: another job, so the key stays in the header only
+    path = tmp_path / "a2a.yaml"
+    path.write_text("model: deepseek-v2-lite\nhardware: mi355x\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"
+                    "parallel: {tp: 1, pp: 1, cp: 1, ep: 8, etp: 1, mbs: 1, sharding: dist_opt, recompute: none}\n"
+                    "moe: {token_dispatcher: alltoall, sync_free: true}\n")
+    job = load_job(path)
+    exported = export_primus(job, pinned_layout(job))
+    overrides = yaml.safe_load(exported.text)["modules"]["pre_trainer"]["overrides"]
+    assert "turbo_sync_free_moe_stage" not in overrides and "sync_free" in exported.text  # in the header
+    assert any("makes the dispatcher flex" in n for n in exported.notes)

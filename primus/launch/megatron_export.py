@@ -7,7 +7,7 @@ what is launched (a router bias, an overlap Megatron ties to another option) are
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from primus.errors import InputError
 from primus.job import Job
@@ -137,7 +137,7 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
             notes.append("moe_pad_expert_input_to_capacity not written: the flex (DeepEP) dispatcher refuses it and "
                          "drops tokens at the capacity factor unpadded; primus sizes padded buffers (an upper bound)")
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
-                  moe_pad_expert_input_to_capacity=pad, moe_permute_fusion=spec.moe.permute_fusion,
+                  moe_pad_expert_input_to_capacity=pad, moe_permute_fusion=spec.moe.permutes_fused,
                   moe_grouped_gemm=True)  # primus times grouped expert GEMMs; without it Megatron loops over experts
         if spec.moe.token_dispatcher == "flex" and not primus:
             # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
@@ -148,6 +148,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
             written.add("moe.grouped_gemm")
         elif spec.moe.grouped_gemm == "legacy":  # the `# primus-job:` header keeps it for import
             notes.append(_legacy_gemm(job))
+        if spec.moe.sync_free and not primus:  # the header keeps it; the Primus export writes its stage
+            notes.append(SYNC_FREE_NOT_IN_MEGATRON)
     ov = spec.overlap
     gather = ov.param_gather and layout.sharding in SHARDED
     if gather and not ov.grad_reduce:
@@ -169,6 +171,13 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
               and spec.kernels.cross_entropy_fusion_impl == "te" else None)
     return ns, notes, written
 
+
+#: Sync-free MoE (the token counts kept on the device) is AMD Primus-Turbo's (turbo_sync_free_moe_stage 2-3),
+#: not a Megatron-LM option; its fused permutation, which stage 1 turns on, is (--moe-permute-fusion).
+SYNC_FREE_NOT_IN_MEGATRON: Final = (
+    "moe.sync_free not written: sync-free MoE is AMD Primus-Turbo's (turbo_sync_free_moe_stage), which Megatron-LM "
+    "does not have; the launched run waits for the token counts on the host once per MoE layer forward "
+    "(host.moe_layer_us), which this job's projection leaves out (export --to primus writes the stage)")
 
 #: Megatron-LM removed its legacy GroupedMLP (--moe-use-legacy-grouped-gemm) before the release the export
 #: targets: NVIDIA/Megatron-LM 2caa681 "[Cleanup] Remove the deprecated GroupedMLP (#3410)", an ancestor of

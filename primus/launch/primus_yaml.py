@@ -300,6 +300,8 @@ def export_primus(job: Job, layout: Layout) -> Exported:
     overrides = {k: _yaml_value(v) for k, v in ns.items() if v is not None}  # Primus's default is null too
     if job.model.is_moe and job.spec.moe.token_dispatcher == "flex":  # Primus-Turbo's DeepEP, as import reads it
         overrides.update({TURBO_KEY: True, DEEPEP_KEY: True})
+    if job.model.is_moe and job.spec.moe.sync_free:
+        written |= _sync_free_overrides(job, overrides, notes)
     body = {
         "work_group": "amd", "user_name": "root",
         "exp_name": f"{job.model.name}-{job.num_gpus}x{job.cluster.name}",
@@ -316,6 +318,26 @@ def export_primus(job: Job, layout: Layout) -> Exported:
              header_line(residual(job, written))]
     text = "\n".join(lines) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
     return Exported("primus", PRIMUS_RELEASE, text, tuple(notes))
+
+
+#: The stage an export writes for `moe.sync_free`: the lowest that keeps the token counts on the device.
+SYNC_FREE_EXPORT_STAGE: Final = 2
+
+
+def _sync_free_overrides(job: Job, overrides: dict[str, Any], notes: list[str]) -> set[str]:
+    """`moe.sync_free` as Primus launches it: stage 2 of `turbo_sync_free_moe_stage`, with what Primus
+    requires beside it (enable_primus_turbo; use_turbo_grouped_gemm from stage 2: rocm_arg_validation.py).
+    Stage 2 also makes the dispatcher flex (DeepEP), so a job with another dispatcher cannot be written
+    as sync-free: it is noted, and the `# primus-job:` header keeps the key. Returns the keys written."""
+    stage = SYNC_FREE_EXPORT_STAGE
+    if sync_free_moe(stage)["token_dispatcher"] != job.spec.moe.token_dispatcher:
+        notes.append(f"moe.sync_free not written: Primus's {SYNC_FREE_KEY} {stage} also makes the dispatcher flex "
+                     f"(DeepEP), and this job's is {job.spec.moe.token_dispatcher}")
+        return set()
+    overrides.update({TURBO_KEY: True, SYNC_FREE_KEY: stage, "use_turbo_grouped_gemm": True})
+    notes.append(f"{SYNC_FREE_KEY} {stage} also turns on {', '.join(SYNC_FREE_UNMODELLED[stage])}, which primus "
+                 "does not model")
+    return {"moe.sync_free"}
 
 
 def _torch_fsdp_ok(job: Job, layout: Layout) -> bool:
