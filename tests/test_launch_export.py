@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -143,7 +144,6 @@ def test_listed_recompute_that_is_the_first_layers_of_each_chunk_is_written_as_b
 
 
 def test_listed_recompute_that_megatron_cannot_express_is_refused() -> None:
-    import pytest
 
     from primus.errors import InputError
 
@@ -186,7 +186,6 @@ def test_a_rope_context_shorter_than_the_sequence_is_raised_to_it() -> None:
 
 
 def test_a_learned_position_table_shorter_than_the_sequence_is_refused() -> None:
-    import pytest
 
     from primus.errors import InputError
 
@@ -236,25 +235,34 @@ def _legacy(precision: str, fp8_recipe: str | None = None):  # type: ignore[no-u
     return job_from_mapping(data, "test")
 
 
-def test_the_legacy_grouped_gemm_is_written_for_primus_only() -> None:
-    # NVIDIA/Megatron-LM #3410 (2caa681, before d98e8a6) removed GroupedMLP and --moe-use-legacy-grouped-gemm
-    # (Megatron-LM's argparse: "unrecognized arguments"); AMD Primus's Megatron keeps it
-    megatron = export_job(_legacy("bf16"), "megatron")
-    assert not any(line.strip().startswith("--moe-use-legacy-grouped-gemm") for line in megatron.text.splitlines())
-    assert any("#3410" in n for n in megatron.notes)
-    assert '"grouped_gemm": "legacy"' in megatron.text  # the # primus-job: header gives it back on import
-    overrides = yaml.safe_load(export_job(_legacy("bf16"), "primus").text)["modules"]["pre_trainer"]["overrides"]
+@pytest.mark.parametrize(("precision", "recipe"), [("bf16", None), ("fp8", "delayed")])
+def test_the_legacy_grouped_gemm_is_written_in_the_option_names_the_export_targets(tmp_path: Path, precision: str,
+                                                                                  recipe: str | None) -> None:
+    # the Megatron export writes core_r0.14 option names (NVIDIA/Megatron-LM 000c4ac arguments.py has
+    # --moe-use-legacy-grouped-gemm; #3410, 2caa681, removed it in core_v0.17.0: a note says so); under FP8
+    # the flag keeps the experts in bf16, the job's own numbers (core_v0.14.0 experts.py GroupedMLP)
+    from primus.launch import import_launch
+
+    megatron = export_job(_legacy(precision, recipe), "megatron")
+    assert "    --moe-use-legacy-grouped-gemm \\" in megatron.text.splitlines()
+    assert any("#3410" in n and "core_v0.17.0" in n for n in megatron.notes)
+    path = tmp_path / "legacy.sh"
+    path.write_text(megatron.text)
+    assert import_launch("megatron", path).job["moe"]["grouped_gemm"] == "legacy"
+    overrides = yaml.safe_load(export_job(_legacy(precision, recipe), "primus").text)["modules"]["pre_trainer"][
+        "overrides"]
     assert overrides["moe_use_legacy_grouped_gemm"] is True
 
 
-def test_the_legacy_grouped_gemm_under_fp8_is_refused_for_megatron() -> None:
-    # under FP8 the legacy path runs the experts in bf16; Megatron-LM's TE grouped GEMM would run them in FP8
-    import pytest
-
+def test_the_legacy_grouped_gemm_cannot_recompute_its_activation_under_fp8() -> None:
+    # core_v0.14.0 experts.py line 136: "moe_act recompute for fp8 cannot work with the legacy GroupedMLP"
     from primus.errors import InputError
+    from primus.job import job_from_mapping
 
-    with pytest.raises(InputError, match="export --to primus"):
-        export_job(_legacy("fp8", "delayed"), "megatron")
+    data = _legacy("fp8", "delayed").spec.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = {**data["parallel"], "recompute": "selective", "recompute_modules": ["moe_act"]}
+    with pytest.raises(InputError, match="moe_act"):
+        export_job(job_from_mapping(data, "test"), "megatron")
 
 
 def test_a_torchtitan_export_for_a_release_without_tomls_launches_the_registry_form() -> None:

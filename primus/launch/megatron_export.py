@@ -143,11 +143,12 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
             # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
             ns["moe_enable_deepep"] = True
         written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion"}
-        if primus:
-            ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
-            written.add("moe.grouped_gemm")
-        elif spec.moe.grouped_gemm == "legacy":  # the `# primus-job:` header keeps it for import
-            notes.append(_legacy_gemm(job))
+        ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
+        written.add("moe.grouped_gemm")
+        if spec.moe.grouped_gemm == "legacy":
+            _check_legacy_gemm(job, layout)
+            if not primus:
+                notes.append(LEGACY_GEMM_REMOVED)
         if spec.moe.sync_free and not primus:  # the header keeps it; the Primus export writes its stage
             notes.append(SYNC_FREE_NOT_IN_MEGATRON)
     ov = spec.overlap
@@ -179,22 +180,24 @@ SYNC_FREE_NOT_IN_MEGATRON: Final = (
     "does not have; the launched run waits for the token counts on the host once per MoE layer forward "
     "(host.moe_layer_us), which this job's projection leaves out (export --to primus writes the stage)")
 
-#: Megatron-LM removed its legacy GroupedMLP (--moe-use-legacy-grouped-gemm) before the release the export
-#: targets: NVIDIA/Megatron-LM 2caa681 "[Cleanup] Remove the deprecated GroupedMLP (#3410)", an ancestor of
-#: d98e8a6. AMD Primus's Megatron keeps it.
-LEGACY_GEMM_REMOVED = "NVIDIA/Megatron-LM #3410 (2caa681) removed GroupedMLP and --moe-use-legacy-grouped-gemm"
+#: The option names the export writes (core_r0.14, `MEGATRON_RELEASE`) still have the legacy GroupedMLP; later
+#: releases do not: NVIDIA/Megatron-LM 2caa681 "[Cleanup] Remove the deprecated GroupedMLP (#3410)", first
+#: tagged core_v0.17.0. AMD Primus's Megatron keeps it.
+LEGACY_GEMM_REMOVED: Final = (
+    "--moe-use-legacy-grouped-gemm is a core_r0.14 option: NVIDIA/Megatron-LM #3410 (2caa681) removed it and "
+    "GroupedMLP in core_v0.17.0; a later Megatron-LM runs Transformer Engine's grouped GEMM instead (in the job's "
+    "precision under FP8, where the legacy one stays bf16)")
 
 
-def _legacy_gemm(job: Job) -> str:
-    """moe.grouped_gemm legacy for Megatron-LM, which has only Transformer Engine's grouped GEMM now: in
-    bf16 or fp16 the experts compute the same with TE's kernel (noted); under a low-precision format
-    they would run in it instead of bf16, another job (refused)."""
-    if job.spec.precision in ("bf16", "fp16"):
-        return (f"moe.grouped_gemm legacy not written: {LEGACY_GEMM_REMOVED}; in {job.spec.precision} the experts "
-                "run Transformer Engine's grouped GEMM on the same numbers")
-    raise InputError(job.where, "moe.grouped_gemm",
-                     f"legacy runs the experts in bf16 under {job.spec.precision}, and {LEGACY_GEMM_REMOVED} "
-                     "(its experts would run in the low-precision format): export --to primus")
+def _check_legacy_gemm(job: Job, layout: Layout) -> None:
+    """Megatron-Core's GroupedMLP refuses to recompute its activation under FP8 (core_v0.14.0
+    megatron/core/transformer/moe/experts.py line 136: "moe_act recompute for fp8 cannot work with the legacy
+    GroupedMLP"), so such a launch would stop at model construction."""
+    modules = job.spec.parallel.recompute_modules or ()
+    if job.spec.precision not in ("bf16", "fp16") and layout.recompute == "selective" and "moe_act" in modules:
+        raise InputError(job.where, "parallel.recompute_modules",
+                         f"moe_act cannot be recomputed with moe.grouped_gemm legacy under {job.spec.precision}: "
+                         "Megatron-Core's GroupedMLP refuses it (core_v0.14.0 experts.py line 136)")
 
 
 def _layer_ids(job: Job, layout: Layout, primus: bool) -> dict[str, Any]:
