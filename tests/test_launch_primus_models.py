@@ -54,6 +54,30 @@ def test_without_a_checkout_the_catalog_stands_in_and_the_missing_file_is_named(
                for n in config.notes)
 
 
+def test_without_a_checkout_the_published_file_s_moe_settings_still_apply(tmp_path: Path) -> None:
+    # mixtral_base.yaml lines 16-17 (AMD-AGI/Primus fd1eeab): grouped GEMM and the alltoall dispatcher, not
+    # Megatron-LM's argument default (allgather): the same job with or without the checkout
+    alone = tmp_path / "exp.yaml"
+    shutil.copy(EXAMPLE, alone)
+    with_checkout = import_launch("primus", EXAMPLE, hardware="mi355x", nodes=4).job
+    without = import_launch("primus", alone, hardware="mi355x", nodes=4).job
+    assert without["moe"] == with_checkout["moe"] and without["moe"]["token_dispatcher"] == "alltoall"
+
+
+def test_deepseek_v3_without_a_checkout_reads_its_preset_dispatcher_fusion_and_ep(tmp_path: Path) -> None:
+    # deepseek_v3_base.yaml lines 34 and 47-49: alltoall, grouped GEMM, fused permutation; deepseek_v3.yaml
+    # line 34: expert_model_parallel_size 8 (fd1eeab). The overrides still win over the file.
+    path = tmp_path / "dsv3.yaml"
+    path.write_text("modules:\n  pre_trainer:\n    framework: megatron\n    config: pre_trainer.yaml\n"
+                    "    model: deepseek_v3.yaml\n    overrides:\n      micro_batch_size: 1\n"
+                    "      global_batch_size: 256\n      seq_length: 4096\n      pipeline_model_parallel_size: 8\n")
+    job = import_launch("primus", path, hardware="mi355x", nodes=32).job
+    assert (job["moe"]["token_dispatcher"], job["moe"]["permute_fusion"], job["parallel"]["ep"]) == \
+        ("alltoall", True, 8)
+    path.write_text(path.read_text() + "      expert_model_parallel_size: 16\n")
+    assert import_launch("primus", path, hardware="mi355x", nodes=32).job["parallel"]["ep"] == 16
+
+
 def test_an_unknown_model_file_is_named_not_the_vocabulary() -> None:
     with pytest.raises(InputError, match=r"qwen2\.5_7B\.yaml is not in .*primus/configs/models/megatron") as exc:
         import_launch("primus", MI355X / "qwen2.5_7B-BF16-pretrain.yaml", hardware="mi355x", nodes=1)

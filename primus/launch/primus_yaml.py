@@ -41,6 +41,7 @@ from primus.launch.primus_models import (
     BASE_MODEL_FILE,
     MODEL_FILES,
     MODELS_DIR,
+    PRESET_SETTINGS,
     SLUG_OF_FILE,
     find_root,
     read_model_file,
@@ -169,7 +170,7 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     if TEMPLATE_SLOT.fullmatch(model_file):  # AMD's native_hf_to_megatron_sft.template.yaml: <YOUR_MODEL_YAML>
         raise InputError(where, f"modules.{name}.model", f"not an experiment: a template ({model_file} is a slot to "
                          "fill in); import the experiment written from it")
-    file_ns, slug = _model_file(model_file, ns, where, name, primus_root, out)
+    file_ns, slug, from_catalog = _model_file(model_file, ns, where, name, primus_root, out)
     for key, value in module.items():
         if key not in ("framework", "config", "model", "overrides"):
             out.skip(f"modules.{name}.{key}: {value}")
@@ -180,7 +181,6 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
             out.note(f"{key} not in the overrides: Primus's default {PRIMUS_DEFAULTS[key]}")
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
                               base_dir=base_dir)
-    from_catalog = slug is not None and not file_ns
     ctx = ImportContext(where, cluster.gpus, PRIMUS_DEFAULTS, lambda dest: f"{_SECTION}.{dest}",
                         base=catalog_spec(slug) if from_catalog and slug else None,
                         header_model=header.get("model"), prefer=(slug,) if slug else (),
@@ -224,9 +224,10 @@ _ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads")
 
 
 def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, primus_root: Path | None,
-                out: Collector) -> tuple[dict[str, Any], str | None]:
+                out: Collector) -> tuple[dict[str, Any], str | None, bool]:
     """The Megatron arguments of the experiment's model file (read from the Primus checkout with its
-    `extends:` chain; {} when there is none) and the catalog model it stands for, if any."""
+    `extends:` chain; without one, what the published file sets beyond the architecture, PRESET_SETTINGS),
+    the catalog model it stands for, if any, and whether that catalog model gives the architecture."""
     slug = SLUG_OF_FILE.get(Path(model_file).name)
     root = find_root(Path(where), primus_root, where)
     found = read_model_file(root, model_file, where, out) if root is not None else None
@@ -239,20 +240,29 @@ def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, pr
                          "the model file repeats a key (merge_namespace, allow_override=False)")
             elif key in BY_DEST:
                 file_ns[key] = coerce(BY_DEST[key], value, where, f"{model_file}: {key}")
-        return file_ns, slug
+        return file_ns, slug, False
     if model_file == BASE_MODEL_FILE:
-        return {}, None
+        return {}, None, False
     missing = (f"{model_file} is not in {root / MODELS_DIR}" if root is not None else
                f"no Primus checkout holds {model_file} (none found above the experiment file; give --primus-root)")
     if slug is not None:
-        out.note(f"{missing}: catalog model {slug} stands for it")
-        return {}, slug
+        preset = PRESET_SETTINGS.get(Path(model_file).name, {})
+        said = (f", with what the published file sets ({_settings_text(preset)}; AMD-AGI/Primus fd1eeab)"
+                if preset else "")
+        out.note(f"{missing}: catalog model {slug} stands for it{said}")
+        return {key: coerce(BY_DEST[key], value, where, f"{model_file}: {key}") for key, value in preset.items()}, \
+            slug, True
     if not all(key in ns for key in _ARCHITECTURE):
         known = ", ".join(sorted(SLUG_OF_FILE))
         raise InputError(where, f"modules.{module}.model", f"{missing}, and it is not one of the model files primus "
                          f"knows ({known}); the overrides do not give the architecture either")
     out.note(f"{missing}: the overrides give the architecture")
-    return {}, None
+    return {}, None, False
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{key}: {str(value).lower() if isinstance(value, bool) else value}"
+                     for key, value in settings.items())
 
 
 def _layer_ids(value: Any, where: str) -> tuple[int, ...] | None:
