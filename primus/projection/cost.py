@@ -147,45 +147,35 @@ _Entry = tuple[int, float, bool]  # (category, seconds, measured) of one kernel 
 def _gemm_calls(g: Gemm, timer: KernelTimer, s: CostSettings) -> tuple[_Entry, _Entry, _Entry, tuple[_Entry, ...],
                                                                        tuple[_Entry, ...]]:
     """A GEMM's forward, data-gradient and weight-gradient calls, and its quantisation passes (forward,
-    backward) under low precision."""
+    backward) under low precision. The analytic timer is asked for seconds directly (no call records:
+    a fitter projects thousands of times), any other timer through its call records; one body for both."""
     low = g.low and s.low_width is not None
     fmt = s.fmt if low else s.high_fmt
     w_in = s.low_width if low and s.low_width is not None else ACT
     cat = GEMM if g.cat == "gemm" else ATTN
-    if type(timer) is AnalyticTimer:  # the same seconds without building the call records
-        return _analytic_gemm_calls(g, timer, s, low, fmt, w_in, cat)
-    fwd = (cat, *timer.gemm(GemmCall(fmt, g.m, g.n, g.k, g.count, w_in, ACT)))
-    dgrad = (cat, *timer.gemm(GemmCall(fmt, g.m, g.k, g.n, g.count, w_in, ACT)))
-    out = 2 * s.grad_width if g.weight else ACT
-    wgrad = (cat, *timer.gemm(GemmCall(fmt, g.k, g.n, g.m, g.count, w_in, out)))
+    analytic = timer if type(timer) is AnalyticTimer else None
+
+    def gemm(m: int, n: int, k: int, out: float) -> tuple[float, bool]:
+        if analytic is not None:
+            return analytic.gemm_seconds(fmt, m, n, k, g.count, w_in, out), False
+        return timer.gemm(GemmCall(fmt, m, n, k, g.count, w_in, out))
+
+    def memory(nbytes: float) -> tuple[float, bool]:
+        if analytic is not None:
+            return analytic.memory_seconds(nbytes), False
+        return timer.memory(MemoryCall(nbytes))
+
+    fwd = (cat, *gemm(g.m, g.n, g.k, ACT))
+    dgrad = (cat, *gemm(g.m, g.k, g.n, ACT))
+    wgrad = (cat, *gemm(g.k, g.n, g.m, 2 * s.grad_width if g.weight else ACT))
     qf: tuple[_Entry, ...] = ()
     qb: tuple[_Entry, ...] = ()
     if low and s.low_width is not None:
         quant = ACT + 2 * s.low_width
         if g.cast_input:
-            qf = ((MEM, *timer.memory(MemoryCall(g.m * g.k * g.count * quant))),)
+            qf = ((MEM, *memory(g.m * g.k * g.count * quant)),)
         if g.weight:
-            qb = ((MEM, *timer.memory(MemoryCall(g.m * g.n * g.count * quant))),)
-    return fwd, dgrad, wgrad, qf, qb
-
-
-def _analytic_gemm_calls(g: Gemm, timer: AnalyticTimer, s: CostSettings, low: bool, fmt: str, w_in: float,
-                         cat: int) -> tuple[_Entry, _Entry, _Entry, tuple[_Entry, ...], tuple[_Entry, ...]]:
-    """`_gemm_calls` under the analytic timer, call for call (its answers are never measured)."""
-    m, n, k, count = g.m, g.n, g.k, g.count
-    seconds = timer.gemm_seconds
-    fwd = (cat, seconds(fmt, m, n, k, count, w_in, ACT), False)
-    dgrad = (cat, seconds(fmt, m, k, n, count, w_in, ACT), False)
-    out = 2 * s.grad_width if g.weight else ACT
-    wgrad = (cat, seconds(fmt, k, n, m, count, w_in, out), False)
-    qf: tuple[_Entry, ...] = ()
-    qb: tuple[_Entry, ...] = ()
-    if low and s.low_width is not None:
-        quant = ACT + 2 * s.low_width
-        if g.cast_input:
-            qf = ((MEM, timer.memory_seconds(m * k * count * quant), False),)
-        if g.weight:
-            qb = ((MEM, timer.memory_seconds(m * n * count * quant), False),)
+            qb = ((MEM, *memory(g.m * g.n * g.count * quant)),)
     return fwd, dgrad, wgrad, qf, qb
 
 
