@@ -278,9 +278,10 @@ def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Seque
     `out` (which must be new, empty, or a run directory of tune's own). `llm` is an OpenAI-compatible
     base URL (None: no LLM; nothing is read from the environment here). `stack` (NAME[@RELEASE], as
     `--stack`) replaces the job's `stack:`."""
+    from primus.processes import WORKERS_RANGE, default_workers
     from primus.tuning.agent import TuneSettings
     from primus.tuning.llm import LlmSettings
-    from primus.tuning.run import WORKERS_RANGE, check_options, default_workers, job_text_with_stack, run_tune
+    from primus.tuning.run import check_options, job_text_with_stack, run_tune
     from primus.yamlio import read_text
 
     if not isinstance(out, str | PathLike):

@@ -134,6 +134,18 @@ def test_leave_one_source_out_fits_without_the_source_it_predicts(prepared: list
     assert bars["accelerators"]["a100-80gb"]["dense"]["n"] == 1
 
 
+def test_leave_one_source_out_answers_the_same_in_worker_processes(prepared: list[Prepared]) -> None:
+    # each held-out source is a pure function of the rows: forked workers, one source per task, change
+    # nothing but the wall time (`validate --workers`)
+    a100 = [p for p in _on(prepared, "a100-80gb") if p.row.source in ("korthikanti2022", "bloom-tr11")]
+    said: list[str] = []
+    alone = leave_one_source_out(a100)
+    forked = leave_one_source_out(a100, workers=2, progress=said.append)
+    assert forked == alone and [h.source for h in forked] == sorted(h.source for h in forked)
+    assert said == ["bloom-tr11 on a100-80gb: fitted on 7 runs of other sources",
+                    "korthikanti2022 on a100-80gb: fitted on 1 runs of other sources"]
+
+
 def test_apply_moves_every_parameter_of_a_group_by_one_factor() -> None:
     start = load_spec_profile("h100-80gb")
     groups = parameter_groups(start, [])  # no runs: nothing to fit

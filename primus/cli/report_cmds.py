@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import click
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.output import emit_json, lit, stderr_console, stdout_console
 from primus.errors import InputError
+from primus.processes import WORKERS_RANGE, default_workers
 
 # Differences printed in the table format; the JSON document always carries all of them.
 SHOWN = 100
@@ -52,7 +52,7 @@ def audit_group() -> None:
 
 @audit_group.command("verify")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--workers", type=click.IntRange(1, 256), default=None,
+@click.option("--workers", type=click.IntRange(*WORKERS_RANGE), default=None,
               help="Processes recomputing in parallel (default: the CPU count, at most 8).")
 @format_option("table", "json")
 @guarded
@@ -69,7 +69,7 @@ def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
 
     err = stderr_console()
     started = time.monotonic()
-    outcome = verify_run(Path(run_dir), workers or min(8, os.cpu_count() or 1), progress=lambda m: err.print(m))
+    outcome = verify_run(Path(run_dir), workers or default_workers(), progress=lambda m: err.print(m))
     elapsed = time.monotonic() - started
     if fmt == "json":
         emit_json({"ok": outcome.ok, "checked": outcome.checked, "seconds": round(elapsed, 1),

@@ -14,6 +14,7 @@ from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
 from primus.parallel import parallel_text
 from primus.paths import data_dir
+from primus.processes import WORKERS_RANGE, default_workers
 from primus.report.audit import partial_dir, read_state
 from primus.report.owned import claimable
 from primus.tuning.agent import TuneSettings
@@ -24,9 +25,7 @@ from primus.tuning.run import (
     LLM_CALLS_RANGE,
     LLM_TIMEOUT_RANGE,
     RESUMED_FROM_STATE,
-    WORKERS_RANGE,
     check_state,
-    default_workers,
     job_text_with_stack,
     run_tune,
 )

@@ -2,8 +2,8 @@
 it never saw, computed from the runs file at hand (not read from the figures shipped with primus).
 
 Every accelerator's profile is refitted without each source in turn (`leave_one_source_out`), so the
-section costs one calibration per source and accelerator: about a minute and a half for the development
-set on a 2-core machine, which is why `validate --no-loso` skips it.
+section costs one calibration per source and accelerator: about 70 CPU seconds for the development set,
+spread over `--workers` processes (one source each), which is why `validate --no-loso` skips it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from primus.fidelity.loso import COVERAGE_BAND, coverage, leave_one_source_out, 
 from primus.fidelity.validate import Prepared
 
 
-def held_out_section(prepared: Sequence[Prepared],
-                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def held_out_section(prepared: Sequence[Prepared], progress: Callable[[str], None] | None = None,
+                     workers: int = 1) -> dict[str, Any]:
     """`summary.leave_one_source_out` of the validate document: the held-out error statistics (overall and
     by source), the coverage of the error bars derived without each source (overall, dense/MoE, and each
     accelerator × kind group), the groups of at least `loso.SPLIT_MIN_RUNS` runs whose coverage falls
     outside COVERAGE_BAND with what decides it (`loso.out_of_band`), and each row's held-out error."""
-    held = leave_one_source_out(prepared, progress=progress)
+    held = leave_one_source_out(prepared, progress=progress, workers=workers)
     return {**loso_summary(held), "coverage": coverage(held), "coverage_band_pct": list(COVERAGE_BAND),
             "coverage_groups_outside_band": out_of_band(held),
             "rows": [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator,

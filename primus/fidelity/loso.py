@@ -11,7 +11,8 @@ errors are the honest measure of a fitted profile's accuracy, and the basis of t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import multiprocessing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,30 +40,64 @@ def _accelerator(p: Prepared) -> str:
 
 
 def leave_one_source_out(prepared: Sequence[Prepared], *, sources: Sequence[str] | None = None,
-                         progress: Callable[[str], None] | None = None) -> list[HeldOut]:
-    """Held-out predictions of every run of `sources` (default: every source in `prepared`)."""
+                         progress: Callable[[str], None] | None = None, workers: int = 1) -> list[HeldOut]:
+    """Held-out predictions of every run of `sources` (default: every source in `prepared`), in source
+    order. `workers` > 1: the sources are held out in forked processes, one source per task (each is a
+    pure function of the rows and the source), so the answer is the same for any worker count."""
     names = sorted({p.row.source for p in prepared}) if sources is None else list(sources)
+    results: Iterable[tuple[list[HeldOut], list[str]]]
+    if workers <= 1 or len(names) < 2:
+        results = (_held_out(prepared, source) for source in names)
+        return _collect(results, progress)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(min(workers, len(names)), initializer=_set_prepared, initargs=(prepared,)) as pool:
+        return _collect(pool.imap(_held_out_in_worker, names), progress)
+
+
+def _collect(results: Iterable[tuple[list[HeldOut], list[str]]],
+             progress: Callable[[str], None] | None) -> list[HeldOut]:
     out: list[HeldOut] = []
-    for source in names:
-        held = [p for p in prepared if p.row.source == source]
-        fitted: dict[str, Profile] = {}  # accelerator -> its profile fitted without `source` (fits are pure)
-        for acc in sorted({_accelerator(p) for p in held}):
-            train = [p for p in prepared if _accelerator(p) == acc and p.row.source != source]
-            spec = load_spec_profile(acc)
-            profile, via = (_fitted(fitted, spec, train), "") if train else _from_sibling(
-                prepared, spec, source, fitted)
+    for held, said in results:
+        for line in said:
             if progress is not None:
-                progress(f"{source} on {acc}: fitted on {len(train)} runs of other sources"
-                         + (f" (factors of {via})" if via else ""))
-            for p in held:
-                if _accelerator(p) != acc:
-                    continue
-                pred = p.project(profile.for_stack(p.jobs.rule.kernels), "auto").tokens_per_s_per_gpu
-                measured = p.row.measured_tokens
-                assert measured is not None
-                out.append(HeldOut(p.row.run_id, source, acc, p.jobs.project.model.is_moe,
-                                   100.0 * (pred / measured - 1.0), len(train), p.row["precision"].lower(), via))
+                progress(line)
+        out += held
     return out
+
+
+_WORKER: dict[str, Sequence[Prepared]] = {}  # set in forked workers only
+
+
+def _set_prepared(prepared: Sequence[Prepared]) -> None:
+    _WORKER["prepared"] = prepared
+
+
+def _held_out_in_worker(source: str) -> tuple[list[HeldOut], list[str]]:
+    return _held_out(_WORKER["prepared"], source)
+
+
+def _held_out(prepared: Sequence[Prepared], source: str) -> tuple[list[HeldOut], list[str]]:
+    """`source`'s runs predicted by profiles fitted without it, and what was fitted (progress lines)."""
+    held = [p for p in prepared if p.row.source == source]
+    fitted: dict[str, Profile] = {}  # accelerator -> its profile fitted without `source` (fits are pure)
+    out: list[HeldOut] = []
+    said: list[str] = []
+    for acc in sorted({_accelerator(p) for p in held}):
+        train = [p for p in prepared if _accelerator(p) == acc and p.row.source != source]
+        spec = load_spec_profile(acc)
+        profile, via = (_fitted(fitted, spec, train), "") if train else _from_sibling(
+            prepared, spec, source, fitted)
+        said.append(f"{source} on {acc}: fitted on {len(train)} runs of other sources"
+                    + (f" (factors of {via})" if via else ""))
+        for p in held:
+            if _accelerator(p) != acc:
+                continue
+            pred = p.project(profile.for_stack(p.jobs.rule.kernels), "auto").tokens_per_s_per_gpu
+            measured = p.row.measured_tokens
+            assert measured is not None
+            out.append(HeldOut(p.row.run_id, source, acc, p.jobs.project.model.is_moe,
+                               100.0 * (pred / measured - 1.0), len(train), p.row["precision"].lower(), via))
+    return out, said
 
 
 def _fitted(fitted: dict[str, Profile], spec: Profile, train: Sequence[Prepared]) -> Profile:

@@ -8,7 +8,6 @@ The CLI maps its options to a `TuneSettings` and the options to record (what `--
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,14 +28,11 @@ RESUMED_FROM_STATE = ("job_file", "stack", "rule_texts", "rule_files", "without"
                       "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
 #: Convergence settings tuning may change when the user allows it (never GBS, sequence or data order).
 ALLOWABLE = ("precision",)
-#: At most this many scoring processes by default (results do not depend on the number).
-MAX_DEFAULT_WORKERS = 8
 #: The ranges the CLI options accept, and what a checkpoint's options and the API's arguments must hold:
-#: --exhaustive-limit, --llm-calls, --llm-timeout (seconds) and --workers.
+#: --exhaustive-limit, --llm-calls and --llm-timeout (seconds); --workers' is primus.processes.WORKERS_RANGE.
 EXHAUSTIVE_LIMIT_RANGE = (0, 10_000_000)
 LLM_CALLS_RANGE = (0, 100)
 LLM_TIMEOUT_RANGE = (0.1, 600.0)
-WORKERS_RANGE = (1, 256)
 _LISTS = ("rule_texts", "rule_files", "without", "allow")
 _OPTIONAL_TEXT = ("job_file", "stack", "llm_base_url")
 _NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {  # option: (range, whole numbers only)
@@ -98,10 +94,6 @@ def job_text_with_stack(text: str, stack: str | None) -> str:
     data = yaml.safe_load(text)
     data["stack"] = stack
     return f"# stack set by `primus tune --stack {stack}`\n" + yaml.safe_dump(data, sort_keys=False)
-
-
-def default_workers() -> int:
-    return min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
