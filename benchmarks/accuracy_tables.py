@@ -48,6 +48,7 @@ from primus.fidelity.loso import (  # noqa: E402
 from primus.fidelity.runs import bundled_amd_runs_path, bundled_runs_path, read_runs  # noqa: E402
 from primus.fidelity.sibling import sibling_of, transfer  # noqa: E402
 from primus.fidelity.validate import prepare, validate  # noqa: E402
+from primus.processes import default_workers  # noqa: E402
 from primus.projection.profile import Profile  # noqa: E402
 
 PROFILES = ROOT / "hardware" / "profiles"
@@ -115,6 +116,8 @@ def main() -> None:
     ap.add_argument("--date", default=datetime.now(UTC).date().isoformat())
     ap.add_argument("--skip-calibrate", action="store_true", help="keep the shipped profiles")
     ap.add_argument("--skip-loso", action="store_true", help="keep the shipped error bars and LOSO table")
+    ap.add_argument("--workers", type=int, default=default_workers(),
+                    help="processes for leave-one-source-out (the tables do not depend on it)")
     args = ap.parse_args()
     fitted = fitted_profiles() if args.skip_calibrate else calibrate_all(args.runs, args.date)
     from primus.projection.profile import _load
@@ -137,7 +140,7 @@ def main() -> None:
         held = [replace(h, precision=h.precision or precision.get(h.run_id, "")) for h in held]
     else:
         prepared, _ = prepare(rows)
-        held = leave_one_source_out(prepared, progress=log)
+        held = leave_one_source_out(prepared, progress=log, workers=args.workers)
     loso = loso_summary(held)
     held_rows = [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
                   "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on,
