@@ -43,8 +43,9 @@ def test_published_primus_experiment_with_placeholders() -> None:
     # the experiment switches MLA off: the model is DeepSeek-V3 with that change, said explicitly
     assert config.job["model"]["base"] == "deepseek-v3"
     assert config.job["model"]["multi_latent_attention"] is False
-    # Primus/Megatron default dispatcher; the experiment's moe_use_legacy_grouped_gemm: true (bf16 grouped GEMMs)
-    assert config.job["moe"] == {"token_dispatcher": "allgather", "grouped_gemm": "legacy", "permute_fusion": False}
+    # no checkout: what deepseek_v3_base.yaml sets (alltoall, fused permutation; the same at 68d9244 lines 34 and
+    # 48 and at fd1eeab), and the experiment's moe_use_legacy_grouped_gemm: true (bf16 grouped GEMMs)
+    assert config.job["moe"] == {"token_dispatcher": "alltoall", "grouped_gemm": "legacy", "permute_fusion": True}
     assert any("${PRIMUS_TP:1}" in n for n in config.notes)
     assert "moe_router_force_load_balancing: True" in config.unmodelled
 
