@@ -41,6 +41,7 @@ from primus.fidelity.loso import (  # noqa: E402
     coverage,
     error_bar_table,
     held_from_rows,
+    held_to_rows,
     leave_one_source_out,
     loso_summary,
     precision_split,
@@ -142,9 +143,7 @@ def main() -> None:
         prepared, _ = prepare(rows)
         held = leave_one_source_out(prepared, progress=log, workers=args.workers)
     loso = loso_summary(held)
-    held_rows = [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
-                  "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on,
-                  **({"transferred_from": h.transferred_from} if h.transferred_from else {})} for h in held]
+    held_rows = held_to_rows(held)
     table = error_bar_table(held)
     spec_held = [HeldOut(r.run_id, r.source, r.accelerator.split("+")[0], r.moe, r.error_pct, 0)
                  for r in spec_report.rows]

@@ -121,6 +121,13 @@ def _from_sibling(prepared: Sequence[Prepared], spec: Profile, source: str,
     return transfer(spec, _fitted(fitted, sib_spec, train), sib_spec), sib
 
 
+def held_to_rows(held: Sequence[HeldOut]) -> list[dict[str, Any]]:
+    """Held-out predictions as error_bars.yaml stores them (`held_from_rows` reads them back)."""
+    return [{"run_id": h.run_id, "source": h.source, "accelerator": h.accelerator, "moe": h.moe,
+             "precision": h.precision, "error_pct": round(h.error_pct, 2), "fitted_on": h.fitted_on,
+             **({"transferred_from": h.transferred_from} if h.transferred_from else {})} for h in held]
+
+
 def held_from_rows(rows: Sequence[dict[str, Any]]) -> list[HeldOut]:
     """Held-out predictions as stored in error_bars.yaml's `held_out` list."""
     return [HeldOut(r["run_id"], r["source"], r["accelerator"], bool(r["moe"]), float(r["error_pct"]),
