@@ -14,6 +14,7 @@ from typing import Any
 from primus.catalog.hardware import resolve_hardware
 from primus.catalog.models import resolve_model
 from primus.errors import InputError
+from primus.schedule.layout import build_layout, parse_layout_string
 from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import JobSpec
@@ -93,11 +94,32 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
             merged["pipeline"] = split
             assumed.append("pipeline (" + ", ".join(f"{k}={v}" for k, v in split.items()) + ")")
     spec = parse_spec(JobSpec, merged, where)
+    _check_pipeline_options(spec, model, where)
     job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed))
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",
                          f"{spec.gpus} GPUs is not a whole number of {cluster.gpus_per_node}-GPU nodes")
     return job
+
+
+def _check_pipeline_options(spec: JobSpec, model: ModelSpec, where: str) -> None:
+    """A `pipeline.layout` whose layers do not match the model, or first/last stages holding more layers
+    than it has, is bad input whatever PP the search would try. Checked once at load (a layout string
+    against its own number of stages), so that `fit` and `enumerate` refuse it as `memory` does instead
+    of reading it as "no PP splits this way"; which PP x VP a valid one allows is the rule
+    `pipeline-split`'s to say."""
+    pipe = spec.pipeline
+    taken = (pipe.decoder_first_pipeline_num_layers or 0) + (pipe.decoder_last_pipeline_num_layers or 0)
+    if taken > model.num_layers:
+        field = ("pipeline.decoder_first_pipeline_num_layers" if pipe.decoder_first_pipeline_num_layers
+                 else "pipeline.decoder_last_pipeline_num_layers")
+        raise InputError(where, field, f"the first and last stages would take {taken} decoder layers but the model "
+                         f"has {model.num_layers}")
+    text = pipe.layout
+    if text is None:
+        return
+    stages = len(parse_layout_string(text, where))
+    build_layout(model.num_layers, stages, 1, mtp_num_layers=model.mtp_num_layers, layout=text, where=where)
 
 
 def load_job(path: str | Path, stack: str | None = None) -> Job:

@@ -75,9 +75,10 @@ class PipelineKey:
 
 
 def layout_for(model: ModelSpec, options: PipelineOptions, pp: int, vp: int, where: str = "pipeline") -> PipelineLayout:
-    """Megatron's stage-to-layer assignment. The uneven-split options only apply with PP > 1."""
-    if pp == 1:
-        return build_layout(model.num_layers, 1, 1, mtp_num_layers=model.mtp_num_layers, where=where)
+    """Megatron's stage-to-layer assignment. The job's split options hold at PP 1 too: Megatron-LM refuses
+    an uneven first/last stage there (transformer_config.py, d98e8a6: no middle stage is left for the
+    other layers) and takes a layout string's stage count as PP × VP (arguments.py), so a two-stage
+    layout does not run at PP 1."""
     return build_layout(
         model.num_layers, pp, vp,
         mtp_num_layers=model.mtp_num_layers,
