@@ -7,6 +7,7 @@ refused input, as one line on stderr naming file, field and reason — never a t
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_NEGATIVE = 1
 EXIT_INPUT = 2
+#: 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe (git, coreutils).
+EXIT_BROKEN_PIPE = 141
 
 
 class Negative(Exception):
@@ -47,6 +50,10 @@ def guarded(fn: F) -> F:
         except RecursionError:
             click.echo("primus: input nested too deeply", err=True)
             sys.exit(EXIT_INPUT)
+        except BrokenPipeError:  # the reader closed the pipe (`primus ... | head`): its choice, not an error here
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+            sys.exit(EXIT_BROKEN_PIPE)
         except OSError as exc:  # a file or folder that cannot be read or written (permissions, disk full)
             where = one_line(str(exc.filename)) if exc.filename is not None else "file system"
             click.echo(f"primus: {where}: {one_line(exc.strerror or type(exc).__name__)}", err=True)
