@@ -149,8 +149,9 @@ AS_LAUNCHED = " as the target runs it (the note above), not as the file is writt
 
 def _check_fits(job: Job, as_launched: bool = False) -> Job:
     """Export only what `primus fit` accepts (`primus.launch.export_check`); otherwise exit 1 with fit's
-    reasons. `as_launched`: the job is the target's form of the user's (`launchable` changed it), and the
-    refusal says so rather than blaming the job file."""
+    reasons, through `echo` (rule names and notes may hold text from the user's files). `as_launched`: the
+    job is the target's form of the user's (`launchable` changed it), and the refusal says so rather than
+    blaming the job file."""
     check = check_for_export(job)
     if check.split_added:
         click.echo(f"primus: note: {SPLIT_NOTE}", err=True)
@@ -159,13 +160,13 @@ def _check_fits(job: Job, as_launched: bool = False) -> Job:
         return check.job
     click.echo("primus: not exported: `primus fit` refuses this job" + (AS_LAUNCHED if as_launched else ""), err=True)
     if result.violated_rules:
-        click.echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
+        echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
     if result.report is not None:
         click.echo(f"  peak {result.report.peak_bytes / 2**30:.2f} GiB on stage {result.report.peak.stage}", err=True)
     for alt in result.alternatives[:3]:
-        click.echo(f"  fits instead: {alt.layout.text()} (changed: {changed_text(alt)})", err=True)
+        echo(f"  fits instead: {alt.layout.text()} (changed: {changed_text(alt)})", err=True)
     for note in result.notes:
-        click.echo(f"  note: {note}", err=True)
+        echo(f"  note: {note}", err=True)
     raise Negative()
 
 

@@ -52,6 +52,7 @@ from primus.stacks.primus_turbo import (
     DEEPEP_KEY,
     SYNC_FREE_KEY,
     SYNC_FREE_UNMODELLED,
+    TURBO_GROUPED_GEMM_KEY,
     TURBO_KEY,
     is_stage,
     sync_free_moe,
@@ -68,7 +69,7 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True, "swiglu": True,
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
     # language_model.yaml says false, but model presets set it (mixtral_base.yaml, deepseek_v3_base.yaml:
-    # true); with the model file unread it is not known
+    # true); with the model file unread and not one of PRESET_SETTINGS' files it is not known
     "moe_grouped_gemm": None,
 }
 _SECTION = "modules.pre_trainer.overrides"
@@ -102,8 +103,8 @@ def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collect
              + ", ".join(SYNC_FREE_UNMODELLED[stage]) + ")")
     if overrides.get(TURBO_KEY) is not True:
         out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires enable_primus_turbo: true, which this file does not set")
-    if stage >= 2 and overrides.get("use_turbo_grouped_gemm") is not True:
-        out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires use_turbo_grouped_gemm: true from stage 2, which this "
+    if stage >= 2 and overrides.get(TURBO_GROUPED_GEMM_KEY) is not True:
+        out.note(f"{SYNC_FREE_KEY} {stage}: Primus requires {TURBO_GROUPED_GEMM_KEY}: true from stage 2, which this "
                  "file does not set")
 
 
@@ -344,7 +345,7 @@ def _sync_free_overrides(job: Job, overrides: dict[str, Any], notes: list[str]) 
         notes.append(f"moe.sync_free not written: Primus's {SYNC_FREE_KEY} {stage} also makes the dispatcher flex "
                      f"(DeepEP), and this job's is {job.spec.moe.token_dispatcher}")
         return set()
-    overrides.update({TURBO_KEY: True, SYNC_FREE_KEY: stage, "use_turbo_grouped_gemm": True})
+    overrides.update({TURBO_KEY: True, SYNC_FREE_KEY: stage, TURBO_GROUPED_GEMM_KEY: True})
     notes.append(f"{SYNC_FREE_KEY} {stage} also turns on {', '.join(SYNC_FREE_UNMODELLED[stage])}, which primus "
                  "does not model")
     return {"moe.sync_free"}

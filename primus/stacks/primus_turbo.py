@@ -17,6 +17,8 @@ from typing import Any, Final
 SYNC_FREE_KEY: Final = "turbo_sync_free_moe_stage"
 DEEPEP_KEY: Final = "use_turbo_deepep"
 TURBO_KEY: Final = "enable_primus_turbo"
+#: Turbo's grouped GEMM, which Primus requires from stage 2 (rocm_arg_validation.py)
+TURBO_GROUPED_GEMM_KEY: Final = "use_turbo_grouped_gemm"
 #: The stages Primus accepts (its validation raises on anything else).
 SYNC_FREE_STAGES: Final = range(4)
 
@@ -24,8 +26,8 @@ SYNC_FREE_STAGES: Final = range(4)
 #: `sync_free_moe` reads.
 SYNC_FREE_UNMODELLED: Final = {
     1: ("moe_use_fused_router_with_aux_score",),
-    2: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm"),
-    3: ("moe_use_fused_router_with_aux_score", "use_turbo_grouped_gemm", "use_turbo_fused_act_with_probs"),
+    2: ("moe_use_fused_router_with_aux_score", TURBO_GROUPED_GEMM_KEY),
+    3: ("moe_use_fused_router_with_aux_score", TURBO_GROUPED_GEMM_KEY, "use_turbo_fused_act_with_probs"),
 }
 
 
