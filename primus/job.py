@@ -118,8 +118,11 @@ def _check_pipeline_options(spec: JobSpec, model: ModelSpec, where: str) -> None
     text = pipe.layout
     if text is None:
         return
-    stages = len(parse_layout_string(text, where))
-    build_layout(model.num_layers, stages, 1, mtp_num_layers=model.mtp_num_layers, layout=text, where=where)
+    try:
+        stages = len(parse_layout_string(text, where))
+        build_layout(model.num_layers, stages, 1, mtp_num_layers=model.mtp_num_layers, layout=text, where=where)
+    except InputError as exc:  # named as the job file spells it, not as Megatron's argument
+        raise InputError(where, "pipeline.layout", exc.reason) from None
 
 
 def load_job(path: str | Path, stack: str | None = None) -> Job:
