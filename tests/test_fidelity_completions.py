@@ -15,6 +15,7 @@ from primus.fidelity.completions import POINT_RULE
 from primus.fidelity.jobs import build, completion
 from primus.memory.evaluate import pinned_layout
 from primus.projection import Projector, load_profile
+from tests.helpers.runs_csv import row_of, write_rows
 
 KORT_1T = "Korthikanti22-A100-1T-fullrecompute"
 
@@ -60,20 +61,12 @@ def test_without_the_fit_check_no_range_is_computed() -> None:
 
 
 def test_the_table_shows_the_range_beside_the_point(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import csv
-
     from click.testing import CliRunner
 
     from primus.cli.fidelity_cmds import validate_cmd
 
-    with bundled_runs_path().open() as fh:
-        reader = csv.DictReader(fh)
-        fields, rows = list(reader.fieldnames or []), [r for r in reader if r["run_id"] == KORT_1T]
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    fields, row = row_of(bundled_runs_path(), KORT_1T)
+    path = write_rows(tmp_path / "runs.csv", fields, [row])
     out = CliRunner().invoke(validate_cmd, [str(path)], env={"COLUMNS": "300"}).output
     assert "-4.8%..-0.3%" in out and "(vp)" in out  # (the cell may wrap)
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from primus.cli.fidelity_cmds import validate_cmd
 from primus.fidelity import ValidationReport, bundled_runs_path, error_bar, read_runs, validate
 from primus.fidelity.runs import REQUIRED
+from tests.helpers.runs_csv import row_of, write_rows
 
 RUNS = bundled_runs_path()
 
@@ -123,17 +124,9 @@ def test_json_rows_carry_the_documented_fields(report: ValidationReport) -> None
 
 
 def _write(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
-    with RUNS.open() as fh:
-        reader = csv.DictReader(fh)
-        fields = list(reader.fieldnames or [])
-        base = next(r for r in reader if r["run_id"] == "DGXC25.04.01-H100-Llama3-8B-BF16-8")
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        for i, over in enumerate(rows):
-            w.writerow({**base, "run_id": f"row-{i}", **over})
-    return path
+    fields, base = row_of(RUNS, "DGXC25.04.01-H100-Llama3-8B-BF16-8")
+    return write_rows(tmp_path / "runs.csv", fields, ({**base, "run_id": f"row-{i}", **over}
+                                                      for i, over in enumerate(rows)))
 
 
 def test_rows_that_cannot_be_projected_are_listed_with_the_reason(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from primus.fidelity.jobs import build
 from primus.fidelity.options import apply_options, primus_options
 from primus.fidelity.runs import read_runs
+from tests.helpers.runs_csv import row_of, write_rows
 
 AMD_RUNS = "primus/fidelity/data/amd_runs_dev.csv"
 
@@ -165,18 +166,9 @@ def test_a_stage_spelling_matches_its_own_stage_only() -> None:
 
 
 def test_a_sync_free_stage_outside_0_to_3_leaves_the_row_unprojected(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import csv
-
     from primus.fidelity.validate import prepare
 
-    with open(AMD_RUNS, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    row = next(r for r in rows if r["run_id"] == "moe1_mi355x_dsv2lite_mbs12_syncfree1")
-    row["options"] = "turbo_sync_free_moe_stage=20"
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerow(row)
+    fields, row = row_of(AMD_RUNS, "moe1_mi355x_dsv2lite_mbs12_syncfree1")
+    path = write_rows(tmp_path / "runs.csv", fields, [{**row, "options": "turbo_sync_free_moe_stage=20"}])
     ok, bad = prepare(read_runs(path))
     assert not ok and len(bad) == 1 and "'20' is not an integer from 0 to 3" in bad[0].reason

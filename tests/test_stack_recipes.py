@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from primus.fidelity.runs import bundled_runs_path, read_runs
 from primus.job import job_from_mapping
 from primus.memory.evaluate import MemoryModel, pinned_layout
 from primus.stacks.core import resolve_stack
+from tests.helpers.runs_csv import row_of, write_rows
 
 BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
 
@@ -75,16 +75,8 @@ def test_a_run_without_recompute_in_its_table_takes_its_presets_recompute(run_id
 def test_a_preset_that_changed_in_a_release_is_picked_only_from_that_release(tmp_path: Path) -> None:
     # Megatron-Bridge v0.4.0 (26.04) recomputed ['mlp'] for DeepSeek-V3 GB200 MXFP8, v0.5.0 (26.06)
     # ['mla_up_proj']: the recipe carries `since: "26.06"`, so a 26.04 run does not take it
-    src = bundled_runs_path()
-    with src.open() as fh:
-        reader = csv.DictReader(fh)
-        fields = list(reader.fieldnames or [])
-        row = next(r for r in reader if r["run_id"] == "MB26.06-DGX-GB200-DeepSeek-V3-MXFP8")
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerow({**row, "run_id": "older", "source": "megatron-bridge-26.04"})
+    fields, row = row_of(bundled_runs_path(), "MB26.06-DGX-GB200-DeepSeek-V3-MXFP8")
+    path = write_rows(tmp_path / "runs.csv", fields, [{**row, "run_id": "older", "source": "megatron-bridge-26.04"}])
     jobs = build(read_runs(path)[0])
     assert jobs.project.spec.parallel.recompute_modules is None
     assert not any("the stack's recipe" in a for a in jobs.assumed)
@@ -101,17 +93,10 @@ def test_the_dgx_cloud_deepseek_recipes_hold_for_the_release_read_only() -> None
 def _amd_row(tmp_path: Path, source: str, **values: str):  # type: ignore[no-untyped-def]
     """AMD's Llama 3.1 70B MI325X row at the FP8 example config's own batch (8 GPUs, MBS 1, GBS 16: lines
     20-21) under `source`, with its table leaving sharding and recompute empty."""
-    src = bundled_runs_path()
-    with src.open() as fh:
-        reader = csv.DictReader(fh)
-        fields = list(reader.fieldnames or [])
-        row = next(r for r in reader if r["run_id"] == "AMD-Primus-MI325X-Llama3-70B-BF16-1-node")
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerow({**row, "run_id": "t", "source": source, "precision": "fp8", "num_gpus": "8", "mbs": "1",
-                    "gbs": "16", "sharding": "", "recompute": "", **values})
+    fields, row = row_of(bundled_runs_path(), "AMD-Primus-MI325X-Llama3-70B-BF16-1-node")
+    path = write_rows(tmp_path / "runs.csv", fields, [{
+        **row, "run_id": "t", "source": source, "precision": "fp8", "num_gpus": "8", "mbs": "1", "gbs": "16",
+        "sharding": "", "recompute": "", **values}])
     return read_runs(path)[0]
 
 

@@ -19,6 +19,7 @@ from primus.solver.fit import fit
 from primus.stacks.core import catalog_stacks, load_stack_file, resolve_stack
 from primus.stacks.schema import StackSettings
 from tests.conftest import as_json
+from tests.helpers.runs_csv import row_of, write_rows
 
 BASE = {"model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 128}
 
@@ -205,20 +206,11 @@ def test_import_sets_the_stack_the_file_implies(kind: str, name: str, stack: str
 def test_a_run_that_omits_recompute_resolves_to_its_recipe(tmp_path: Path) -> None:
     # Megatron-Bridge's Llama 3 8B H100 FP8 preset sets recompute_num_layers 5 (full, block method);
     # a published run of that recipe whose table leaves recompute empty is projected with it.
-    import csv
-
     from primus.fidelity.jobs import build
 
-    src = bundled_runs_path()
-    with src.open() as fh:
-        reader = csv.DictReader(fh)
-        fields = list(reader.fieldnames or [])
-        row = next(r for r in reader if r["run_id"] == "DGXC25.04.01-H100-Llama3-8B-FP8-8")
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerow({**row, "run_id": "mb-8b", "source": "megatron-bridge-26.06", "model": "llama3-8b", "recompute": ""})
+    fields, row = row_of(bundled_runs_path(), "DGXC25.04.01-H100-Llama3-8B-FP8-8")
+    path = write_rows(tmp_path / "runs.csv", fields, [{**row, "run_id": "mb-8b", "source": "megatron-bridge-26.06",
+                                                       "model": "llama3-8b", "recompute": ""}])
     jobs = build(read_runs(path)[0])
     pins = jobs.project.spec.parallel
     assert (pins.recompute, pins.recompute_num_layers, pins.recompute_method) == ("full", 5, "block")

@@ -3,13 +3,13 @@ the error bars' coverage) from the runs file it is given, computed, not read fro
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
 from primus.fidelity.runs import bundled_runs_path
+from tests.helpers.runs_csv import read_rows, write_rows
 
 # The seven A100 runs of Korthikanti et al. 2022 and BLOOM-176B (bigscience tr11): two sources on one
 # accelerator, so each is predicted by a profile fitted to the other alone.
@@ -18,27 +18,15 @@ SOURCES = ("korthikanti2022", "bloom-tr11")
 
 def _runs(count: int | None = None) -> tuple[list[str], list[dict[str, str]]]:
     """The header and the rows of the two sources, from the bundled dev set."""
-    with bundled_runs_path().open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        rows = [r for r in reader if r["source"] in SOURCES][:count]
-        fields = reader.fieldnames
-    assert fields is not None
-    return list(fields), rows
-
-
-def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    fields, rows = read_rows(bundled_runs_path(), lambda r: r["source"] in SOURCES)
+    return fields, rows[:count]
 
 
 @pytest.fixture(scope="module")
 def two_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fields, rows = _runs()
     assert len(rows) == 8
-    return _write(tmp_path_factory.mktemp("runs") / "two_sources.csv", fields, rows)
+    return write_rows(tmp_path_factory.mktemp("runs") / "two_sources.csv", fields, rows)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +78,7 @@ def test_no_loso_skips_the_refits(two_sources: Path) -> None:
 def _one_row_changed(tmp_path: Path, **cells: str) -> Path:
     fields, rows = _runs(2)
     rows[0].update(cells)
-    return _write(tmp_path / "runs.csv", fields, rows)
+    return write_rows(tmp_path / "runs.csv", fields, rows)
 
 
 @pytest.mark.parametrize("cell", ["inf", "nan", "abc", "-5"])
