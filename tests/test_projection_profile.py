@@ -196,3 +196,15 @@ def test_each_named_parameter_moves_the_step_time_the_expected_way(name: str) ->
         worse = value * 0.7
     changed = Projector(job, prof.with_parameters({name: worse}).for_stack(stack)).project(layout)
     assert changed.step_time_s > base.step_time_s * (1 + 1e-9), (name, base.breakdown, changed.breakdown)
+
+
+@pytest.mark.parametrize(("kind", "bus_gb_s"), [("all_reduce", 390.0), ("all_gather", 380.0),
+                                                ("reduce_scatter", 400.0), ("all_to_all", 340.0)])
+def test_mi355x_scaleup_collectives_are_the_bus_bandwidths_amd_expects_on_one_node(kind: str, bus_gb_s: float) -> None:
+    # ROCm/cvs e241bd47 input/config_file/rccl/single_node_mi355_rccl.json: rccl-tests bus bandwidth expected at
+    # 8 GiB on one 8 x MI355X node; the profile holds it as a fraction of the 7 x 76.8 GB/s Infinity Fabric mesh
+    cluster = resolve_hardware("mi355x", "test")
+    coll = getattr(load_profile(cluster).collectives, kind).scaleup
+    assert cluster.scaleup.bandwidth_gb_s == 537.6
+    assert round(coll.value * cluster.scaleup.bandwidth_gb_s) == pytest.approx(bus_gb_s, abs=1.0)
+    assert "ROCm/cvs" in coll.source
