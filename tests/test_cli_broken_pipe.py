@@ -20,3 +20,15 @@ def test_a_reader_that_stops_early_gets_no_error_line() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=600) == 141
     assert first.startswith(b'{"parallel"') and b"Broken pipe" not in err and b"Traceback" not in err
+
+
+def test_a_table_whose_reader_stops_early_exits_141_not_the_negative_answers_1() -> None:
+    # rich's Console.on_broken_pipe exits 1 by default, which a script reads as "does not fit"
+    proc = subprocess.Popen([sys.executable, "-m", "primus.cli.main", "fit",
+                             str(ROOT / "examples" / "llama3.1-70b-mi300x.yaml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # what `| true` does: the reader is gone before the table is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 141
+    assert b"Broken pipe" not in err and b"Traceback" not in err

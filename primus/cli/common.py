@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from primus.cli.output import echo
+from primus.cli.output import EXIT_BROKEN_PIPE, echo
 from primus.errors import InputError
 from primus.safe_text import one_line
 
@@ -27,8 +27,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_NEGATIVE = 1
 EXIT_INPUT = 2
-#: 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe (git, coreutils).
-EXIT_BROKEN_PIPE = 141
 
 
 class Negative(Exception):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -21,6 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from primus.safe_text import escape_controls
+
+#: 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe (git, coreutils).
+EXIT_BROKEN_PIPE = 141
 
 
 class SafeConsole(Console):
@@ -46,6 +50,15 @@ class SafeConsole(Console):
         except MarkupError:  # brackets from input that read as a broken tag: show the text as it is
             return super().render_str(safe, **{**kwargs, "markup": False})
 
+
+    def on_broken_pipe(self) -> None:
+        """The reader closed the pipe (`primus fit ... | head`): stop quietly with the shell's status for a
+        closed pipe, as the CLI does for every other write (`guarded`), not rich's exit 1, which reads as a
+        negative answer."""
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        raise SystemExit(EXIT_BROKEN_PIPE)
 
     def status(self, status: RenderableType, **kwargs: Any) -> Status:
         """A spinner whose text, also on every `update`, is rendered as this console renders strings:
