@@ -3,6 +3,8 @@ rendered as written, and the stack and the verdict fields wherever a job's answe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from primus.stacks.doc import _cell, render
@@ -150,3 +152,14 @@ def test_megatron_lm_release_names_read_in_any_case_and_suggest_only_their_own_s
     assert "did you mean 'core_v0.8.0'" in run_cli("stacks", "show", "megatron-lm@core_v0.8.1")[2]
     code, _, err = run_cli("stacks", "show", "megatron-lm@core_v0.3.0")  # no 0.3 release: no suggestion years off
     assert code == 2 and "did you mean" not in err and "core_r0.4.0 to core_v0.19.0" in err
+
+
+@pytest.mark.parametrize("command", [("import", "--from", "primus"), ("fit", "--from", "primus")])
+def test_a_launch_file_read_under_an_undescribed_release_says_which_it_uses_on_stderr(
+        run_cli, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    # import and `--from` read the job without `read_job`: the note is said there too (review 45, L1)
+    experiment = Path(__file__).parent / "data" / "launch" / "primus_llama3.1_70B-BF16-pretrain.yaml"
+    code, _, err = run_cli(*command, str(experiment), "--stack", "primus@25.1", "--hardware", "mi300x",
+                           "--nodes", "1")
+    assert code in (0, 1)
+    assert "primus: note: primus@25.1 is older than every described release; using the oldest, primus@26.1" in err

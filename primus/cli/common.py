@@ -78,10 +78,14 @@ def read_job(path: str | Path, stack: str | None) -> Job:
     from primus.job import load_job
 
     job = load_job(path, stack)
-    note = job.resolved_stack.note
+    say_stack_note(job.resolved_stack.note)
+    return job
+
+
+def say_stack_note(note: str | None) -> None:
+    """How a stack release was resolved, on stderr: one definition for a job file, `--from` and `import`."""
     if note:
         echo(f"primus: note: {note}", err=True)
-    return job
 
 
 def stack_option(fn: F) -> F:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, get_args
 import click
 import yaml
 
-from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
+from primus.cli.common import Negative, format_option, guarded, read_job, say_stack_note, stack_option
 from primus.cli.launch_opts import COUNT, ROOT_HELP
 from primus.cli.output import echo, emit_json
 from primus.cli.solver_cmds import changed_text
@@ -124,6 +124,9 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         assert file is not None
         config = import_launch(kind, file, hardware=hardware, nodes=nodes, gpus=gpus, primus_root=primus_root,
                                stack=stack)
+    from primus.stacks.core import resolve_stack
+
+    say_stack_note(resolve_stack(config.job.get("stack"), file or registry or "import").note)
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from primus.cli.common import read_job, stack_option
+from primus.cli.common import read_job, say_stack_note, stack_option
 from primus.errors import InputError
 from primus.job import Job
 from primus.launch.common import KINDS, LaunchConfig
@@ -70,6 +70,7 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         root = ctx.meta.get(ROOT_KEY) if ctx is not None else None
         job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
                                       primus_root=root, stack=stack)
+        say_stack_note(job.resolved_stack.note)
     require_precision(job)
     return job, config
 
