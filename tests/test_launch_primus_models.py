@@ -45,13 +45,58 @@ def test_amd_published_4_node_mixtral_recipe_fits_at_about_238_gib() -> None:
     assert 237 * 2**30 < result.report.peak_bytes < 239 * 2**30
 
 
-def test_without_a_checkout_the_catalog_stands_in_and_the_missing_file_is_named(tmp_path: Path) -> None:
+def test_without_a_checkout_the_published_copy_is_read_and_the_missing_file_is_named(tmp_path: Path) -> None:
     alone = tmp_path / "exp.yaml"
     shutil.copy(EXAMPLE, alone)
     config = import_launch("primus", alone, hardware="mi355x", nodes=4)
     assert config.job["model"] == "mixtral-8x22b"
-    assert any("no Primus checkout holds mixtral_8x22B_v0.1.yaml" in n and "catalog model mixtral-8x22b" in n
-               for n in config.notes)
+    assert any("no Primus checkout holds mixtral_8x22B_v0.1.yaml" in n and "read as published at AMD-AGI/Primus "
+               "fd1eeab" in n and "mixtral_8x22B_v0.1.yaml < mixtral_base.yaml" in n for n in config.notes)
+
+
+@pytest.mark.parametrize("name", ["mixtral_8x22B_v0.1.yaml"])
+def test_the_shipped_copy_of_a_model_file_reads_as_the_checkout_s_file(name: str) -> None:
+    # the test checkout holds the keys of AMD-AGI/Primus fd1eeab's files that its tests need; merged through
+    # their chains, the copy primus ships (primus_published) gives each the same value, so an import reads
+    # the same model with or without a checkout
+    from primus.launch.common import Collector
+    from primus.launch.primus_models import read_model_file
+    from primus.launch.primus_published import published_model_file
+
+    checkout = read_model_file(CHECKOUT, name, "test", Collector())
+    shipped = published_model_file(name, "test", Collector())
+    assert checkout is not None and shipped is not None
+    assert {k: shipped.values.get(k) for k in checkout.values} == checkout.values
+
+
+def test_every_model_file_primus_knows_is_shipped_and_reads_as_its_catalog_model() -> None:
+    from primus.launch.common import Collector
+    from primus.launch.primus_models import MODEL_FILES
+    from primus.launch.primus_published import published_model_file
+
+    for slug, name in MODEL_FILES.items():
+        found = published_model_file(name, "test", Collector())
+        assert found is not None and found.chain[0] == name and "language_model.yaml" in found.chain, slug
+        assert found.values["num_layers"] > 0 and found.values["hidden_size"] > 0
+
+
+@pytest.mark.parametrize(("model_file", "overrides", "expected"), [
+    # grok1.yaml (fd1eeab) runs Mixtral-8x22B-v0.1's tokenizer: a 32,000-row vocabulary, not Grok-1's 131,072
+    ("grok1.yaml", "", {"vocab_size": 32000}),
+    # deepseek_v2_lite-BF16-pretrain.yaml turns MLA off; deepseek_v2_base.yaml then gives qk_layernorm true and
+    # kv_channels 128 for the standard attention that takes its place
+    ("deepseek_v2_lite.yaml", "      multi_latent_attention: false\n",
+     {"multi_latent_attention": False, "qk_layernorm": True, "kv_channels": 128}),
+])
+def test_without_a_checkout_the_published_file_s_architecture_applies(tmp_path: Path, model_file: str, overrides: str,
+                                                                      expected: dict[str, object]) -> None:
+    # review 45, M6: the same experiment read two ways (grok1 146.4 GiB with a checkout, 154.1 without)
+    path = tmp_path / "exp.yaml"
+    path.write_text("modules:\n  pre_trainer:\n    framework: megatron\n    config: pre_trainer.yaml\n"
+                    f"    model: {model_file}\n    overrides:\n      micro_batch_size: 1\n"
+                    "      global_batch_size: 64\n      seq_length: 4096\n" + overrides)
+    model = import_launch("primus", path, hardware="mi355x", nodes=8).job["model"]
+    assert isinstance(model, dict) and all(model[k] == v for k, v in expected.items())
 
 
 def test_without_a_checkout_the_published_file_s_moe_settings_still_apply(tmp_path: Path) -> None:

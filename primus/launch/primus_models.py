@@ -41,24 +41,6 @@ MODEL_FILES: Final[dict[str, str]] = {
 }
 SLUG_OF_FILE: Final = {v: k for k, v in MODEL_FILES.items()}
 
-# What the published MoE model files set beyond the architecture, through their `extends:` chains, where
-# it differs from language_model.yaml (AMD-AGI/Primus fd1eeab, primus/configs/models/megatron/): the
-# grouped GEMM, the dispatcher, the fused permutation, and the expert-parallel size two presets pin. Read
-# when there is no checkout, so that an experiment naming deepseek_v3.yaml gets its preset's dispatcher and
-# permutation rather than Megatron-LM's argument defaults (allgather, unfused). The dense files set none.
-_ALLTOALL: Final = {"moe_grouped_gemm": True, "moe_token_dispatcher_type": "alltoall"}
-#: deepseek_v2_base.yaml lines 31 and 44-46, deepseek_v3_base.yaml lines 34 and 47-49, qwen2.5_base.yaml lines 29-32
-_FUSED: Final = {**_ALLTOALL, "moe_use_legacy_grouped_gemm": False, "moe_permute_fusion": True}
-PRESET_SETTINGS: Final[dict[str, dict[str, Any]]] = {
-    "mixtral_8x7B_v0.1.yaml": _ALLTOALL, "mixtral_8x22B_v0.1.yaml": _ALLTOALL,  # mixtral_base.yaml lines 16-17
-    "grok1.yaml": _ALLTOALL,  # grok_base.yaml lines 16-17
-    "deepseek_v3.yaml": {**_FUSED, "expert_model_parallel_size": 8},  # deepseek_v3.yaml line 34
-    "kimi_k2.yaml": _FUSED,
-    "qwen3_30B_A3B.yaml": _FUSED, "qwen3_235B_A22B.yaml": _FUSED,
-    "gpt_oss_120B.yaml": {**_FUSED, "expert_model_parallel_size": 8},  # gpt_oss_120B.yaml line 30
-    "deepseek_v2_lite.yaml": {**_FUSED, "expert_model_parallel_size": 8},  # deepseek_v2_lite.yaml
-}
-
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 

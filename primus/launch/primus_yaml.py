@@ -41,12 +41,12 @@ from primus.launch.primus_models import (
     BASE_MODEL_FILE,
     MODEL_FILES,
     MODELS_DIR,
-    PRESET_SETTINGS,
     SLUG_OF_FILE,
     find_root,
     read_model_file,
     substitute,
 )
+from primus.launch.primus_published import PUBLISHED_COMMIT, published_model_file
 from primus.parallel import Layout
 from primus.stacks.primus_turbo import (
     DEEPEP_KEY,
@@ -69,7 +69,7 @@ PRIMUS_DEFAULTS: Final[dict[str, Any]] = {
     "use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True, "swiglu": True,
     "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "fp8_recipe": "delayed",
     # language_model.yaml says false, but model presets set it (mixtral_base.yaml, deepseek_v3_base.yaml:
-    # true); with the model file unread and not one of PRESET_SETTINGS' files it is not known
+    # true); with the model file unread and not one primus ships (primus_published) it is not known
     "moe_grouped_gemm": None,
 }
 _SECTION = "modules.pre_trainer.overrides"
@@ -226,44 +226,38 @@ _ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads")
 
 def _model_file(model_file: str, ns: dict[str, Any], where: str, module: str, primus_root: Path | None,
                 out: Collector) -> tuple[dict[str, Any], str | None, bool]:
-    """The Megatron arguments of the experiment's model file (read from the Primus checkout with its
-    `extends:` chain; without one, what the published file sets beyond the architecture, PRESET_SETTINGS),
-    the catalog model it stands for, if any, and whether that catalog model gives the architecture."""
+    """The Megatron arguments of the experiment's model file, read with its `extends:` chain from the
+    Primus checkout, else from the copy of the published file primus ships (`primus_published`: the same
+    job with or without a checkout), the catalog model it stands for, if any, and whether that catalog
+    model gives the architecture (only when neither has the file and the overrides give it)."""
     slug = SLUG_OF_FILE.get(Path(model_file).name)
     root = find_root(Path(where), primus_root, where)
     found = read_model_file(root, model_file, where, out) if root is not None else None
     if found is not None:
         out.note(f"model file {model_file} read from the Primus checkout {root} ({' < '.join(found.chain)})")
-        file_ns: dict[str, Any] = {}
-        for key, value in found.values.items():
-            if key in TRAINER_KEYS:
-                out.note(f"{model_file}: {key}: {value} is not used: Primus keeps the trainer config's value when "
-                         "the model file repeats a key (merge_namespace, allow_override=False)")
-            elif key in BY_DEST:
-                file_ns[key] = coerce(BY_DEST[key], value, where, f"{model_file}: {key}")
-        return file_ns, slug, False
-    if model_file == BASE_MODEL_FILE:
+    elif model_file != BASE_MODEL_FILE:
+        missing = (f"{model_file} is not in {root / MODELS_DIR}" if root is not None else
+                   f"no Primus checkout holds {model_file} (none found above the experiment file; give --primus-root)")
+        found = published_model_file(model_file, where, out)
+        if found is not None:
+            out.note(f"{missing}: read as published at AMD-AGI/Primus {PUBLISHED_COMMIT[:7]} (the copy primus ships, "
+                     f"{' < '.join(found.chain)})")
+        elif not all(key in ns for key in _ARCHITECTURE):
+            known = ", ".join(sorted(SLUG_OF_FILE))
+            raise InputError(where, f"modules.{module}.model", f"{missing}, and it is not one of the model files "
+                             f"primus ships ({known}); the overrides do not give the architecture either")
+        else:
+            out.note(f"{missing}: the overrides give the architecture")
+    if found is None:
         return {}, None, False
-    missing = (f"{model_file} is not in {root / MODELS_DIR}" if root is not None else
-               f"no Primus checkout holds {model_file} (none found above the experiment file; give --primus-root)")
-    if slug is not None:
-        preset = PRESET_SETTINGS.get(Path(model_file).name, {})
-        said = (f", with what the published file sets ({_settings_text(preset)}; AMD-AGI/Primus fd1eeab)"
-                if preset else "")
-        out.note(f"{missing}: catalog model {slug} stands for it{said}")
-        return {key: coerce(BY_DEST[key], value, where, f"{model_file}: {key}") for key, value in preset.items()}, \
-            slug, True
-    if not all(key in ns for key in _ARCHITECTURE):
-        known = ", ".join(sorted(SLUG_OF_FILE))
-        raise InputError(where, f"modules.{module}.model", f"{missing}, and it is not one of the model files primus "
-                         f"knows ({known}); the overrides do not give the architecture either")
-    out.note(f"{missing}: the overrides give the architecture")
-    return {}, None, False
-
-
-def _settings_text(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{key}: {str(value).lower() if isinstance(value, bool) else value}"
-                     for key, value in settings.items())
+    file_ns: dict[str, Any] = {}
+    for key, value in found.values.items():
+        if key in TRAINER_KEYS:
+            out.note(f"{model_file}: {key}: {value} is not used: Primus keeps the trainer config's value when "
+                     "the model file repeats a key (merge_namespace, allow_override=False)")
+        elif key in BY_DEST:
+            file_ns[key] = coerce(BY_DEST[key], value, where, f"{model_file}: {key}")
+    return file_ns, slug, False
 
 
 def _layer_ids(value: Any, where: str) -> tuple[int, ...] | None:
