@@ -4,11 +4,17 @@ The candidates are exactly `Question(job).legal()` (every rule holds and the led
 "fastest" is only ever chosen among layouts that can run. All candidates are ranked with the fast path
 (closed form, or the bottleneck bound for uneven stages); the best few are re-timed by discrete-event
 simulation and the fastest of those is the answer.
+
+"Fastest" has one definition, shared by `primus project`, `primus tune` and `primus enumerate --rank`
+(`fastest_first`): the most projected tokens/s/GPU, the fast path ranking and the simulation deciding among
+the RESIMULATE leaders; equal numbers go to the canonical layout order (`Layout.key`, the order of
+`enumerate`). There is no tolerance band: a layout projected slower is never called the fastest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,11 +30,31 @@ from primus.solver.api import LegalLayout, Question
 from primus.solver.search import best_first
 from primus.solver.vector import Candidates
 
-RESIMULATE = 8  # candidates re-timed by simulation after the fast ranking
-#: Step times within this fraction of the fastest are ties for this model (it is calibrated against data
-#: whose own run-to-run drift is about ±5%, ground_truth/README); a tie goes to the layout that hides the
-#: least communication behind compute, because overlap is the least certain part of the projection.
-TIE = 0.01
+#: Leaders of the fast ranking re-timed by simulation before the fastest is named (project, tune's default
+#: `resimulate_top`, enumerate --rank): a search budget, not a modelling constant.
+RESIMULATE = 8
+
+
+class _Ranked(Protocol):
+    @property
+    def tokens_per_s_per_gpu(self) -> float: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+
+R = TypeVar("R", bound=_Ranked)
+
+
+def fastest_key(item: _Ranked) -> tuple[Any, ...]:
+    """The one order "fastest first" means everywhere: most projected tokens/s/GPU, equal numbers in
+    canonical layout order (deterministic, and the order `enumerate` lists them in)."""
+    return (-item.tokens_per_s_per_gpu, item.layout.key())
+
+
+def fastest_first(items: Sequence[R]) -> list[R]:
+    """`items` (projections or tune's scores) fastest first, by `fastest_key`."""
+    return sorted(items, key=fastest_key)
 
 
 class NothingFits(Exception):
@@ -66,18 +92,28 @@ def _nothing_fits(job: Job, proj: Projector) -> NothingFits:
 
 
 def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,
-                 timer: KernelTimer | None = None, method: str = "fast") -> list[Projection]:
-    """Projections of `candidates`, fastest (most tokens/s/GPU) first; ties keep the given order.
+                 timer: KernelTimer | None = None, method: str = "fast",
+                 resimulate: int = RESIMULATE) -> list[Projection]:
+    """Projections of `candidates`, fastest first (`fastest_first`). With the fast `method`, the first
+    `resimulate` of that ranking are re-timed ("auto": simulation where the closed form is not exact) and
+    re-ordered, as `complete_and_project` and `primus tune` decide, so the first row is their answer.
     (Without assumptions text: re-project the one you report.)"""
     proj = projector_for(job, profile, timer)
+    peaks: list[tuple[int, bool] | None] = []
     out = []
     for cand in candidates:
         if isinstance(cand, LegalLayout):
-            out.append(proj.project(cand.layout, method, peak=(cand.peak_bytes, True), explain=False))
+            peaks.append((cand.peak_bytes, True))
+            out.append(proj.project(cand.layout, method, peak=peaks[-1], explain=False))
         else:
+            peaks.append(None)
             out.append(proj.project(cand, method, explain=False))
-    order = sorted(range(len(out)), key=lambda i: (-out[i].tokens_per_s_per_gpu, i))
-    return [out[i] for i in order]
+    order = sorted(range(len(out)), key=lambda i: fastest_key(out[i]))
+    ranked = [out[i] for i in order]
+    if method != "fast" or resimulate <= 0:
+        return ranked
+    leaders = [proj.project(out[i].layout, "auto", peak=peaks[i], explain=False) for i in order[:resimulate]]
+    return fastest_first(leaders) + ranked[resimulate:]
 
 
 class Speed:
@@ -118,7 +154,8 @@ def _describe(job: Job, layout: Layout, n: int) -> str:
         return "every axis pinned; projected as given"
     values = layout.as_parallel()
     chosen = ", ".join(f"{a}={values[a]}" for a in free if a in values)
-    return f"free axes completed as {chosen}: the fastest of {n} legal layout(s) that fit, by projected step time"
+    return (f"free axes completed as {chosen}: the fastest of {n:,} legal layout(s) that fit, by projected "
+            "tokens/s/GPU")
 
 
 def complete_and_project(job: Job, profile: Profile | None = None, *, timer: KernelTimer | None = None,
@@ -141,9 +178,7 @@ def complete_and_project(job: Job, profile: Profile | None = None, *, timer: Ker
         lambda i: proj.project(cands.layout(i), "fast", peak=(int(peaks[i]), True), explain=False).tokens_per_s_per_gpu,
         RESIMULATE, refine=[sb.unsharded_bounds(cands), sb.row_bounds(cands), sb.layout_bounds(cands)])
     finals = [proj.project(cands.layout(i), "auto", peak=(int(peaks[i]), True)) for _, i in top]
-    fastest = min(p.step_time_s for p in finals)
-    ties = [p for p in finals if p.step_time_s <= fastest * (1 + TIE)]
-    best = min(ties, key=lambda p: (sum(p.hidden.values()), p.step_time_s))
+    best = fastest_first(finals)[0]
     proof = (f"; {scored:,} projected, the other {cands.n - scored:,} ruled out by the step-time bound "
              f"(at most {stop:,.0f} tokens/s/GPU)" if scored < cands.n else "")
     return best.with_completion(_describe(job, best.layout, cands.n) + proof)

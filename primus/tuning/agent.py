@@ -20,6 +20,7 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.parallel import Layout, normalise
 from primus.projection import BREAKDOWN_ORDER, Projector
+from primus.projection.complete import RESIMULATE, fastest_first
 from primus.projection.profile import Profile, load_profile
 from primus.report.audit import Checkpoint, dumps_line
 from primus.rules.model import Rule
@@ -35,7 +36,7 @@ CHECKPOINT_BLOCK = 2_000
 @dataclass(frozen=True)
 class TuneSettings:
     exhaustive_limit: int = 200_000
-    resimulate_top: int = 8
+    resimulate_top: int = RESIMULATE
     top_k: int = 10
     stall_rounds: int = 2
     max_rounds: int = 12
@@ -335,8 +336,8 @@ def _score_block(indices: list[int]) -> list[tuple[float, float, dict[str, float
 
 
 def ranked(scores: Sequence[Scored]) -> list[Scored]:
-    """Fastest first; ties in canonical layout order (deterministic)."""
-    return sorted(scores, key=lambda s: (-s.tokens_per_s_per_gpu, s.layout.key()))
+    """Fastest first, as project and enumerate --rank order (`primus.projection.complete.fastest_first`)."""
+    return fastest_first(scores)
 
 
 def _with_axis(layout: Layout, axis: str, value: Any, job: Job) -> Layout:

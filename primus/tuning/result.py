@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from primus.job import Job
 from primus.projection import Projection
+from primus.projection.complete import fastest_key
 from primus.tuning.investigate import Investigation
 from primus.tuning.reference import NO_REFERENCE_NOTE, Reference
 from primus.tuning.space import Scored, layout_key
@@ -83,7 +84,7 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
     timed = []
     for s in order[: tuner.settings.resimulate_top]:
         timed.append((space.explain(s.layout, "simulate"), s))
-    timed.sort(key=lambda ps: (-ps[0].tokens_per_s_per_gpu, ps[0].layout.key()))
+    timed.sort(key=lambda ps: fastest_key(ps[0]))
     bar = error_bar(tuner)
     doc: dict[str, Any] = {
         "job": {"model": tuner.job.model.name, "hardware": tuner.job.cluster.name, "gpus": tuner.job.num_gpus,
