@@ -29,6 +29,7 @@ from primus.tuning.run import (
     job_text_with_stack,
     run_tune,
 )
+from primus.tuning.variants import changes_text
 from primus.yamlio import read_text
 
 DEFAULT_JOB = "mixtral-8x22b-mi355x.yaml"
@@ -45,6 +46,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     best = doc["best"]
     if best["parallel"] is None:
         con.print("[bold red]no legal layout[/]", markup=True)
+        _print_variants(con, doc)
         return
     con.print(f"[bold green]best[/]: {lit(parallel_text(best['parallel']))}", markup=True)
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
@@ -78,14 +80,30 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
                          for r in doc["why"][:8]], justify_right=["reference", "best", "change"]))
     cert = doc.get("certificate")
     if cert:
-        con.print(f"certificate: all {cert['legal_layouts']:,} legal layouts scored; margin to the runner-up "
+        con.print(f"certificate: under {lit(cert['scope'])}, all {cert['legal_layouts']:,} legal layouts scored; "
+                  "margin to the runner-up "
                   f"{cert['margin_to_runner_up_pct'] or 0:.2f}% vs error bar {doc['uncertainty_pct'] or 0:.0f}%"
                   + (" (the ranking among the top is within the error bar)" if not cert["margin_exceeds_error_bar"]
                      else ""))
+    _print_variants(con, doc)
     rows = [(i + 1, parallel_text(t["parallel"]), f"{t['tokens_per_s_per_gpu']:,.0f}", f"{t['step_time_s']:.3f}",
              gib(t["peak_bytes"])) for i, t in enumerate(doc["top"][:10])]
     con.print(table("top layouts", ["#", "parallel", "tokens/s/GPU", "step s", "peak"], rows))
     con.print(f"report: {out_dir / 'report.html'} (and report.md); search log: {out_dir / 'audit.jsonl'}")
+
+
+def _print_variants(con: Any, doc: dict[str, Any]) -> None:
+    """Layouts legal only under other pipeline options, projected faster than the best."""
+    variants = doc.get("faster_with_changed_options", [])
+    if not variants:
+        return
+    con.print("faster with other pipeline options (outside the search and its certificate; set them in the job "
+              "file and `primus fit` proves the layout):")
+    best = doc["best"]["tokens_per_s_per_gpu"]
+    for v in variants:
+        times = f" ({v['tokens_per_s_per_gpu'] / best:.2f}x the best)" if best else ""
+        con.print(f"  {parallel_text(v['parallel'])} with {lit(changes_text(v['options']))} -> "
+                  f"{v['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{times}")
 
 
 @click.command("tune")

@@ -17,6 +17,7 @@ from primus.projection import Projector
 from primus.report import charts
 from primus.report.pipeline import simulate, timeline_data
 from primus.report.rundir import RunDir, layout_of
+from primus.tuning.variants import changes_text
 
 GIB = 1024**3
 WHO = {"built-in": "built-in", "job": "user (job file)", "user": "user (rule file)", "inline": "user (--rule)",
@@ -61,6 +62,7 @@ def build_context(run: RunDir) -> dict[str, Any]:
     }
     best = doc["best"]
     ctx["answer"] = _answer(doc, capacity) if best.get("parallel") else None
+    ctx["variants"] = _variants(doc)
     ctx["reference"] = _reference(doc)
     ctx["top"] = [{"rank": i + 1, "layout": layout_text(t["parallel"]), "tokens": num(t["tokens_per_s_per_gpu"]),
                    "step": num(t["step_time_s"], 3), "peak": gib(t["peak_bytes"]),
@@ -99,13 +101,29 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
     }
     if cert:
         margin = cert.get("margin_to_runner_up_pct")
+        scope = cert.get("scope")
         out["certificate"] = (
-            f"all {cert['legal_layouts']:,} legal layouts were scored (exhaustive): no legal layout is projected "
-            f"faster. Margin to the runner-up {num(margin, 3)}%"
+            (f"under {scope}, all {cert['legal_layouts']:,} legal layouts were scored (exhaustive): none is "
+             "projected faster" if scope else
+             f"all {cert['legal_layouts']:,} legal layouts were scored (exhaustive): no legal layout is projected "
+             "faster")
+            + f". Margin to the runner-up {num(margin, 3)}%"
             + (f" against an error bar of {pct:.0f}%" if pct is not None else " (no error bar for this hardware)")
             + ("" if cert.get("margin_exceeds_error_bar") else "; the top of the ranking is within the projection's "
-               "uncertainty"))
+               "uncertainty")
+            + ("; other pipeline options make faster layouts legal (below), outside this certificate"
+               if cert.get("faster_with_changed_options") else ""))
     return out
+
+
+def _variants(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """Layouts legal only under other pipeline options, projected faster than the best (a run directory
+    written before tune looked for them has none)."""
+    best_tokens = doc["best"].get("tokens_per_s_per_gpu")
+    return [{"layout": layout_text(v["parallel"]), "changes": changes_text(v["options"]),
+             "tokens": num(v["tokens_per_s_per_gpu"]), "peak": gib(v["peak_bytes"]),
+             "times": f"{v['tokens_per_s_per_gpu'] / best_tokens:.2f}×" if best_tokens else "–"}
+            for v in doc.get("faster_with_changed_options", [])]
 
 
 def _claim(doc: dict[str, Any]) -> str | None:

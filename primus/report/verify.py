@@ -13,7 +13,9 @@ job, profile and exact rule set are rebuilt from them (`RunDir`), and for every 
   ledger's peak, no assumptions text) must give the recorded tokens/s/GPU and step time, and every
   breakdown term, within `REL_TOL` (relative; breakdown terms relative to the step time).
 
-Then `result.json` is checked against the log (its scored count; its best layout, re-simulated) and the
+Then `result.json` is checked against the log (its scored count; its best layout, re-simulated), its
+layouts that need other pipeline options (`faster_with_changed_options`) are re-checked under those
+options (legal, same peak, re-simulated), and the
 report files against a fresh render, whichever primus version wrote them: a directory from another
 version is rendered with this one and compared (`primus report DIR` re-renders it to this version's
 wording; its numbers are recomputed either way). Every difference names the candidate (seq and layout)
@@ -160,6 +162,7 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     for (seq, e, _, _), (tok, step, breakdown) in zip(todo, scores, strict=True):
         out.differences += _compare(seq, e, tok, step, breakdown)
     out.differences += _check_result(run, projector, entries)
+    out.differences += _check_variants(run, projector)
     out.differences += _check_report(run, out.notes)
     return out
 
@@ -241,6 +244,39 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
         if logged != best.get("peak_bytes"):
             diffs.append(Difference(f"result.json: best peak_bytes {best.get('peak_bytes')!r} is not the logged "
                                     f"{logged!r}"))
+    return diffs
+
+
+def _check_variants(run: RunDir, projector: Projector) -> list[Difference]:
+    """result.json's layouts that need other pipeline options: each legal for the recorded job with its
+    options set (under the recorded rules, with the recorded peak) and re-simulated to its recorded
+    numbers. The certificate does not cover them; the numbers beside it are still re-checked."""
+    from primus.projection.project import projector_for
+    from primus.solver.options import apply_options
+
+    diffs = []
+    question = run.question()
+    for k, v in enumerate(run.result.get("faster_with_changed_options") or []):
+        where = f"result.json: faster_with_changed_options[{k}]"
+        try:
+            layout = normalise(layout_of(v.get("parallel")), is_moe=run.job.model.is_moe)
+            variant = question.with_job(apply_options(run.job, dict(v["options"])))
+        except (ValueError, KeyError, TypeError, InputError) as exc:
+            diffs.append(Difference(f"{where}: not a layout with options: {exc}"))
+            continue
+        c = variant.candidates
+        legal = {c.layout(i): int(c.cols["peak_bytes"][i]) for i in range(c.n)}
+        if legal.get(layout) != v.get("peak_bytes"):
+            diffs.append(Difference(f"{where}: {layout_text(layout.as_parallel())} with its options is "
+                                    + ("not legal" if layout not in legal else
+                                       f"legal at peak_bytes {legal[layout]}, recorded {v.get('peak_bytes')!r}")))
+            continue
+        p = projector_for(variant.job, projector.profile, projector.timer).project(
+            layout, "simulate", peak=(legal[layout], True), explain=False)
+        for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s)):
+            old = v.get(name)
+            if not isinstance(old, (int, float)) or not close(float(old), new):
+                diffs.append(Difference(f"{where}: {name} recorded {old!r}, re-simulated {new!r}"))
     return diffs
 
 

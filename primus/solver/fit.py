@@ -243,7 +243,7 @@ def option_fixes(question: Question, core: tuple[str, ...],
                  speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
     """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
     split options when the refusal involves the pipeline split or memory and PP is pinned above 1, or
-    the pipeline split and PP is free (`_free_pipeline_fixes`);
+    the pipeline split and PP is free (`free_pipeline_fixes`);
     partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
     when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
     allocator when it involves memory, the job's stack runs the default allocator on an NVIDIA device, and
@@ -263,7 +263,7 @@ def option_fixes(question: Question, core: tuple[str, ...],
                 continue
             out += _completed(variant.job, c, options, capacity, speed_for, question.pins)
     elif pp is None and "pipeline-split" in core:
-        out += _free_pipeline_fixes(question, capacity, speed_for)
+        out += free_pipeline_fixes(question, capacity, speed_for)
     job = question.job
     if "memory" in core and not job.expandable_segments and job.cluster.accelerator.vendor in ALLOCATOR_FIX_VENDORS:
         variant = question.with_job(apply_options(job, EXPANDABLE_SEGMENTS))
@@ -281,7 +281,7 @@ def option_fixes(question: Question, core: tuple[str, ...],
     return out
 
 
-def _free_pipeline_fixes(question: Question, capacity: int,
+def free_pipeline_fixes(question: Question, capacity: int,
                          speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
     """With PP free: for each pipeline size the layers do not split over evenly, but at which every other
     rule (memory included) holds for some layout when the split is set aside, the least intrusive
