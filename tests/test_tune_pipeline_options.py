@@ -120,3 +120,55 @@ def test_a_job_whose_options_split_every_pipeline_size_names_no_variant(run_cli,
     doc = as_json(out)
     assert doc["faster_with_changed_options"] == []
     assert doc["certificate"]["scope"] == "the job's pipeline options (none set: Megatron's default split)"
+
+
+L8_FIRST_LAST_3 = {
+    "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 8192, "global_batch_size": 32,
+    "precision": "bf16", "parallel": {"tp": 8},
+    "pipeline": {"decoder_first_pipeline_num_layers": 3, "decoder_last_pipeline_num_layers": 3},
+}
+
+
+def test_allow_pipeline_searches_the_named_option_sets_and_keeps_the_fastest(run_cli, write_job, tmp_path) -> None:
+    path = write_job(L8_FIRST_LAST_3)
+    code, out, _ = run_cli("tune", path, "--llm", "none", "--out", str(tmp_path / "own"), "--format", "json")
+    assert code == 0
+    own = as_json(out)
+    code, out, _ = run_cli("tune", path, "--llm", "none", "--allow", "pipeline", "--out", str(tmp_path / "p"),
+                           "--format", "json")
+    assert code == 0
+    doc = as_json(out)
+    change = doc["allowed_changes"]["pipeline"]
+    assert change["requested"] == {"pipeline.decoder_first_pipeline_num_layers": 3,
+                                   "pipeline.decoder_last_pipeline_num_layers": 3}
+    assert change["chosen"]["pipeline.account_for_embedding_in_pipeline_split"] is True
+    assert doc["best"]["tokens_per_s_per_gpu"] > own["best"]["tokens_per_s_per_gpu"]
+    assert doc["best"]["tokens_per_s_per_gpu"] >= max(v["tokens_per_s_per_gpu"]
+                                                      for v in own["faster_with_changed_options"])
+
+
+def test_the_run_with_changed_pipeline_options_records_them_in_its_job_file_and_verifies(run_cli, write_job,
+                                                                                         tmp_path) -> None:
+    out = tmp_path / "p"
+    code, _, _ = run_cli("tune", write_job(L8_FIRST_LAST_3), "--llm", "none", "--allow", "pipeline", "--out",
+                         str(out), "--format", "json")
+    assert code == 0
+    import yaml
+
+    recorded = yaml.safe_load((out / "inputs" / "job.yaml").read_text())
+    assert recorded["pipeline"] == {"account_for_embedding_in_pipeline_split": True,
+                                    "account_for_loss_in_pipeline_split": True}
+    code, _, _ = run_cli("audit", "verify", str(out))
+    assert code == 0
+
+
+def test_a_job_whose_own_options_leave_nothing_legal_still_names_the_layouts_other_options_allow(
+        run_cli, write_job, tmp_path) -> None:
+    # 96 GPUs at global batch 64 need a factor 3 only PP can hold; 32 layers do not split over 3 stages
+    job = {"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 96, "seq_len": 8192, "global_batch_size": 64,
+           "precision": "bf16", "parallel": {"tp": 1}}
+    code, out, _ = run_cli("tune", write_job(job), "--llm", "none", "--out", str(tmp_path / "t"), "--format", "json")
+    doc = as_json(out)
+    assert doc["best"]["parallel"] is None and code == 1
+    assert doc["faster_with_changed_options"]
+    assert all(v["parallel"]["pp"] % 3 == 0 for v in doc["faster_with_changed_options"])

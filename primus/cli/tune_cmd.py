@@ -49,6 +49,9 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
         _print_variants(con, doc)
         return
     con.print(f"[bold green]best[/]: {lit(parallel_text(best['parallel']))}", markup=True)
+    piped = (doc.get("allowed_changes") or {}).get("pipeline")
+    if piped:
+        con.print(f"  with pipeline options changed by --allow pipeline: {lit(changes_text(piped['chosen']))}")
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
@@ -97,8 +100,8 @@ def _print_variants(con: Any, doc: dict[str, Any]) -> None:
     variants = doc.get("faster_with_changed_options", [])
     if not variants:
         return
-    con.print("faster with other pipeline options (outside the search and its certificate; set them in the job "
-              "file and `primus fit` proves the layout):")
+    con.print("faster with other pipeline options (outside the search and its certificate; `--allow pipeline` "
+              "searches every layout under each option set, or set them in the job file):")
     best = doc["best"]["tokens_per_s_per_gpu"]
     for v in variants:
         times = f" ({v['tokens_per_s_per_gpu'] / best:.2f}x the best)" if best else ""
@@ -123,8 +126,9 @@ def _print_variants(con: Any, doc: dict[str, Any]) -> None:
 @click.option("--llm-calls", type=click.IntRange(*LLM_CALLS_RANGE), default=4, show_default=True, help="Call budget.")
 @click.option("--llm-timeout", type=click.FloatRange(*LLM_TIMEOUT_RANGE), default=60.0, show_default=True)
 @click.option("--allow", "allow", multiple=True, type=click.Choice(ALLOWABLE),
-              help="Let tuning change a convergence setting (precision): each allowed value is tuned and the "
-                   "fastest kept. Sequence length, global batch and data order never change.")
+              help="Let tuning change a convergence setting (precision) or the job's pipeline options (pipeline: "
+                   "the option sets that make faster layouts legal): each allowed value is tuned and the fastest "
+                   "kept. Sequence length, global batch and data order never change.")
 @click.option("--workers", type=click.IntRange(*WORKERS_RANGE), default=None,
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")

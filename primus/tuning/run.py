@@ -22,12 +22,14 @@ from primus.report.owned import claimable
 from primus.tuning.agent import Tuner, TuneSettings
 from primus.tuning.llm import LlmSettings
 from primus.tuning.output import input_texts, write_run_dir
+from primus.tuning.variants import changes_text
 
 #: What `--resume` takes from the interrupted run's checkpoint rather than from the command line.
 RESUMED_FROM_STATE = ("job_file", "stack", "rule_texts", "rule_files", "without", "exhaustive_limit", "llm_mode",
                       "llm_base_url", "llm_model", "llm_calls", "llm_timeout", "allow")
-#: Convergence settings tuning may change when the user allows it (never GBS, sequence or data order).
-ALLOWABLE = ("precision",)
+#: What tuning may change when the user allows it: a convergence setting (precision; never GBS, sequence or
+#: data order) or the job's pipeline options (`pipeline:`, which layers each stage holds; numerics unchanged).
+ALLOWABLE = ("precision", "pipeline")
 #: The ranges the CLI options accept, and what a checkpoint's options and the API's arguments must hold:
 #: --exhaustive-limit, --llm-calls and --llm-timeout (seconds); --workers' is primus.processes.WORKERS_RANGE.
 EXHAUSTIVE_LIMIT_RANGE = (0, 10_000_000)
@@ -143,6 +145,13 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
             job_text = ("# precision changed by `primus tune --allow precision`\n"
                         + yaml.safe_dump(at_precision(job_text, chosen.spec.precision), sort_keys=False))
             job = chosen
+    if "pipeline" in options.get("allow", []):
+        chosen, change = choose_pipeline(job, job_text, settings, rules, say)
+        if change is not None:
+            job_text = ("# pipeline options changed by `primus tune --allow pipeline`\n"
+                        + yaml.safe_dump(with_pipeline(job_text, change["pipeline"]["chosen"]), sort_keys=False))
+            job = chosen
+        allowed_changes = {**(allowed_changes or {}), **(change or {})} or None
     tuner = Tuner(job, settings, progress=say, **rules)
     inputs = input_texts(job_text, tuner)
     sums = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(inputs.items())}
@@ -217,3 +226,44 @@ def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any], sa
     return chosen, summary
 
 
+
+
+def with_pipeline(job_text: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """The job file's mapping with pipeline option changes (`pipeline.X` -> value; None drops X)."""
+    data = dict(yaml.safe_load(job_text))
+    pipeline = dict(data.get("pipeline") or {})
+    for path, value in changes.items():
+        name = path.removeprefix("pipeline.")
+        if value is None:
+            pipeline.pop(name, None)
+        else:
+            pipeline[name] = value
+    data["pipeline"] = pipeline
+    return data
+
+
+def choose_pipeline(job: Job, job_text: str, settings: TuneSettings, rules: dict[str, Any],
+                    say: Callable[[str], None]) -> tuple[Job, dict[str, Any] | None]:
+    """With --allow pipeline: tune the job with its own pipeline options (no LLM), then with each option set
+    it names as making faster layouts legal (`faster_with_changed_options`, fastest first), and keep the
+    fastest; the job's own options win a tie. Returns that job and what changed (None if nothing did)."""
+    trials: list[tuple[dict[str, Any], Job, float]] = []
+    say("--allow pipeline: trying the job's own pipeline options")
+    doc = Tuner(job, replace(settings, llm=LlmSettings()), **rules).run()
+    trials.append(({}, job, doc["best"]["tokens_per_s_per_gpu"] or 0.0))
+    seen: list[dict[str, Any]] = []
+    for v in doc.get("faster_with_changed_options", []):
+        if v["options"] in seen:
+            continue
+        seen.append(v["options"])
+        trial = job_from_mapping(with_pipeline(job_text, v["options"]), job.where, job.base_dir)
+        say(f"--allow pipeline: trying {changes_text(v['options'])}")
+        best = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()["best"]["tokens_per_s_per_gpu"]
+        trials.append((v["options"], trial, best or 0.0))
+    winner = max(range(len(trials)), key=lambda k: (trials[k][2], k == 0, -k))
+    if winner == 0:
+        return job, None
+    options, chosen, _ = trials[winner]
+    requested = {f"pipeline.{k}": v for k, v in job.spec.pipeline.model_dump(exclude_defaults=True).items()}
+    return chosen, {"pipeline": {"requested": requested, "chosen": options,
+                                 "per_option_set": [{"options": o, "tokens_per_s_per_gpu": t} for o, _, t in trials]}}
