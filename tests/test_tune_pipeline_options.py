@@ -172,3 +172,14 @@ def test_a_job_whose_own_options_leave_nothing_legal_still_names_the_layouts_oth
     assert doc["best"]["parallel"] is None and code == 1
     assert doc["faster_with_changed_options"]
     assert all(v["parallel"]["pp"] % 3 == 0 for v in doc["faster_with_changed_options"])
+
+
+def test_the_megatron_export_of_a_run_with_changed_pipeline_options_carries_them(run_cli, write_job, tmp_path):
+    out = tmp_path / "p"
+    code, _, _ = run_cli("tune", write_job(L8_FIRST_LAST_3), "--llm", "none", "--allow", "pipeline", "--out",
+                         str(out), "--format", "json")
+    assert code == 0
+    code, args, _ = run_cli("export", "--from-tune", str(out / "result.json"), "--to", "megatron")
+    assert code == 0
+    assert "--account-for-embedding-in-pipeline-split" in args and "--account-for-loss-in-pipeline-split" in args
+    assert "--decoder-first-pipeline-num-layers" not in args
