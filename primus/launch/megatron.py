@@ -360,8 +360,8 @@ def format_value(dest: str, value: Any) -> str:
     kind = BY_DEST[dest].kind
     if kind == "window":
         return f"{value[0]},{value[1]}"
-    if isinstance(value, tuple):
-        return "[" + ",".join(str(v) for v in value) + "]"
+    if isinstance(value, tuple):  # a Python list literal: quoted, or bash globs "[1,1]" against the cwd
+        return shlex.quote("[" + ",".join(str(v) for v in value) + "]")
     if isinstance(value, list):
         return " ".join(shlex.quote(str(v)) for v in value)
     return shlex.quote(repr(value) if isinstance(value, float) else str(value))
