@@ -35,6 +35,7 @@ from primus.launch.common import (
     resolve_cluster,
 )
 from primus.launch.torchtitan_2024 import KEYS_2024, LAUNCH_2024, UNTIL_MONTH, tables_2024
+from primus.launch.torchtitan_cli import CLI_COMMIT, NO_ETP, registry_line
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
 from primus.launch.torchtitan_release import (
@@ -56,6 +57,12 @@ FLAVORS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("qwen3", "30B-A3B"): ("qwen3-30b-a3b",), ("qwen3", "235B-A22B"): ("qwen3-235b-a22b",),
     ("gpt_oss", "20b"): ("gpt-oss-20b",), ("gpt_oss", "120b"): ("gpt-oss-120b",),
 }
+#: The job keys a v0.2 TOML (and the registry line) states, and those a pipeline adds: an import reads them
+#: back, so they need no `# primus-job:` header.
+WRITTEN: Final = frozenset({"seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer",
+                            "moe.token_dispatcher", "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"})
+PIPELINE_WRITTEN: Final = frozenset({"pipeline.account_for_embedding_in_pipeline_split",
+                                     "pipeline.account_for_loss_in_pipeline_split"})
 SINGLE_STAGE: Final = ("1F1B", "GPipe")
 LOOPED: Final = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 FLOAT8: Final = ("float8", "quantize.linear.float8")
@@ -461,22 +468,23 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
         tables["training"]["dtype"] = "bfloat16"
     elif dtypes != {"fp32"}:
         raise InputError(where, "optimizer", "torchtitan keeps optimizer state all fp32 or all bf16 (training.dtype)")
-    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "optimizer", "moe.token_dispatcher",
-               "overlap.tp_comm", "framework", "kernels.eager_cross_entropy"}
-    if layout.pp > 1:
-        written |= {"pipeline.account_for_embedding_in_pipeline_split", "pipeline.account_for_loss_in_pipeline_split"}
+    written = set(WRITTEN) | (PIPELINE_WRITTEN if layout.pp > 1 else set())
     torchrun = _torchrun(job)
-    registry = _registry_line(name, flavor, tables, layout.mbs, spec.seq_len)
     if stack.name == "torchtitan" and stack.release >= TOML_UNTIL[0][:7].replace("-", "."):
+        registry, cli_notes = registry_line(job, layout, name, flavor)
+        notes += cli_notes
         notes.append(f"stack {stack.label} reads no TOML (pytorch/torchtitan {TOML_UNTIL[1]}): launch the registry "
                      "form above; the keys below load in torchtitan up to v0.2.2")
         launch = [f"# Launch ({stack.label}): {torchrun} {registry}",
                   "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
     else:
         launch = [f"# Launch: {torchrun} -m torchtitan.train --job.config_file <this file>",
-                  "# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:",
-                  f"#   {registry}",
-                  "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
+                  "# This file loads in torchtitan up to v0.2.2. torchtitan after #2386 (9810191) has no TOML configs:"]
+        if job.model.is_moe and layout.etp != 1:
+            launch.append(f"#   no registry form: {NO_ETP}")
+        else:
+            launch += [f"#   at {CLI_COMMIT}: {registry_line(job, layout, name, flavor)[0]}",
+                       "#   (checkpointing, compile and converters as that registry config sets them: check them)"]
     lines = [f"# torchtitan job config for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.", f"# Keys: {TORCHTITAN_RELEASE}.", *launch,
              *[f"# note: {n}" for n in notes], header_line(residual(job, written))]
@@ -513,17 +521,6 @@ def _export_2024(job: Job, layout: Layout, name: str, flavor: str, notes: list[s
     for table, values in tables.items():
         lines += ["", f"[{table}]", *[f"{k} = {_toml(v)}" for k, v in values.items()]]
     return Exported("torchtitan", KEYS_2024, "\n".join(lines) + "\n", tuple(notes))
-
-
-def _registry_line(name: str, flavor: str, tables: dict[str, dict[str, Any]], mbs: int, seq: int) -> str:
-    """The same run for torchtitan after #2386 (9810191), which has no TOML configs: the package's registry
-    config with command-line overrides (the token budget is the micro-batch in tokens,
-    torchtitan/config/configs.py)."""
-    config = f"{name}_{flavor.lower().replace('-', '_').replace('.', '_')}"
-    overrides = [f"--training.num_tokens_per_microbatch_per_dp_rank {mbs * seq}",
-                 f"--training.max_context_length {seq}"]
-    overrides += [f"--parallelism.{k} {_toml(v).strip(chr(34))}" for k, v in tables["parallelism"].items()]
-    return f"-m torchtitan.train --module {name} --config {config} " + " ".join(overrides)
 
 
 def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:

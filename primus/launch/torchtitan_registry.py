@@ -11,7 +11,9 @@ the same keys a v0.2 TOML holds, so `primus.launch.torchtitan` reads both alike:
   (``llama3``), and fp8 / mxfp8 converters;
 - ``TrainingConfig(num_tokens_per_microbatch_per_dp_rank=8 * 8192, max_context_length=8192)``: the
   micro-batch (tokens ÷ context length) and the sequence length (torchtitan/config/configs.py);
-  ``num_tokens_per_train_step`` the global batch in tokens;
+  ``num_tokens_per_train_step`` the global batch in tokens; under PP ``num_pp_microbatches`` of those
+  micro-batches make one schedule (torchtitan/trainer.py at b5bcd76: tokens of one accumulation step
+  = micro-batch tokens × PP microbatches × DP);
 - ``ParallelismConfig``, ``CompileConfig`` as their TOML sections; ``FullAC`` / ``SelectiveAC`` (the
   default) / ``MemoryBudgetAC`` as ``activation_checkpoint.mode``; ``ChunkedLossWrapper`` as a chunked
   loss, which never holds the whole [tokens, vocab] logits.
@@ -237,9 +239,9 @@ def read_registry(path: Path, config: str, where: str) -> tuple[str, Registry]:
             out.unresolved.append(f"model converter {getattr(conv, 'name', conv)}")
         else:
             out.doc["model"].setdefault("converters", []).append(kind)
-    for value in trainer.kwargs.values():
-        if isinstance(value, Call) and value.name in SECTIONS:
-            out.doc[SECTIONS[value.name]] = {k: v for k, v in value.kwargs.items() if not isinstance(v, Call)}
+    for key, value in trainer.kwargs.items():  # a section set by attribute (`config.compile.enable = True`)
+        if isinstance(value, Call) and (value.name in SECTIONS or key in SECTIONS.values()):  # is named by key
+            out.doc[SECTIONS.get(value.name, key)] = {k: v for k, v in value.kwargs.items() if not isinstance(v, Call)}
     backend = model.kwargs.get("moe_comm_backend")
     if isinstance(backend, str):  # after #2386 the TOML's parallelism.expert_parallel_comm_backend
         out.doc.setdefault("parallelism", {})["expert_parallel_comm_backend"] = backend
@@ -294,6 +296,15 @@ def _tokens(out: Registry, where: str) -> None:
                          f"{per_micro} is not a whole number of {context}-token sequences")
     training["seq_len"] = context
     training["local_batch_size"] = per_micro // context
+    parallelism = out.doc.get("parallelism", {})
+    pp = parallelism.get("pipeline_parallel_degree", 1)
+    if isinstance(pp, int) and pp > 1:  # trainer.py: ignored at PP 1 (then reported as not read)
+        count = parallelism.pop("num_pp_microbatches", 1)  # ParallelismConfig's default
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InputError(where, "parallelism.num_pp_microbatches", f"must be an integer >= 1, got {count!r}")
+        # the TOML's batch: a DP rank's tokens of one schedule, in microbatches of the per-forward tokens
+        parallelism["pipeline_parallel_microbatch_size"] = per_micro // context
+        training["local_batch_size"] = count * (per_micro // context)
     if isinstance(per_step, int) and per_step > 0:
         if per_step % context:
             raise InputError(where, "training.num_tokens_per_train_step", f"is not a multiple of {context}")
