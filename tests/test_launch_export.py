@@ -84,7 +84,11 @@ def test_primus_fsdp_export_leaves_out_param_gather_overlap() -> None:
 
 def test_torchtitan_export_names_its_release_and_the_registry_form() -> None:
     # TOML configs load up to torchtitan v0.2.2; #2386 replaced them with config_registry.py functions
-    text = export_job(_job("llama3.1-70b", tp=8, sp=True, sharding="fsdp", nodes=8), "torchtitan").text
+    from primus.job import job_from_mapping
+
+    base = _job("llama3.1-70b", tp=8, sp=True, sharding="fsdp", nodes=8)
+    data = {**base.spec.model_dump(mode="json", exclude_none=True), "stack": "torchtitan@2025.04"}
+    text = export_job(job_from_mapping(data, "test"), "torchtitan").text
     assert "loads in torchtitan up to v0.2.2" in text
     assert "--module llama3 --config llama3_70b --training.num_tokens_per_microbatch_per_dp_rank 4096" in text
 

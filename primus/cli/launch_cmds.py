@@ -150,17 +150,18 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
 AS_LAUNCHED = " as the target runs it (the note above), not as the file is written"
 
 
-def _check_fits(job: Job, as_launched: bool = False) -> Job:
+def _check_fits(job: Job, as_launched: bool = False, say: Callable[[], None] = lambda: None) -> Job:
     """Export only what `primus fit` accepts (`primus.launch.export_check`); otherwise exit 1 with fit's
     reasons, through `echo` (rule names and notes may hold text from the user's files). `as_launched`: the
     job is the target's form of the user's (`launchable` changed it), and the refusal says so rather than
-    blaming the job file."""
+    blaming the job file; `say` prints the notes on what the target changed, before a refusal."""
     check = check_for_export(job)
     if check.split_added:
         click.echo(f"primus: note: {SPLIT_NOTE}", err=True)
     result = check.result
     if result is None or result.fits:
         return check.job
+    say()
     click.echo("primus: not exported: `primus fit` refuses this job" + (AS_LAUNCHED if as_launched else ""), err=True)
     if result.violated_rules:
         echo(f"  violated: {', '.join(result.violated_rules)}", err=True)
@@ -173,7 +174,7 @@ def _check_fits(job: Job, as_launched: bool = False) -> Job:
     raise Negative()
 
 
-def _fix(job: Any, n: int) -> tuple[Any, Any]:
+def _fix(job: Any, n: int, say: Callable[[], None] = lambda: None) -> tuple[Any, Any]:
     """fit's N-th suggestion for a job that does not fit: the job with the suggestion's options set, and
     its complete layout (the same ranking `primus fit` prints, projected throughput included)."""
     from primus.projection.complete import speed_of
@@ -186,6 +187,7 @@ def _fix(job: Any, n: int) -> tuple[Any, Any]:
         raise InputError(job.where, None, "the job fits as written; --fix exports a suggestion for a job that does not")
     if not result.alternatives:  # a negative answer, not bad input: say what fit says instead (exit 1)
         gpn = job.cluster.gpus_per_node
+        say()
         click.echo(f"primus: not exported: `primus fit` has no suggestion for this job (--fix {n}): no layout fits "
                    f"on {nodes_text(job.num_gpus, gpn)}", err=True)
         if result.sizes_searched:
@@ -254,17 +256,22 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     base = read_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     job, changed = launchable(job, kind)  # what the target runs is what fit checks
-    for note in changed:
-        echo(f"primus: note: {note}", err=True)
+    pending = list(changed)
+
+    def say() -> None:  # the notes on what the target changed: with an answer, never before a bad-input line
+        while pending:
+            echo(f"primus: note: {pending.pop(0)}", err=True)
+
     layout = None
     if fix is not None:
-        job, layout = _fix(job, fix)
+        job, layout = _fix(job, fix, say)
     elif complete:
         from primus.solver.api import Question
         from primus.solver.fit import fit
 
         result = fit(Question(job))
         if not result.fits or result.layout is None:
+            say()
             click.echo("primus: no legal layout fits this job" + (AS_LAUNCHED if changed else "")
                        + "; nothing exported (see `primus fit`)", err=True)
             raise Negative()
@@ -272,8 +279,9 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
         click.echo(f"primus: completed {', '.join(result.completed_axes) or 'nothing'} with the most headroom",
                    err=True)
     if layout is None:
-        job = _check_fits(job, as_launched=bool(changed))
+        job = _check_fits(job, as_launched=bool(changed), say=say)
     exported = export_job(job, kind, layout)
+    say()
     text = escape_controls(exported.text, keep_layout=True)  # names from input files land in comments
     for note in exported.notes:
         echo(f"primus: note: {note}", err=True)

@@ -16,6 +16,7 @@ from primus.job import Job, job_from_mapping
 from primus.launch.common import KINDS, Exported, LaunchConfig
 from primus.launch.megatron import export_megatron, import_megatron
 from primus.launch.primus_yaml import export_primus, import_primus
+from primus.launch.target import on_target_stack
 from primus.launch.torchtitan import export_torchtitan, import_torchtitan
 from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
@@ -113,14 +114,16 @@ TE_LOSS_REFUSED = ("NVIDIA/Megatron-LM d98e8a6 megatron/training/arguments.py li
 
 
 def launchable(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
-    """The job as the target launches it, and why it differs: Megatron-LM runs a fused loss only with its
+    """The job as the target launches it, and why it differs: on the target's stack without the settings
+    its framework lacks (`primus.launch.target`); and Megatron-LM runs a fused loss only with its
     native kernel, which keeps one more bf16 logit tensor in the loss's backward than Transformer Engine's
     in-place one, so the export is checked (and written) as that job."""
+    job, moved = on_target_stack(job, _kind(kind))
     k = job.spec.kernels
-    if _kind(kind) != "megatron" or not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te"):
-        return job, ()
+    if kind != "megatron" or not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te"):
+        return job, moved
     native = job.with_spec(kernels={**k.model_dump(), "cross_entropy_fusion_impl": "native"})
-    return native, (f"cross-entropy written as Megatron-Core's native fused kernel, not Transformer Engine's: "
+    return native, (*moved, f"cross-entropy written as Megatron-Core's native fused kernel, not Transformer Engine's: "
                     f"{TE_LOSS_REFUSED}; the native kernel keeps one more bf16 logit tensor in the loss's "
                     "backward, and the export is checked as written",)
 

@@ -126,28 +126,36 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def residual(job: Job, written: set[str]) -> dict[str, Any]:
-    """Job keys that differ from the defaults and that the target format did not write: the header.
-    `parallel` and `framework` never travel (the launch options define them); the hardware always does."""
+def own_settings(job: Job) -> dict[str, Any]:
+    """The job's settings that differ from the defaults, dotted, without what its stack supplied (the
+    stack's own rule included): what the user set."""
     flat = flatten(job.spec.model_dump(mode="json", exclude_defaults=True))
-    # what the stack supplied stays with the stack (its label travels): written out, it would come back as
-    # the user's own keys and outlive a later `--stack`
-    assumed = set(job.assumed)
-    stack_rules = {entry.split(" ", 1)[1].lstrip("(").split(":", 1)[0] for entry in assumed
+    # an entry is a dotted key, or "KEY (what)": `rules (id: ...)`, `pipeline (account_for_...=True)`
+    assumed = {entry.split(" (", 1)[0] for entry in job.assumed}
+    stack_rules = {entry.split(" ", 1)[1].lstrip("(").split(":", 1)[0] for entry in job.assumed
                    if entry.startswith("rules (")}
-
-    def is_written(key: str) -> bool:
-        return any(key == w or key.startswith(w + ".") for w in written)
-
     keep = {k: v for k, v in flat.items()
-            if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")
-            and not any(k == a or k.startswith(a + ".") for a in assumed)}
+            if k == "rules" or not any(k == a or k.startswith(a + ".") for a in assumed)}
     if stack_rules and isinstance(keep.get("rules"), list):
         own = [r for r in keep["rules"] if not (isinstance(r, dict) and r.get("id") in stack_rules)]
         if own:
             keep["rules"] = own
         else:
             del keep["rules"]
+    return keep
+
+
+def residual(job: Job, written: set[str]) -> dict[str, Any]:
+    """Job keys that differ from the defaults and that the target format did not write: the header.
+    `parallel` and `framework` never travel (the launch options define them); the hardware always does."""
+    # what the stack supplied stays with the stack (its label travels): written out, it would come back as
+    # the user's own keys and outlive a later `--stack`
+
+    def is_written(key: str) -> bool:
+        return any(key == w or key.startswith(w + ".") for w in written)
+
+    keep = {k: v for k, v in own_settings(job).items()
+            if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
     keep["hardware"] = job.spec.hardware
     keep["stack"] = job.resolved_stack.label  # the stack travels, so import does not assume the format's
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):

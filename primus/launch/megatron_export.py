@@ -15,6 +15,12 @@ from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
 
 SHARDED = ("dist_opt", "zero2", "fsdp")
+#: The job keys a Megatron argument list states (`runtime_args`), and those it adds for a MoE model: an
+#: import reads them back from the arguments, so they need no `# primus-job:` header.
+WRITTEN: Final = frozenset({"seq_len", "global_batch_size", "precision", "fp8_recipe", "fp8_param_gather",
+                            "pipeline", "optimizer", "overlap", "kernels"})
+WRITTEN_MOE: Final = frozenset({"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion",
+                                "moe.grouped_gemm"})
 GRAD_DTYPES = ("fp32", "bf16")
 PARAM_DTYPES = ("fp32", "fp16")
 MOMENT_DTYPES = ("fp32", "fp16", "bf16")
@@ -126,8 +132,7 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
               account_for_embedding_in_pipeline_split=pipe.account_for_embedding_in_pipeline_split,
               account_for_loss_in_pipeline_split=pipe.account_for_loss_in_pipeline_split)
     ns.update(_optimizer(job))
-    written = {"seq_len", "global_batch_size", "precision", "fp8_recipe", "fp8_param_gather", "pipeline",
-               "optimizer", "overlap", "kernels"}
+    written = set(WRITTEN)
     if m.is_moe:
         capacity = spec.moe.capacity_factor
         # the flex dispatcher with DeepEP drops at capacity without padding (d98e8a6 transformer_config.py
@@ -142,9 +147,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
         if spec.moe.token_dispatcher == "flex" and not primus:
             # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
             ns["moe_enable_deepep"] = True
-        written |= {"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion"}
+        written |= WRITTEN_MOE
         ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
-        written.add("moe.grouped_gemm")
         if spec.moe.grouped_gemm == "legacy":
             _check_legacy_gemm(job, layout)
             if not primus:
