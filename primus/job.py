@@ -17,7 +17,7 @@ from primus.errors import InputError
 from primus.schedule.layout import build_layout, parse_layout_string
 from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
-from primus.specs.job import JobSpec
+from primus.specs.job import JobSpec, PipelineOptions
 from primus.specs.model import ModelSpec
 from primus.stacks.apply import apply_stack, pipeline_split
 from primus.stacks.core import Stack, resolve_stack
@@ -109,6 +109,7 @@ def _check_pipeline_options(spec: JobSpec, model: ModelSpec, where: str) -> None
     of reading it as "no PP splits this way"; which PP x VP a valid one allows is the rule
     `pipeline-split`'s to say."""
     pipe = spec.pipeline
+    _check_one_split_mechanism(pipe, where)
     taken = (pipe.decoder_first_pipeline_num_layers or 0) + (pipe.decoder_last_pipeline_num_layers or 0)
     if taken > model.num_layers:
         field = ("pipeline.decoder_first_pipeline_num_layers" if pipe.decoder_first_pipeline_num_layers
@@ -123,6 +124,29 @@ def _check_pipeline_options(spec: JobSpec, model: ModelSpec, where: str) -> None
         build_layout(model.num_layers, stages, 1, mtp_num_layers=model.mtp_num_layers, layout=text, where=where)
     except InputError as exc:  # named as the job file spells it, not as Megatron's argument
         raise InputError(where, "pipeline.layout", exc.reason) from None
+
+
+#: Megatron-Core's TransformerConfig.__post_init__ (NVIDIA/Megatron-LM 000c4ac transformer_config.py lines
+#: 1042-1072, d98e8a6 lines 2230-2260) raises ValueError when first/last stage sizes come with the
+#: embedding/loss accounting, and when a pipeline layout comes with either (`any_conflict`).
+_FIRST_LAST = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+_ACCOUNTED = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def _check_one_split_mechanism(pipe: PipelineOptions, where: str) -> None:
+    """At most one way to split the layers over the stages, as Megatron-Core refuses the others on
+    construction (the note above `_FIRST_LAST`): bad input naming the field that brings the second mechanism (the
+    layout when it is given), not a pipeline split that no PP satisfies."""
+    sizes = [f for f in _FIRST_LAST if getattr(pipe, f) is not None]
+    accounted = [f for f in _ACCOUNTED if getattr(pipe, f)]
+    if pipe.layout is not None and (sizes or accounted):
+        raise InputError(where, "pipeline.layout",
+                         f"cannot be given with pipeline.{(sizes + accounted)[0]} (Megatron-Core's TransformerConfig "
+                         "refuses a layout beside any other pipeline split option): give one of them")
+    if sizes and accounted:
+        raise InputError(where, f"pipeline.{accounted[0]}",
+                         f"cannot be given with pipeline.{sizes[0]} (Megatron-Core's TransformerConfig refuses "
+                         "first/last stage sizes beside the embedding/loss accounting): give one of them")
 
 
 def load_job(path: str | Path, stack: str | None = None) -> Job:

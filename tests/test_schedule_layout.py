@@ -230,8 +230,19 @@ def test_layout_without_repetition() -> None:
     assert decoder_counts(layout) == [3, 4, 4, 3]
 
 
-def test_nested_groups_expand() -> None:
-    assert parse_layout_string("E((t)*2|)*2tL") == ("Ett", "tt", "tL")
+def test_a_group_expands_with_its_repeated_symbols() -> None:
+    # Megatron-Core parse_str_to_list (NVIDIA/Megatron-LM 000c4ac pipeline_parallel_layer_layout.py
+    # lines 277-288) unrolls '(...)*n' first, then 'x*n' inside the copies
+    assert parse_layout_string("E(t*2|)*2tL") == ("Ett", "tt", "tL")
+
+
+@pytest.mark.parametrize("text", ["E((t)*2|)*2tL", "Et|(tt)|L", "Et|()*3tL"])
+def test_groups_megatron_leaves_unexpanded_are_refused(text: str) -> None:
+    # Megatron-Core's one-level regex r'\(([^)]+)\)\*(\d+)' (000c4ac pipeline_parallel_layer_layout.py
+    # line 284) leaves a nested, count-less or empty group's parentheses, then asserts "Invalid layer
+    # character" (line 302)
+    with pytest.raises(InputError, match="group"):
+        parse_layout_string(text)
 
 
 def test_repetition_applies_to_the_previous_symbol_only() -> None:
@@ -285,7 +296,7 @@ def test_inconsistent_layouts_are_refused(
         ("*3", "unexpected character"),
         ("Et*9999999999|L", "too large"),
         ("E(t*1000)*1000|L", "more than 100000"),
-        ("E" + "(" * 40 + "t" + ")" * 40 + "|L", "deeper"),
+        ("E" + "(" * 40 + "t" + ")" * 40 + "|L", "inside another"),
     ],
 )
 def test_malformed_layout_strings_are_input_errors(text: str, needle: str) -> None:

@@ -95,9 +95,11 @@ def _print_fit(q: Question, result: FitResult) -> None:
 
 def changed_text(a: Alternative) -> str:
     """What a fix changes, every option with the value it sets (`recompute=full, parallel.recompute_method=
-    block, ...`); an axis change by its name (the parallel column holds its value)."""
+    block, ...`) or `unset` where it removes the job's own (first-stage sizes under a last-stage fix); an
+    axis change by its name (the parallel column holds its value)."""
     values = {changed_name(path, PIN_AXES): value for path, value in a.options.items()}
-    return ", ".join(f"{c}={values[c]}" if c in values else c for c in a.changed) or "-"
+    return ", ".join((f"{c} unset" if values[c] is None else f"{c}={values[c]}") if c in values else c
+                     for c in a.changed) or "-"
 
 
 @click.command("fit")

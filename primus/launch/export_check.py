@@ -51,7 +51,7 @@ def check_for_export(job: Job) -> ExportCheck:
         raise
     if result.fits:
         return ExportCheck(job, result)
-    if "pipeline-split" in result.violated_rules and not all(getattr(job.spec.pipeline, o) for o in SPLIT_OPTIONS):
+    if "pipeline-split" in result.violated_rules and _accounting_may_be_added(job):
         data = job.spec.model_dump(mode="json", exclude_none=True)
         data.setdefault("pipeline", {}).update(dict.fromkeys(SPLIT_OPTIONS, True))
         with_split = job_from_mapping(data, job.where, job.base_dir)
@@ -71,9 +71,21 @@ def split_for_export(job: Job) -> ExportCheck:
     layout = pinned_layout(job)
     if split_layout(job.model, job.spec.pipeline, layout.pp, layout.vp)[1]:
         return ExportCheck(job, None)
+    if not _accounting_may_be_added(job):
+        return ExportCheck(job, None, split_ok=False)
     data = job.spec.model_dump(mode="json", exclude_none=True)
     data.setdefault("pipeline", {}).update(dict.fromkeys(SPLIT_OPTIONS, True))
     with_split = job_from_mapping(data, job.where, job.base_dir)
     if split_layout(with_split.model, with_split.spec.pipeline, layout.pp, layout.vp)[1]:
         return ExportCheck(with_split, None, split_added=True)
     return ExportCheck(job, None, split_ok=False)
+
+
+def _accounting_may_be_added(job: Job) -> bool:
+    """Whether the embedding/loss accounting is a retry for this job: not all of it is on yet, and the
+    job gives no other split mechanism (a layout or first/last stage sizes), which Megatron-Core's
+    TransformerConfig refuses beside it (`primus.job._check_one_split_mechanism`)."""
+    pipe = job.spec.pipeline
+    other = pipe.layout is not None or pipe.decoder_first_pipeline_num_layers is not None \
+        or pipe.decoder_last_pipeline_num_layers is not None
+    return not other and not all(getattr(pipe, o) for o in SPLIT_OPTIONS)

@@ -102,7 +102,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     spec, m, where = job.spec, job.model, job.where
     notes: list[str] = []
     ns: dict[str, Any] = {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp}
-    ns["pipeline_model_parallel_layout"] = spec.pipeline.layout
+    # whitespace the job file may hold is dropped: Megatron-Core's parse_str_to_list removes only commas
+    # and asserts on a space (NVIDIA/Megatron-LM 000c4ac pipeline_parallel_layer_layout.py lines 275-305)
+    text = spec.pipeline.layout
+    ns["pipeline_model_parallel_layout"] = None if text is None else "".join(text.split())
     ns["num_virtual_stages_per_pipeline_rank"] = None
     if spec.pipeline.layout is not None:
         stages = len(parse_layout_string(spec.pipeline.layout, where))

@@ -103,6 +103,7 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         ("decoder_last_pipeline_num_layers", r.get("decoder_last_pipeline_num_layers")),
         ("account_for_embedding_in_pipeline_split", r.get("account_for_embedding_in_pipeline_split") or None),
         ("account_for_loss_in_pipeline_split", r.get("account_for_loss_in_pipeline_split") or None)) if v}
+    _one_split_mechanism(pipeline, ctx)
     if pipeline:
         job["pipeline"] = pipeline
     optimizer = _optimizer(r, out)
@@ -323,6 +324,24 @@ def _listed_recompute(r: ArgReader, ctx: ImportContext, granularity: str | None,
     par["recompute_layer_ids"] = sorted(set(ctx.recompute_layer_ids or ()))
 
 
+def _one_split_mechanism(pipeline: Mapping[str, Any], ctx: ImportContext) -> None:
+    """Megatron-Core's TransformerConfig refuses a layout beside first/last stage sizes or the
+    embedding/loss accounting, and those two together (NVIDIA/Megatron-LM 000c4ac transformer_config.py
+    lines 1042-1072: `any_conflict`); the import says so in the file's own argument names."""
+    layout = "layout" in pipeline
+    sizes = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if k in pipeline]
+    accounted = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+                 if k in pipeline]
+    if layout and (sizes or accounted):
+        raise InputError(ctx.where, ctx.label("pipeline_model_parallel_layout"),
+                         f"cannot be given with {ctx.label((sizes + accounted)[0])} (Megatron-Core's TransformerConfig "
+                         "refuses a layout beside any other pipeline split option)")
+    if sizes and accounted:
+        raise InputError(ctx.where, ctx.label(accounted[0]),
+                         f"cannot be given with {ctx.label(sizes[0])} (Megatron-Core's TransformerConfig refuses "
+                         "first/last stage sizes beside the embedding/loss accounting)")
+
+
 def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int:
     layout = r.get("pipeline_model_parallel_layout")
     per_rank = r.pos("num_virtual_stages_per_pipeline_rank")
@@ -353,6 +372,11 @@ def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int
                              f"{stages} stages are not a multiple of PP {pp}")
         return stages // pp
     if per_stage is not None:
+        sizes = [d for d in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if r.get(d)]
+        if sizes:  # Megatron-LM 000c4ac arguments.py lines 558-560 (d98e8a6 lines 954-956) asserts this
+            raise InputError(ctx.where, ctx.label("num_layers_per_virtual_pipeline_stage"),
+                             f"cannot be given with {ctx.label(sizes[0])}: Megatron-LM asserts 'please use "
+                             "--num-virtual-stages-per-pipeline-rank' with uneven first/last stages")
         layers = model.num_layers + bool(r.get("account_for_embedding_in_pipeline_split")) \
             + bool(r.get("account_for_loss_in_pipeline_split"))
         if layers % pp or (layers // pp) % per_stage:

@@ -32,7 +32,6 @@ Item = str | tuple[str, int]
 LAYOUT_FIELD: Final = "pipeline_model_parallel_layout"
 MAX_LAYOUT_CHARS: Final = 10_000
 MAX_LAYOUT_SYMBOLS: Final = 100_000
-_MAX_NESTING: Final = 32
 _MAX_REPEAT_DIGITS: Final = 9
 _SYMBOLS: Final = frozenset("ELtm|")
 _SPLIT_OPTIONS: Final = (
@@ -323,10 +322,15 @@ def _accounted_counts(
 def parse_layout_string(text: str, where: str = "pipeline") -> tuple[str, ...]:
     """Expand a Megatron layout string into one symbol string per chunk (split at ``|``).
 
-    Grammar (a superset of Megatron's regex expansion): ``seq := item*``, ``item := atom ('*' n)?``,
-    ``atom := E | L | t | m | '|' | '(' seq ')'``. Whitespace and commas are ignored (Megatron treats
-    commas as cosmetic). Nesting, repetition counts and the expanded size are bounded, so a hostile
-    string is refused with :class:`InputError` instead of exhausting memory; nothing is evaluated.
+    Grammar: what Megatron-Core's ``PipelineParallelLayerLayout.parse_str_to_list`` expands (NVIDIA/
+    Megatron-LM 000c4ac pipeline_parallel_layer_layout.py lines 270-308, d98e8a6 lines 283-321): it
+    unrolls each ``(...)*n`` whose body holds no parenthesis, then each ``x*n``, once, and asserts
+    "Invalid layer character" on anything left, so nested groups, a group without ``*n`` and an empty
+    group are refused here too: ``seq := item*``, ``item := sym ('*' n)? | '(' body ')' '*' n``,
+    ``body := (sym ('*' n)?)+``, ``sym := E | L | t | m | '|'``. Commas are cosmetic (Megatron removes
+    them) and whitespace is ignored (a launch line cannot carry it unquoted). Repetition counts and
+    the expanded size are bounded, so a hostile string is refused with :class:`InputError` instead of
+    exhausting memory; nothing is evaluated.
     """
     if not isinstance(text, str):
         raise InputError(where, LAYOUT_FIELD, f"must be a string, got {type(text).__name__}")
@@ -372,13 +376,20 @@ class _LayoutParser:
             self.pos += 1
             return [ch]
         if ch == "(":
-            if depth >= _MAX_NESTING:
-                self.fail(f"nests parentheses deeper than {_MAX_NESTING}")
+            if depth:
+                self.fail("nests a '(' group inside another (Megatron-Core's parser unrolls one level of "
+                          "'(...)*n' and asserts on the '(' left over)")
             self.pos += 1
+            start = self.pos
             inner = self.sequence(depth + 1)
             if self.pos >= len(self.src):
                 self.fail("unclosed '('")
+            if self.pos == start:
+                self.fail("has an empty '()' group (Megatron-Core's parser unrolls only '(...)*n' with a body)")
             self.pos += 1  # the ')'
+            if self.pos >= len(self.src) or self.src[self.pos] != "*":
+                self.fail("has a '(...)' group without '*n' after it (Megatron-Core's parser unrolls only "
+                          "'(...)*n' and asserts on the parentheses left over)")
             return inner
         self.fail(f"unexpected character {ch!r} (known: E embedding, t decoder, m MTP, L loss, | ( ) *n)")
 

@@ -77,20 +77,34 @@ def layout_string(num_layers: int, pp: int, vp: int, mtp: int) -> str:
     return _run_length([p if p else "" for p in parts])
 
 
+def pipeline_changes(job: Job, options: PipelineOptions) -> dict[str, Any]:
+    """Exactly what setting the pipeline options to `options` changes in the job: every field whose value
+    differs, by path, with its new value (None or False where the fix removes the job's own setting, as
+    first-stage sizes go when the fix is a last-stage size; Megatron takes one split mechanism). A field
+    the fix leaves as the job has it is not named."""
+    mine = job.spec.pipeline
+    return {f"pipeline.{k}": getattr(options, k) for k in PIPELINE_FIELDS if getattr(options, k) != getattr(mine, k)}
+
+
 def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any]]:
-    """Pipeline option sets (option path -> value) under which Megatron splits the layers over the
-    pinned PP and every VP in `vps`, least intrusive first. Empty when PP is 1."""
+    """Pipeline option changes (`pipeline_changes`: option path -> new value) under which Megatron splits
+    the layers over the pinned PP and every VP in `vps`, least intrusive first. Empty when PP is 1; a
+    split the job already has is no fix and is not offered."""
+    return [changes for opts in _pipeline_options(job, pp, vps) if (changes := pipeline_changes(job, opts))]
+
+
+def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions]:
+    """Whole pipeline option sets (one split mechanism each) that split the layers at PP x each VP."""
     if pp <= 1:
         return []
     model = job.model
     blank = PipelineOptions()
-    out: list[dict[str, Any]] = []
+    out: list[PipelineOptions] = []
     for emb, loss in ((True, True), (True, False), (False, True)):
         opts = blank.model_copy(update={"account_for_embedding_in_pipeline_split": emb,
                                         "account_for_loss_in_pipeline_split": loss})
         if _splits(job, opts, pp, vps):
-            out.append({f"pipeline.{k}": v for k, v in (("account_for_embedding_in_pipeline_split", emb),
-                                                         ("account_for_loss_in_pipeline_split", loss)) if v})
+            out.append(opts)
     even = model.num_layers / pp
     pairs = []
     for first in range(0, model.num_layers + 1):
@@ -105,24 +119,23 @@ def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any
                 pairs.append((max(abs(first - even) if first else 0, abs(last - even) if last else 0), first, last))
     if pairs:
         _, first, last = min(pairs)
-        out.append({f"pipeline.decoder_{k}_pipeline_num_layers": v for k, v in (("first", first), ("last", last))
-                    if v})
+        out.append(blank.model_copy(update={"decoder_first_pipeline_num_layers": first or None,
+                                            "decoder_last_pipeline_num_layers": last or None}))
     for vp in vps[:1]:
         text = layout_string(model.num_layers, pp, vp, model.mtp_num_layers)
         opts = blank.model_copy(update={"layout": text})
         if _splits(job, opts, pp, [vp]):
-            out.append({"pipeline.layout": text})
+            out.append(opts)
     return out
 
 
 def apply_options(job: Job, options: dict[str, Any]) -> Job:
-    """The job with option paths set (`pipeline.X`: the pipeline options replaced as a whole, so one
-    split mechanism is in force; `parallel.X`: one pin; `allocator.X`: one allocator setting)."""
+    """The job with option paths set, each to its value and nothing else (`pipeline.X`: one pipeline
+    option, a fix names every one it changes, `pipeline_changes`; `parallel.X`: one pin; `allocator.X`:
+    one allocator setting)."""
     if not options:
         return job
     spec = job.spec.model_dump()
-    if any(k.startswith("pipeline.") for k in options):
-        spec["pipeline"] = PipelineOptions().model_dump()
     sections = {"pipeline", "parallel"}
     for path, value in options.items():
         section, _, name = path.partition(".")

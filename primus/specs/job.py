@@ -61,7 +61,9 @@ class ParallelPins(Spec):
 
 
 class PipelineOptions(Spec):
-    """How layers are assigned to pipeline stages (Megatron-Core options; at most one mechanism)."""
+    """How layers are assigned to pipeline stages (Megatron-Core options; at most one mechanism: a layout,
+    first/last stage sizes, or the embedding/loss accounting; checked when the job loads,
+    `primus.job._check_one_split_mechanism`, so that the error names the field the job file spells)."""
 
     layout: Annotated[str, Field(max_length=10_000)] | None = None
     decoder_first_pipeline_num_layers: PosInt | None = None
