@@ -14,6 +14,7 @@ from typing import Any
 from primus.catalog.hardware import resolve_hardware
 from primus.catalog.models import resolve_model
 from primus.errors import InputError
+from primus.framework_asserts import check_framework_asserts
 from primus.schedule.layout import build_layout, parse_layout_string
 from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
@@ -95,6 +96,7 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
             assumed.append("pipeline (" + ", ".join(f"{k}={v}" for k, v in split.items()) + ")")
     spec = parse_spec(JobSpec, merged, where)
     _check_pipeline_options(spec, model, where)
+    check_framework_asserts(spec, model, resolved, where)
     job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed))
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",

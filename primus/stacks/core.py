@@ -93,6 +93,11 @@ class Stack:
             out["note"] = self.note
         return out
 
+    def before(self, label: str) -> bool:
+        """Whether the release asked for is older than `label` (False where either is not a version)."""
+        mine, other = _key(self.requested or self.release), _key(label)
+        return mine is not None and other is not None and mine < other
+
     def recipe_for(self, model: str, gpu: str, precision: str) -> Recipe | None:
         """The framework's recipe for this model, GPU and precision, if it ships one for this release (the
         release asked for: presets change in releases whose stack-wide settings do not)."""
