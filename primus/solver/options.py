@@ -77,7 +77,7 @@ def layout_string(num_layers: int, pp: int, vp: int, mtp: int) -> str:
     return _run_length([p if p else "" for p in parts])
 
 
-def pipeline_changes(job: Job, options: PipelineOptions) -> dict[str, Any]:
+def pipeline_difference(job: Job, options: PipelineOptions) -> dict[str, Any]:
     """Exactly what setting the pipeline options to `options` changes in the job: every field whose value
     differs, by path, with its new value (None or False where the fix removes the job's own setting, as
     first-stage sizes go when the fix is a last-stage size; Megatron takes one split mechanism). A field
@@ -87,10 +87,10 @@ def pipeline_changes(job: Job, options: PipelineOptions) -> dict[str, Any]:
 
 
 def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any]]:
-    """Pipeline option changes (`pipeline_changes`: option path -> new value) under which Megatron splits
+    """Pipeline option changes (`pipeline_difference`: option path -> new value) under which Megatron splits
     the layers over the pinned PP and every VP in `vps`, least intrusive first. Empty when PP is 1; a
     split the job already has is no fix and is not offered."""
-    return [changes for opts in _pipeline_options(job, pp, vps) if (changes := pipeline_changes(job, opts))]
+    return [changes for opts in _pipeline_options(job, pp, vps) if (changes := pipeline_difference(job, opts))]
 
 
 def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions]:
@@ -131,7 +131,7 @@ def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions
 
 def apply_options(job: Job, options: dict[str, Any]) -> Job:
     """The job with option paths set, each to its value and nothing else (`pipeline.X`: one pipeline
-    option, a fix names every one it changes, `pipeline_changes`; `parallel.X`: one pin; `allocator.X`:
+    option, a fix names every one it changes, `pipeline_difference`; `parallel.X`: one pin; `allocator.X`:
     one allocator setting)."""
     if not options:
         return job

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 def pipeline_changes(job: Job, options: dict[str, Any]) -> dict[str, Any]:
     """Every pipeline option (`pipeline.X`) whose value differs between the job and the job with
     `options` set, at its new value (None: the setting is dropped). Setting these on the job gives the
-    variant back (`apply_options` replaces the pipeline options as a whole)."""
+    variant back (`apply_options` sets each named option; fit's pipeline fixes already name every option
+    they change, `primus.solver.options.pipeline_difference`, and a reference fix may carry others)."""
     before = job.spec.pipeline.model_dump()
     after = apply_options(job, options).spec.pipeline.model_dump()
     return {f"pipeline.{k}": after[k] for k in sorted(after) if after[k] != before[k]}
