@@ -37,7 +37,7 @@ MODEL_FILES: Final[dict[str, str]] = {
     "mixtral-8x7b": "mixtral_8x7B_v0.1.yaml", "mixtral-8x22b": "mixtral_8x22B_v0.1.yaml",
     "deepseek-v3": "deepseek_v3.yaml", "qwen3-30b-a3b": "qwen3_30B_A3B.yaml",
     "qwen3-235b-a22b": "qwen3_235B_A22B.yaml", "grok-1-314b": "grok1.yaml", "gpt-oss-120b": "gpt_oss_120B.yaml",
-    "kimi-k2": "kimi_k2.yaml", "deepseek-v2-lite": "deepseek_v2_lite.yaml",
+    "kimi-k2": "kimi_k2.yaml", "deepseek-v2-lite": "deepseek_v2_lite.yaml", "gpt-oss-20b": "gpt_oss_20B.yaml",
 }
 SLUG_OF_FILE: Final = {v: k for k, v in MODEL_FILES.items()}
 
