@@ -133,3 +133,16 @@ def test_an_exported_layout_carries_no_whitespace(run_cli, write_job) -> None:  
                       "pipeline": {"layout": "Et*10 | (t*10|)*6 t*10L"}})
     code, out, _ = run_cli("export", path, "--to", "megatron")
     assert code == 0 and f"--pipeline-model-parallel-layout '{LAYOUT}'" in out
+
+
+def test_a_changed_option_is_spelled_as_a_job_file_writes_it_by_fit_export_and_tune() -> None:
+    # review 46, L4: fit printed `...split=True` where tune printed `=true`; one spelling (option_text)
+    from primus.solver.suggest import option_text
+    from primus.tuning.variants import changes_text
+
+    assert option_text("pipeline.account_for_loss_in_pipeline_split", True) == \
+        "pipeline.account_for_loss_in_pipeline_split=true"
+    assert option_text("pipeline.decoder_first_pipeline_num_layers", None) == \
+        "pipeline.decoder_first_pipeline_num_layers unset"
+    assert changes_text({"pipeline.account_for_embedding_in_pipeline_split": False, "recompute": "full"}) == \
+        "pipeline.account_for_embedding_in_pipeline_split=false, recompute=full"

@@ -17,7 +17,7 @@ from primus.solver.api import Question
 from primus.solver.fit import FitResult, sizes_text
 from primus.solver.pins import PIN_AXES
 from primus.solver.space import rule_names_doc
-from primus.solver.suggest import Alternative, changed_name
+from primus.solver.suggest import Alternative, changed_name, option_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,8 +98,7 @@ def changed_text(a: Alternative) -> str:
     block, ...`) or `unset` where it removes the job's own (first-stage sizes under a last-stage fix); an
     axis change by its name (the parallel column holds its value)."""
     values = {changed_name(path, PIN_AXES): value for path, value in a.options.items()}
-    return ", ".join((f"{c} unset" if values[c] is None else f"{c}={values[c]}") if c in values else c
-                     for c in a.changed) or "-"
+    return ", ".join(option_text(c, values[c]) if c in values else c for c in a.changed) or "-"
 
 
 @click.command("fit")

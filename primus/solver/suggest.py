@@ -55,6 +55,14 @@ class Alternative:
         return self.headroom_bytes < self.tight_band_bytes
 
 
+def option_text(name: str, value: Any) -> str:
+    """One changed option as fit, export and tune print it, spelled as a job file writes it:
+    `pipeline.X=true`, `recompute=full`, or `pipeline.X unset` where a fix removes the job's own."""
+    if value is None:
+        return f"{name} unset"
+    return f"{name}={('true' if value else 'false') if isinstance(value, bool) else value}"
+
+
 def changed_name(path: str, axes: Sequence[str]) -> str:
     """An option path as `changed` names it: a parallel axis by its name, anything else by its path."""
     section, _, key = path.partition(".")

@@ -24,6 +24,7 @@ from primus.projection.complete import Speed, fastest_key
 from primus.projection.project import projector_for
 from primus.solver.fit import free_pipeline_fixes
 from primus.solver.options import apply_options
+from primus.solver.suggest import option_text
 
 if TYPE_CHECKING:
     from primus.tuning.agent import Tuner
@@ -45,17 +46,13 @@ def pipeline_options_text(job: Job) -> str:
     set_ = job.spec.pipeline.model_dump(exclude_defaults=True)
     if not set_:
         return "none set: Megatron's default split"
-    return ", ".join(f"pipeline.{k}={_value(v)}" for k, v in sorted(set_.items()))
+    return ", ".join(option_text(f"pipeline.{k}", v) for k, v in sorted(set_.items()))
 
 
 def changes_text(options: dict[str, Any]) -> str:
     """A variant's pipeline option changes in words: `pipeline.X=value`, or `pipeline.X unset` for a
     setting of the job's that the variant drops."""
-    return ", ".join(f"{k} unset" if v is None else f"{k}={_value(v)}" for k, v in options.items())
-
-
-def _value(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return ", ".join(option_text(k, v) for k, v in options.items())
 
 
 def faster_with_options(tuner: Tuner, reference: Reference, best_tokens: float | None) -> list[dict[str, Any]]:
