@@ -209,3 +209,23 @@ def test_fix_of_a_job_fit_has_no_suggestion_for_is_a_negative_answer(run_cli, wr
 def test_fix_past_the_last_suggestion_is_bad_input(run_cli, write_job):
     code, out, err = run_cli("export", write_job({**BASE, "parallel": PINS}), "--to", "megatron", "--fix", "100")
     assert (code, out, err.count("\n")) == (2, "", 1) and "--fix: 100: fit has" in err
+
+
+def test_a_fix_is_shown_at_the_speed_project_gives_its_layout(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # review 46, M5: Llama 3.1 405B on 64 nodes of H200 at TP8 PP8 with first/last stages of 14 (which 126
+    # layers cannot split evenly): fit showed the first/last-15 fix at its fast-path number (183.46) while
+    # project and tune showed the same layout simulated (181.04); it is now shown as `project` gives it
+    job = {"model": "llama3.1-405b", "hardware": "h200", "nodes": 64, "seq_len": 8192, "global_batch_size": 512,
+           "precision": "bf16", "parallel": {"tp": 8, "pp": 8, "vp": 1, "cp": 1, "mbs": 1, "sp": True,
+                                             "recompute": "none", "sharding": "dist_opt"},
+           "pipeline": {"decoder_first_pipeline_num_layers": 14, "decoder_last_pipeline_num_layers": 14}}
+    code, out, _ = run_cli("fit", write_job(job), "--format", "json")
+    assert code == 1
+    first = json.loads(out)["alternatives"][0]
+    assert first["options"] == {"pipeline.decoder_first_pipeline_num_layers": 15,
+                                "pipeline.decoder_last_pipeline_num_layers": 15}
+    fixed = {**job, "parallel": first["parallel"],
+             "pipeline": {"decoder_first_pipeline_num_layers": 15, "decoder_last_pipeline_num_layers": 15}}
+    code, out, _ = run_cli("project", write_job(fixed), "--format", "json")
+    assert code == 0 and json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(first["tokens_per_s_per_gpu"],
+                                                                                 rel=1e-9)

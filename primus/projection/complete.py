@@ -127,6 +127,11 @@ class Speed:
     def __call__(self, layout: Layout, peak_bytes: int) -> float:
         return self.proj.project(layout, "fast", peak=(peak_bytes, True), explain=False).tokens_per_s_per_gpu
 
+    def final(self, layout: Layout, peak_bytes: int) -> float:
+        """The number a chosen layout is shown with: its projection as `primus project` gives it (simulated
+        where that matters, `fastest_first`), so fit, tune and project print one figure for one layout."""
+        return self.proj.project(layout, "auto", peak=(peak_bytes, True), explain=False).tokens_per_s_per_gpu
+
     def bound(self, layout: Layout) -> float:
         return self.bounds.upper_bound(layout)
 

@@ -124,7 +124,10 @@ def fastest_groups(groups: Sequence[tuple[Candidates, tuple[str, ...]]], need: i
     else:
         first = [bound(layout(i)) for i in range(len(owner))]
     found = best_per_group(first, owner.tolist(), levels, need)
-    return [_make(groups[g][0], int(local[i]), groups[g][1], capacity, value, opts[g]) for value, g, i in found]
+    final = getattr(speed, "final", None)  # the chosen completions' numbers as `project` shows them
+    return [_make(groups[g][0], int(local[i]), groups[g][1], capacity,
+                  value if final is None else final(layout(i), int(groups[g][0].cols["peak_bytes"][int(local[i])])),
+                  opts[g]) for value, g, i in found]
 
 
 def best_per_group(first: Sequence[float], owner: Sequence[int], levels: Sequence[Callable[[int], float]],
