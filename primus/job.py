@@ -18,7 +18,7 @@ from primus.framework_asserts import check_framework_asserts
 from primus.schedule.layout import build_layout, parse_layout_string
 from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
-from primus.specs.job import JobSpec, PipelineOptions
+from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS, JobSpec, PipelineOptions, split_conflict
 from primus.specs.model import ModelSpec
 from primus.stacks.apply import apply_stack, pipeline_split
 from primus.stacks.core import Stack, resolve_stack
@@ -128,27 +128,20 @@ def _check_pipeline_options(spec: JobSpec, model: ModelSpec, where: str) -> None
         raise InputError(where, "pipeline.layout", exc.reason) from None
 
 
-#: Megatron-Core's TransformerConfig.__post_init__ (NVIDIA/Megatron-LM 000c4ac transformer_config.py lines
-#: 1042-1072, d98e8a6 lines 2230-2260) raises ValueError when first/last stage sizes come with the
-#: embedding/loss accounting, and when a pipeline layout comes with either (`any_conflict`).
-_FIRST_LAST = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
-_ACCOUNTED = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-
-
 def _check_one_split_mechanism(pipe: PipelineOptions, where: str) -> None:
     """At most one way to split the layers over the stages, as Megatron-Core refuses the others on
-    construction (the note above `_FIRST_LAST`): bad input naming the field that brings the second mechanism (the
-    layout when it is given), not a pipeline split that no PP satisfies."""
-    sizes = [f for f in _FIRST_LAST if getattr(pipe, f) is not None]
-    accounted = [f for f in _ACCOUNTED if getattr(pipe, f)]
-    if pipe.layout is not None and (sizes or accounted):
-        raise InputError(where, "pipeline.layout",
-                         f"cannot be given with pipeline.{(sizes + accounted)[0]} (Megatron-Core's TransformerConfig "
-                         "refuses a layout beside any other pipeline split option): give one of them")
-    if sizes and accounted:
-        raise InputError(where, f"pipeline.{accounted[0]}",
-                         f"cannot be given with pipeline.{sizes[0]} (Megatron-Core's TransformerConfig refuses "
-                         "first/last stage sizes beside the embedding/loss accounting): give one of them")
+    construction (`primus.specs.job.split_conflict`): bad input naming the field that brings the second
+    mechanism (the layout when it is given), not a pipeline split that no PP satisfies."""
+    given = [f for f in ("layout", *STAGE_SIZE_OPTIONS) if getattr(pipe, f) is not None]
+    conflict = split_conflict(given + [f for f in ACCOUNTING_OPTIONS if getattr(pipe, f)])
+    if conflict is None:
+        return
+    field, other = conflict
+    why = ("refuses a layout beside any other pipeline split option" if field == "layout" else
+           "refuses first/last stage sizes beside the embedding/loss accounting")
+    raise InputError(where, f"pipeline.{field}",
+                     f"cannot be given with pipeline.{other} (Megatron-Core's TransformerConfig {why}): "
+                     "give one of them")
 
 
 def load_job(path: str | Path, stack: str | None = None) -> Job:

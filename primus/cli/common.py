@@ -7,7 +7,6 @@ refused input, as one line on stderr naming file, field and reason — never a t
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from primus.cli.output import EXIT_BROKEN_PIPE, echo
+from primus.cli.output import echo, exit_broken_pipe
 from primus.errors import InputError
 from primus.safe_text import one_line
 
@@ -48,10 +47,8 @@ def guarded(fn: F) -> F:
         except RecursionError:
             click.echo("primus: input nested too deeply", err=True)
             sys.exit(EXIT_INPUT)
-        except BrokenPipeError:  # the reader closed the pipe (`primus ... | head`): its choice, not an error here
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
-            sys.exit(EXIT_BROKEN_PIPE)
+        except BrokenPipeError:  # the reader closed the pipe (`primus ... | head`)
+            exit_broken_pipe()
         except OSError as exc:  # a file or folder that cannot be read or written (permissions, disk full)
             where = one_line(str(exc.filename)) if exc.filename is not None else "file system"
             click.echo(f"primus: {where}: {one_line(exc.strerror or type(exc).__name__)}", err=True)

@@ -196,8 +196,6 @@ def _fix(job: Any, n: int, say: Callable[[], None] = lambda: None) -> tuple[Any,
     if n > len(result.alternatives):
         raise InputError("--fix", str(n), f"fit has {len(result.alternatives)} suggestion(s) for this job")
     alt = result.alternatives[n - 1]
-    from primus.cli.solver_cmds import changed_text
-
     click.echo(f"primus: suggestion {n} changes {changed_text(alt)}", err=True)
     return apply_options(job, alt.options), alt.layout
 

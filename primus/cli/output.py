@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console, RenderableType
@@ -25,6 +25,14 @@ from primus.safe_text import escape_controls
 
 #: 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe (git, coreutils).
 EXIT_BROKEN_PIPE = 141
+
+
+def exit_broken_pipe() -> NoReturn:
+    """The reader closed the pipe (`primus ... | head`): its choice, not an error here. Stop quietly with the
+    shell's status for it, stdout pointed at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(EXIT_BROKEN_PIPE)
 
 
 class SafeConsole(Console):
@@ -56,9 +64,7 @@ class SafeConsole(Console):
         closed pipe, as the CLI does for every other write (`guarded`), not rich's exit 1, which reads as a
         negative answer."""
         self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
-        raise SystemExit(EXIT_BROKEN_PIPE)
+        exit_broken_pipe()
 
     def status(self, status: RenderableType, **kwargs: Any) -> Status:
         """A spinner whose text, also on every `update`, is rendered as this console renders strings:

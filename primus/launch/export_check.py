@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping
 from primus.solver.fit import FitResult
+from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS
 
 #: The pipeline options that let a layer count split into PP x VP chunks (Megatron-LM's
 #: --account-for-embedding/loss-in-pipeline-split): tried when fit's only structural refusal is the split.
-SPLIT_OPTIONS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+SPLIT_OPTIONS = ACCOUNTING_OPTIONS
 SPLIT_NOTE = ("the pipeline split is legal only with the embedding and the loss counted as layers "
               "(--account-for-embedding/loss-in-pipeline-split): written")
 
@@ -86,6 +87,5 @@ def _accounting_may_be_added(job: Job) -> bool:
     job gives no other split mechanism (a layout or first/last stage sizes), which Megatron-Core's
     TransformerConfig refuses beside it (`primus.job._check_one_split_mechanism`)."""
     pipe = job.spec.pipeline
-    other = pipe.layout is not None or pipe.decoder_first_pipeline_num_layers is not None \
-        or pipe.decoder_last_pipeline_num_layers is not None
+    other = pipe.layout is not None or any(getattr(pipe, f) is not None for f in STAGE_SIZE_OPTIONS)
     return not other and not all(getattr(pipe, o) for o in SPLIT_OPTIONS)

@@ -32,6 +32,7 @@ from primus.launch.tokenizers import vocab_from_tokenizer
 from primus.memory.recompute import RECOMPUTE_MODULES
 from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
+from primus.specs.job import STAGE_SIZE_OPTIONS, split_conflict
 from primus.specs.model import ModelSpec
 
 SHARDED = ("dist_opt", "zero2", "fsdp")
@@ -328,18 +329,17 @@ def _one_split_mechanism(pipeline: Mapping[str, Any], ctx: ImportContext) -> Non
     """Megatron-Core's TransformerConfig refuses a layout beside first/last stage sizes or the
     embedding/loss accounting, and those two together (NVIDIA/Megatron-LM 000c4ac transformer_config.py
     lines 1042-1072: `any_conflict`); the import says so in the file's own argument names."""
-    layout = "layout" in pipeline
-    sizes = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if k in pipeline]
-    accounted = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-                 if k in pipeline]
-    if layout and (sizes or accounted):
+    conflict = split_conflict(pipeline)
+    if conflict is None:
+        return
+    field, other = conflict
+    if field == "layout":
         raise InputError(ctx.where, ctx.label("pipeline_model_parallel_layout"),
-                         f"cannot be given with {ctx.label((sizes + accounted)[0])} (Megatron-Core's TransformerConfig "
+                         f"cannot be given with {ctx.label(other)} (Megatron-Core's TransformerConfig "
                          "refuses a layout beside any other pipeline split option)")
-    if sizes and accounted:
-        raise InputError(ctx.where, ctx.label(accounted[0]),
-                         f"cannot be given with {ctx.label(sizes[0])} (Megatron-Core's TransformerConfig refuses "
-                         "first/last stage sizes beside the embedding/loss accounting)")
+    raise InputError(ctx.where, ctx.label(field),
+                     f"cannot be given with {ctx.label(other)} (Megatron-Core's TransformerConfig refuses "
+                     "first/last stage sizes beside the embedding/loss accounting)")
 
 
 def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int:
@@ -372,7 +372,7 @@ def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int
                              f"{stages} stages are not a multiple of PP {pp}")
         return stages // pp
     if per_stage is not None:
-        sizes = [d for d in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if r.get(d)]
+        sizes = [d for d in STAGE_SIZE_OPTIONS if r.get(d)]
         if sizes:  # Megatron-LM 000c4ac arguments.py lines 558-560 (d98e8a6 lines 954-956) asserts this
             raise InputError(ctx.where, ctx.label("num_layers_per_virtual_pipeline_stage"),
                              f"cannot be given with {ctx.label(sizes[0])}: Megatron-LM asserts 'please use "

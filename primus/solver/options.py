@@ -27,10 +27,7 @@ from typing import Any
 from primus.errors import InputError
 from primus.job import Job
 from primus.memory.shapes import layout_for
-from primus.specs.job import PipelineOptions
-
-PIPELINE_FIELDS = ("layout", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+from primus.specs.job import PIPELINE_FIELDS, PipelineOptions
 
 
 def _splits(job: Job, options: PipelineOptions, pp: int, vps: list[int]) -> bool:

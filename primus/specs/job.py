@@ -9,6 +9,7 @@ the framework a job runs on; its settings fill what the file leaves out (`primus
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
@@ -58,6 +59,28 @@ class ParallelPins(Spec):
 
     def pinned(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+#: The pipeline options by split mechanism. Megatron-Core's TransformerConfig.__post_init__ (NVIDIA/Megatron-LM
+#: 000c4ac transformer_config.py lines 1042-1072, d98e8a6 lines 2230-2260) raises ValueError when first/last
+#: stage sizes come with the embedding/loss accounting, and when a pipeline layout comes with either
+#: (`any_conflict`): `split_conflict` says which pair a set of given options holds.
+STAGE_SIZE_OPTIONS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+ACCOUNTING_OPTIONS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+PIPELINE_FIELDS = ("layout", *STAGE_SIZE_OPTIONS, *ACCOUNTING_OPTIONS)
+
+
+def split_conflict(given: Collection[str]) -> tuple[str, str] | None:
+    """The second split mechanism among the options `given` (field names), as (the field to name, the one it
+    conflicts with): the layout when it is given beside any other, else the accounting beside stage sizes;
+    None when they hold one mechanism at most."""
+    sizes = [f for f in STAGE_SIZE_OPTIONS if f in given]
+    accounted = [f for f in ACCOUNTING_OPTIONS if f in given]
+    if "layout" in given and (sizes or accounted):
+        return "layout", (sizes + accounted)[0]
+    if sizes and accounted:
+        return accounted[0], sizes[0]
+    return None
 
 
 class PipelineOptions(Spec):

@@ -23,7 +23,7 @@ from primus.projection import Projection
 from primus.projection.complete import Speed, fastest_key
 from primus.projection.project import projector_for
 from primus.solver.fit import free_pipeline_fixes
-from primus.solver.options import apply_options
+from primus.solver.options import apply_options, pipeline_difference
 from primus.solver.suggest import option_text
 
 if TYPE_CHECKING:
@@ -36,9 +36,7 @@ def pipeline_changes(job: Job, options: dict[str, Any]) -> dict[str, Any]:
     `options` set, at its new value (None: the setting is dropped). Setting these on the job gives the
     variant back (`apply_options` sets each named option; fit's pipeline fixes already name every option
     they change, `primus.solver.options.pipeline_difference`, and a reference fix may carry others)."""
-    before = job.spec.pipeline.model_dump()
-    after = apply_options(job, options).spec.pipeline.model_dump()
-    return {f"pipeline.{k}": after[k] for k in sorted(after) if after[k] != before[k]}
+    return dict(sorted(pipeline_difference(job, apply_options(job, options).spec.pipeline).items()))
 
 
 def pipeline_options_text(job: Job) -> str:
