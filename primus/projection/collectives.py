@@ -20,7 +20,12 @@ Algorithms (bandwidth terms; the textbook ring costs NCCL's tuning model also us
   tokens per rank, each routed to `fanout` (top-k) experts spread uniformly over the group's D domains,
   crosses to each distinct remote domain it needs once — on average (D−1)·(1 − (1 − 1/D)^fanout) times
   — over the NIC share, and fans out to its experts inside a domain over the scale-up links
-  (fanout·(k−1)/k·S); it uses the all-to-all efficiencies;
+  (fanout·(k−1)/k·S); it uses the all-to-all efficiencies. Inside a domain this is the per-copy
+  volume an all-to-all moves, not DeepEP's: DeepEP's dispatch layout (`is_token_in_rank`) sends a token
+  once to each distinct rank, (N − D)·(1 − (1 − 1/N)^fanout)·S per rank, 26% less on one 8-GPU node at
+  top-6. Priced that way at the all-to-all efficiency, every flex row of the dev set and of AMD's runs
+  reads faster (the single-node EP 8 ones by 7–15 points, most already over-projected); no DeepEP
+  bandwidth per accelerator was found, so the per-copy volume stands in (docs/accuracy.md, AMD section);
 - point-to-point of S bytes: one message over one path.
 
 Latency (alpha): one `latency_us` of the tier per algorithm step: k − 1 ring steps inside a domain,
