@@ -126,9 +126,11 @@ def _print_variants(con: Any, doc: dict[str, Any]) -> None:
 @click.option("--llm-calls", type=click.IntRange(*LLM_CALLS_RANGE), default=4, show_default=True, help="Call budget.")
 @click.option("--llm-timeout", type=click.FloatRange(*LLM_TIMEOUT_RANGE), default=60.0, show_default=True)
 @click.option("--allow", "allow", multiple=True, type=click.Choice(ALLOWABLE),
-              help="Let tuning change a convergence setting (precision) or the job's pipeline options (pipeline: "
-                   "the option sets that make faster layouts legal): each allowed value is tuned and the fastest "
-                   "kept. Sequence length, global batch and data order never change.")
+              help="Let tuning change the precision (precision: the job's, bf16, and fp8 where the accelerator "
+                   "has an fp8 peak) or the job's `pipeline:` split options (pipeline: the layout string, first/last "
+                   "stage layer counts and counting the embedding/loss in the split, set or unset as each option set "
+                   "listed under 'faster with other pipeline options' says; at PP 1 all unset): each allowed value "
+                   "is tuned and the fastest kept. Sequence length, global batch and data order never change.")
 @click.option("--workers", type=click.IntRange(*WORKERS_RANGE), default=None,
               help="Processes scoring in parallel (default: the CPU count, at most 8); results do not depend "
                    "on it.")
@@ -144,7 +146,8 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
     4 nodes of MI355X), prove it legal, say why it wins, and write a report (report.html, report.md) with
     an auditable search log. A killed run can be continued with --resume DIR.
 
-    Sequence length, global batch size and precision never change (precision only with --allow precision).
+    Sequence length, global batch size and precision never change (precision only with --allow precision;
+    the job's `pipeline:` options only with --allow pipeline).
     --stack NAME[@RELEASE] replaces the job file's `stack:` (recorded in the run's inputs/job.yaml).
 
     Example: primus tune examples/llama3.1-70b-mi300x-free.yaml --llm none --out run1

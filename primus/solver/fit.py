@@ -9,9 +9,10 @@ when nothing at all fits, the smallest node count at which something would.
 
 Job options that keep every parallel axis are tried first (`primus.solver.options`): when PP is pinned
 and the refusal involves the pipeline split or memory, pipeline split accounting, first/last stage
-layer counts and a layout string; when it involves memory, partial full recompute (the fewest layers
-per virtual stage, Megatron's block method) and PyTorch's expandable-segments allocator. A fix that
-keeps every pin ranks before one that changes a pin (`primus.solver.suggest.rank_key`).
+layer counts and a layout string (at PP 1, every pipeline option unset); when it involves memory,
+partial full recompute (the fewest layers per virtual stage, Megatron's block method) and PyTorch's
+expandable-segments allocator. A fix that keeps every pin ranks before one that changes a pin
+(`primus.solver.suggest.rank_key`).
 
 A nearest layout changes some pins; the axes the job leaves free are then completed. Least memory is
 the wrong completion to suggest (it picks CP 32 over DP 32 for a 70B model), so when the caller gives a
@@ -243,7 +244,8 @@ def option_fixes(question: Question, core: tuple[str, ...],
                  speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
     """Job options under which the pinned axes become legal (see `primus.solver.options`): pipeline
     split options when the refusal involves the pipeline split or memory and PP is pinned above 1, or
-    the pipeline split and PP is free (`free_pipeline_fixes`);
+    the pipeline split and PP is pinned to 1 (every pipeline option unset: none means anything on one
+    stage) or free (`free_pipeline_fixes`);
     partial full recompute (`recompute_num_layers` layers per virtual stage, Megatron's block method)
     when it involves memory and the pinned recompute is none or selective; PyTorch's expandable-segments
     allocator when it involves memory, the job's stack runs the default allocator on an NVIDIA device, and
@@ -253,7 +255,7 @@ def option_fixes(question: Question, core: tuple[str, ...],
     capacity = question.space.reserves.capacity_bytes
     out: list[Alternative] = []
     split_sets: list[dict[str, Any]] = []  # pipeline options that split the layers but do not fit alone
-    if isinstance(pp, int) and pp > 1 and ({"pipeline-split", "memory"} & set(core)):
+    if isinstance(pp, int) and ("pipeline-split" in core or (pp > 1 and "memory" in core)):
         vp = question.pins.get("vp")
         for options in pipeline_candidates(question.job, pp, [vp if isinstance(vp, int) else 1]):
             variant = question.with_job(apply_options(question.job, options))
@@ -283,17 +285,18 @@ def option_fixes(question: Question, core: tuple[str, ...],
 
 def free_pipeline_fixes(question: Question, capacity: int,
                          speed_for: Callable[[Job], Speed | None] | None) -> list[Alternative]:
-    """With PP free: for each pipeline size the layers do not split over evenly, but at which every other
-    rule (memory included) holds for some layout when the split is set aside, the least intrusive
-    pipeline option that splits them (`pipeline_candidates`), completed like a pinned PP's. Llama 3.1 8B
-    on 96 GPUs at global batch 64 needs a factor 3 that only PP can hold, and 32 layers do not split
-    over 3 stages evenly; first and last stages of 11 layers do."""
+    """With PP free: for each pipeline size the job's options cannot split the layers over, but at which
+    every other rule (memory included) holds for some layout when the split is set aside, the least
+    intrusive pipeline option that splits them (`pipeline_candidates`), completed like a pinned PP's.
+    Llama 3.1 8B on 96 GPUs at global batch 64 needs a factor 3 that only PP can hold, and 32 layers do
+    not split over 3 stages evenly; first and last stages of 11 layers do. PP 1 is one of those sizes
+    when the job sets first/last stage sizes or a layout string, and its fix unsets them all."""
     vp = question.pins.get("vp")
     vps = [vp if isinstance(vp, int) else 1]
     rules = [r for r in Asker(question).hard if r != "pipeline-split"]
     out: list[Alternative] = []
     for pp in question.space.pp_values:
-        if pp == 1 or question.space.split_pairs.get((pp, vps[0]), False):
+        if question.space.split_pairs.get((pp, vps[0]), False):
             continue
         pinned = question.with_pins({**question.pins, "pp": pp})
         asker = Asker(pinned)

@@ -85,17 +85,29 @@ def pipeline_difference(job: Job, options: PipelineOptions) -> dict[str, Any]:
 
 def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any]]:
     """Pipeline option changes (`pipeline_difference`: option path -> new value) under which Megatron splits
-    the layers over the pinned PP and every VP in `vps`, least intrusive first. Empty when PP is 1; a
-    split the job already has is no fix and is not offered."""
+    the layers over the pinned PP and every VP in `vps`, least intrusive first. At PP 1 the one candidate
+    is every pipeline option unset (`_pipeline_options`); a split the job already has is no fix and is not
+    offered."""
     return [changes for opts in _pipeline_options(job, pp, vps) if (changes := pipeline_difference(job, opts))]
 
 
 def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions]:
-    """Whole pipeline option sets (one split mechanism each) that split the layers at PP x each VP."""
-    if pp <= 1:
-        return []
-    model = job.model
+    """Whole pipeline option sets (one split mechanism each) that split the layers at PP x each VP.
+
+    At PP 1 one stage builds the embedding, every layer and the loss, and no pipeline option means
+    anything there, so the only set offered is none at all (Megatron's default split). NVIDIA/Megatron-LM
+    d98e8a6 refuses first/last stage sizes at PP 1 (transformer_config.py lines 2341-2345: layers left
+    with no middle stage), reads a layout string of n stages as VP n and asserts PP > 1 under VP
+    (training/arguments.py lines 941-950 and 1000-1009), and ignores the embedding and loss accounting
+    (transformer_block.py lines 148-198: N + 2 units on one stage less the embedding's and the loss's
+    slots is N). An option the job set is named
+    unset, never carried to a layout where it does nothing; where the job's own options split one stage
+    (the accounting), every split of it is the same stage and none is offered."""
     blank = PipelineOptions()
+    if pp == 1:
+        own = _splits(job, job.spec.pipeline, pp, vps)
+        return [blank] if not own and _splits(job, blank, pp, vps) else []
+    model = job.model
     out: list[PipelineOptions] = []
     for emb, loss in ((True, True), (True, False), (False, True)):
         opts = blank.model_copy(update={"account_for_embedding_in_pipeline_split": emb,

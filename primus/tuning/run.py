@@ -246,7 +246,10 @@ def choose_pipeline(job: Job, job_text: str, settings: TuneSettings, rules: dict
                     say: Callable[[str], None]) -> tuple[Job, dict[str, Any] | None]:
     """With --allow pipeline: tune the job with its own pipeline options (no LLM), then with each option set
     it names as making faster layouts legal (`faster_with_changed_options`, fastest first), and keep the
-    fastest; the job's own options win a tie. Returns that job and what changed (None if nothing did)."""
+    fastest. On a tie the job's own options win, then the set that leaves the fewest pipeline options set:
+    a PP 1 best is the same layout under every option set that splits one stage, and the set that unsets
+    the options (none means anything on one stage) is the one to write. Returns that job and what changed
+    (None if nothing did)."""
     trials: list[tuple[dict[str, Any], Job, float]] = []
     say("--allow pipeline: trying the job's own pipeline options")
     doc = Tuner(job, replace(settings, llm=LlmSettings()), **rules).run()
@@ -260,7 +263,11 @@ def choose_pipeline(job: Job, job_text: str, settings: TuneSettings, rules: dict
         say(f"--allow pipeline: trying {changes_text(v['options'])}")
         best = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()["best"]["tokens_per_s_per_gpu"]
         trials.append((v["options"], trial, best or 0.0))
-    winner = max(range(len(trials)), key=lambda k: (trials[k][2], k == 0, -k))
+
+    def left_set(k: int) -> int:
+        return len(trials[k][1].spec.pipeline.model_dump(exclude_defaults=True))
+
+    winner = max(range(len(trials)), key=lambda k: (trials[k][2], k == 0, -left_set(k), -k))
     if winner == 0:
         return job, None
     options, chosen, _ = trials[winner]

@@ -4,7 +4,9 @@ Tune searches the legal set of the job as written: its pipeline options (`pipeli
 first/last stage layer counts, counting the embedding or the loss in the split) are the user's and
 decide which pipeline sizes split the layers at all. A Megatron user who pinned first and last stages of
 14 layers for Llama 3.1 405B (126 layers) leaves PP 8 no legal split; counting the embedding and the loss
-as layers (128) splits it over every power of two. Such layouts are outside the searched set, so the
+as layers (128) splits it over every power of two; first/last stage sizes and a layout string of more
+than one stage leave no PP 1 at all, which every pipeline option unset splits (none means anything on one
+stage: `primus.solver.options._pipeline_options`). Such layouts are outside the searched set, so the
 certificate speaks of the job's pipeline options only, and they are reported beside it as what `fit`
 offers for a split the job's options cannot make (`primus.solver.fit.free_pipeline_fixes`: for each
 pipeline size the job's options cannot split, the least intrusive option set that splits it and its
