@@ -25,7 +25,7 @@ completion with the least memory is shown.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from primus.solver.options import (
     partial_recompute,
     pipeline_candidates,
     recompute_search_job,
+    unset_at_pp,
 )
 from primus.solver.pins import PIN_AXES, normalisation_notes
 from primus.solver.space import Space
@@ -183,7 +184,7 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
     report = mm.evaluate(request, strict=False) if request is not None else None
     capacity = question.space.reserves.capacity_bytes
     fixes = option_fixes(question, core, speed_for)
-    alternatives = nearest_alternatives(asker, fixes, capacity, speed)
+    alternatives = nearest_alternatives(asker, fixes, capacity, speed, speed_for)
     min_gpus: int | None = None
     below: int | None = None
     note: str | None = None
@@ -207,16 +208,17 @@ def _normalised(question: Question, layout: Layout) -> tuple[str, ...]:
                                question.job.model.is_moe)
 
 
-def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
-                         speed: Speed | None) -> tuple[Alternative, ...]:
+def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int, speed: Speed | None,
+                         speed_for: Callable[[Job], Speed | None] | None = None) -> tuple[Alternative, ...]:
     """The option `fixes` and the nearest pin assignments' fastest completions, at most MAX_ALTERNATIVES
     in rank order (`rank_key`: tight fixes last, then fewest pins changed, then fastest). The
     SCORED_GROUPS nearest assignments are the candidates (only the first MAX_ALTERNATIVES without
     `speed`); a level of k changed pins is enumerated and scored only while the list has room for fixes
     that are not tight, since each of its fixes ranks after every such fix with fewer changes. The best
-    fix that keeps every pin stays in the list even when tight (in the last place)."""
+    fix that keeps every pin stays in the list even when tight (in the last place). A fix at PP 1 drops
+    the job's pipeline options (`one_stage`), re-sized and re-projected (`speed_for`) without them."""
     pins, band = asker.q.pins, asker.q.space.reserves.tight_band_bytes
-    chosen = list(fixes)
+    chosen = [one_stage(asker.q.job, a, speed_for) for a in fixes]
     budget = MAX_ALTERNATIVES if speed is None else SCORED_GROUPS
 
     def roomy() -> int:  # a tight fix ranks after every roomy one, so only roomy fixes fill the list
@@ -231,13 +233,34 @@ def nearest_alternatives(asker: Asker, fixes: list[Alternative], capacity: int,
         budget -= len(level)
         groups = [(rows, tuple(p[4:] for p in changed)) for rows, changed in level]
         found = fastest_groups(groups, MAX_ALTERNATIVES - roomy(), capacity, speed)
-        chosen += [labelled(a, pins, PIN_AXES, band) for a in found]
+        chosen += [one_stage(asker.q.job, labelled(a, pins, PIN_AXES, band), speed_for) for a in found]
     ranked = sorted(chosen, key=rank_key)
     shown = ranked[:MAX_ALTERNATIVES]
     keeper = next((a for a in ranked if a.keeps_pins), None)
     if keeper is not None and keeper not in shown:  # a tight fix that keeps the user's layout stays in view
         shown = [*shown[:MAX_ALTERNATIVES - 1], keeper]
     return tuple(shown)
+
+
+def one_stage(job: Job, a: Alternative, speed_for: Callable[[Job], Speed | None] | None) -> Alternative:
+    """`a` as the job it describes at PP 1: no pipeline option survives on one stage
+    (`primus.solver.options.unset_at_pp`), so a fix whose layout has PP 1 unsets every pipeline option
+    the job (with the fix's own options) still sets, names each (`pipeline.X unset`), and is sized by the
+    ledger and projected (`speed_for`, as `project` shows it) for the job with them unset: the bytes and
+    the number of that job file. The layers sit as they did (one stage holds them all whatever the
+    options), so the layout stays legal; above PP 1, and where nothing is left to unset, `a` as it is."""
+    unset = unset_at_pp(apply_options(job, a.options), a.layout.pp)
+    if not unset:
+        return a
+    options = {**a.options, **unset}
+    variant = apply_options(job, options)
+    peak = MemoryModel(variant).evaluate(a.layout, strict=False).peak_bytes
+    tokens = a.tokens_per_s_per_gpu
+    speed = speed_for(variant) if speed_for is not None and tokens is not None else None
+    if speed is not None:
+        tokens = getattr(speed, "final", speed)(a.layout, peak)
+    return replace(a, peak_bytes=peak, headroom_bytes=a.headroom_bytes + a.peak_bytes - peak,
+                   changed=(*a.changed, *unset), options=options, tokens_per_s_per_gpu=tokens)
 
 
 def option_fixes(question: Question, core: tuple[str, ...],

@@ -29,6 +29,10 @@ from primus.job import Job
 from primus.memory.shapes import layout_for
 from primus.specs.job import PIPELINE_FIELDS, PipelineOptions
 
+#: The pipeline options no option set: Megatron's default split, and all that survives at PP 1.
+ONE_STAGE = PipelineOptions()
+_DEFAULTS = ONE_STAGE.model_dump()
+
 
 def _splits(job: Job, options: PipelineOptions, pp: int, vps: list[int]) -> bool:
     try:
@@ -76,11 +80,29 @@ def layout_string(num_layers: int, pp: int, vp: int, mtp: int) -> str:
 
 def pipeline_difference(job: Job, options: PipelineOptions) -> dict[str, Any]:
     """Exactly what setting the pipeline options to `options` changes in the job: every field whose value
-    differs, by path, with its new value (None or False where the fix removes the job's own setting, as
-    first-stage sizes go when the fix is a last-stage size; Megatron takes one split mechanism). A field
-    the fix leaves as the job has it is not named."""
+    differs, by path, with its new value, None where the fix removes the job's own setting (back to the
+    default: first-stage sizes go when the fix is a last-stage size, the accounting goes under a layout
+    string, as Megatron takes one split mechanism), which `primus.solver.suggest.option_text` spells
+    `unset`. A field the fix leaves as the job has it is not named."""
     mine = job.spec.pipeline
-    return {f"pipeline.{k}": getattr(options, k) for k in PIPELINE_FIELDS if getattr(options, k) != getattr(mine, k)}
+    return {f"pipeline.{k}": None if getattr(options, k) == _DEFAULTS[k] else getattr(options, k)
+            for k in PIPELINE_FIELDS if getattr(options, k) != getattr(mine, k)}
+
+
+def unset_at_pp(job: Job, pp: int) -> dict[str, Any]:
+    """The pipeline options a layout at PP `pp` drops from the job (`pipeline_difference`: path -> None),
+    the one place that decides which survive at PP 1: none does. One stage builds the embedding, every
+    layer and the loss, so a layout at PP 1 is the job with every pipeline option it set unset, named so
+    and sized and projected so (`primus.solver.fit`), and exported without them
+    (`primus.launch.megatron_export`). Above PP 1 the job's options are what split the layers: all survive.
+
+    NVIDIA/Megatron-LM d98e8a6 refuses first/last stage sizes and a layout of more than one stage at PP 1
+    (`_pipeline_options`) and builds the same one stage with or without the rest: with the embedding and
+    loss accounting (k of them set), transformer_config.py lines 2370-2385 and training/arguments.py
+    lines 988-998 check N + k layers over PP 1 (always whole), transformer_block.py lines 147-159 and
+    191-201 build those N + k less the k slots, N layers, and transformer_layer.py lines 74 and 217-218
+    give the one stage offset 0; a one-stage layout string places what the default does."""
+    return pipeline_difference(job, ONE_STAGE) if pp == 1 else {}
 
 
 def pipeline_candidates(job: Job, pp: int, vps: list[int]) -> list[dict[str, Any]]:
@@ -103,8 +125,8 @@ def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions
     slots is N). An option the job set is named
     unset, never carried to a layout where it does nothing; where the job's own options split one stage
     (the accounting), every split of it is the same stage and none is offered."""
-    blank = PipelineOptions()
-    if pp == 1:
+    blank = ONE_STAGE
+    if pp == 1:  # nothing survives at PP 1 (`unset_at_pp`)
         own = _splits(job, job.spec.pipeline, pp, vps)
         return [blank] if not own and _splits(job, blank, pp, vps) else []
     model = job.model
@@ -140,15 +162,15 @@ def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions
 
 def apply_options(job: Job, options: dict[str, Any]) -> Job:
     """The job with option paths set, each to its value and nothing else (`pipeline.X`: one pipeline
-    option, a fix names every one it changes, `pipeline_difference`; `parallel.X`: one pin; `allocator.X`:
-    one allocator setting)."""
+    option, a fix names every one it changes, `pipeline_difference`, None for one it unsets; `parallel.X`:
+    one pin; `allocator.X`: one allocator setting)."""
     if not options:
         return job
     spec = job.spec.model_dump()
     sections = {"pipeline", "parallel"}
     for path, value in options.items():
         section, _, name = path.partition(".")
-        spec[section][name] = value
+        spec[section][name] = _DEFAULTS[name] if section == "pipeline" and value is None else value
         sections.add(section)
     return job.with_spec(**{section: spec[section] for section in sorted(sections)})
 
