@@ -106,6 +106,40 @@ def test_accounting_typed_with_pp_1_pinned_loads_and_fits_as_without_it(run_cli,
     assert code == 0 and err == "" and as_json(out)["peak_bytes"] == PEAK
 
 
+def test_the_megatron_export_at_pp_1_leaves_the_accounting_flags_out_with_a_note(run_cli, write_job) -> None:
+    code, args, err = run_cli("export", write_job({**L8, "parallel": PINNED_PP1, "pipeline": ACCOUNTED}),
+                              "--to", "megatron")
+    assert code == 0 and "--pipeline-model-parallel-size 1" in args
+    assert not [f for f in ACCOUNTING_FLAGS if f in args]
+    assert ("note: pipeline.account_for_embedding_in_pipeline_split, pipeline.account_for_loss_in_pipeline_split "
+            "dropped at PP 1") in err
+
+
+def test_the_megatron_export_above_pp_1_still_writes_the_accounting_flags(run_cli, write_job) -> None:
+    job = {**L8, "parallel": {**PINNED_PP1, "pp": 2, "vp": 17, "cp": 2, "dp": 4, "sharding": "dist_opt"},
+           "pipeline": ACCOUNTED}
+    code, args, err = run_cli("export", write_job(job), "--to", "megatron")
+    assert code == 0 and all(f in args for f in ACCOUNTING_FLAGS) and "dropped at PP 1" not in err
+
+
+def test_exporting_the_pp_1_suggestion_writes_the_job_with_the_options_unset(run_cli, write_job) -> None:
+    code, args, err = run_cli("export", write_job(PP3), "--to", "megatron", "--fix", "1")
+    assert code == 0 and "--pipeline-model-parallel-size 1" in args
+    assert not [f for f in ACCOUNTING_FLAGS if f in args]
+    assert ("suggestion 1 changes pp, pipeline.account_for_embedding_in_pipeline_split unset, "
+            "pipeline.account_for_loss_in_pipeline_split unset") in err
+
+
+def test_the_pp_1_export_imports_back_to_the_same_bytes(run_cli, write_job, tmp_path: Path) -> None:
+    _, args, _ = run_cli("export", write_job({**L8, "parallel": PINNED_PP1, "pipeline": ACCOUNTED}), "--to",
+                         "megatron")
+    script = tmp_path / "launch.sh"
+    script.write_text(args)
+    code, out, _ = run_cli("fit", "--from", "megatron", str(script), "--hardware", "h100-80gb", "--nodes", "2",
+                           "--format", "json")
+    assert code == 0 and as_json(out)["peak_bytes"] == PEAK
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from click.testing import CliRunner
@@ -125,3 +159,9 @@ def test_tune_finds_the_pp_1_layout_at_fits_number(tuned, pp3_fit) -> None:
     fix = pp3_fit["alternatives"][0]
     assert best["parallel"] == fix["parallel"] == L8_PP1
     assert (best["tokens_per_s_per_gpu"], best["peak_bytes"]) == (fix["tokens_per_s_per_gpu"], fix["peak_bytes"])
+
+
+def test_the_export_of_a_tuned_pp_1_run_leaves_the_accounting_flags_out(tuned, run_cli) -> None:
+    code, args, _ = run_cli("export", "--from-tune", str(tuned / "result.json"), "--to", "megatron")
+    assert code == 0 and "--pipeline-model-parallel-size 1" in args
+    assert not [f for f in ACCOUNTING_FLAGS if f in args]

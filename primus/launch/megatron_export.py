@@ -13,6 +13,8 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
+from primus.solver.options import apply_options, unset_at_pp
+from primus.specs.job import PipelineOptions
 
 SHARDED = ("dist_opt", "zero2", "fsdp")
 #: The job keys a Megatron argument list states (`runtime_args`), and those it adds for a MoE model: an
@@ -79,6 +81,19 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     return ns, notes
 
 
+def _split_options(job: Job, layout: Layout, notes: list[str]) -> PipelineOptions:
+    """The pipeline split options the arguments carry: the job's, except at PP 1, where none survives
+    (`primus.solver.options.unset_at_pp`: Megatron-LM builds the same one stage with or without them and
+    refuses none of those a legal job holds there), so they are dropped and a note names each. Not
+    refused on load: Megatron-LM runs such a job, and an imported argument line may carry them."""
+    unset = unset_at_pp(job, layout.pp)
+    if not unset:
+        return job.spec.pipeline
+    notes.append(", ".join(unset) + " dropped at PP 1: one stage builds the embedding, every layer and the loss, "
+                 "the same with or without them")
+    return apply_options(job, unset).spec.pipeline
+
+
 def _positions(job: Job, notes: list[str]) -> int:
     """``--max-position-embeddings``: Megatron-LM's validate_args asserts it is at least the sequence
     length. A learned table shorter than the sequence is a job Megatron refuses; with RoPE (or no
@@ -102,13 +117,14 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     spec, m, where = job.spec, job.model, job.where
     notes: list[str] = []
     ns: dict[str, Any] = {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp}
+    pipe = _split_options(job, layout, notes)
     # whitespace the job file may hold is dropped: Megatron-Core's parse_str_to_list removes only commas
     # and asserts on a space (NVIDIA/Megatron-LM 000c4ac pipeline_parallel_layer_layout.py lines 275-305)
-    text = spec.pipeline.layout
+    text = pipe.layout
     ns["pipeline_model_parallel_layout"] = None if text is None else "".join(text.split())
     ns["num_virtual_stages_per_pipeline_rank"] = None
-    if spec.pipeline.layout is not None:
-        stages = len(parse_layout_string(spec.pipeline.layout, where))
+    if text is not None:
+        stages = len(parse_layout_string(text, where))
         if stages != layout.pp * layout.vp:
             raise InputError(where, "pipeline.layout", f"has {stages} stages but PP×VP is {layout.pp * layout.vp}")
     elif layout.vp > 1:
@@ -129,7 +145,6 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
         ns["recompute_num_layers"] = layout.recompute_num_layers or 1
     ns.update(_sharding(job, layout, fsdp))
     ns.update(_precision(job))
-    pipe = spec.pipeline
     ns.update(decoder_first_pipeline_num_layers=pipe.decoder_first_pipeline_num_layers,
               decoder_last_pipeline_num_layers=pipe.decoder_last_pipeline_num_layers,
               account_for_embedding_in_pipeline_split=pipe.account_for_embedding_in_pipeline_split,
