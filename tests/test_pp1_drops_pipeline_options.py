@@ -165,3 +165,17 @@ def test_the_export_of_a_tuned_pp_1_run_leaves_the_accounting_flags_out(tuned, r
     code, args, _ = run_cli("export", "--from-tune", str(tuned / "result.json"), "--to", "megatron")
     assert code == 0 and "--pipeline-model-parallel-size 1" in args
     assert not [f for f in ACCOUNTING_FLAGS if f in args]
+
+
+def test_allow_pipeline_keeps_the_pp_1_layout_at_fits_number(pp3_fit, tmp_path: Path) -> None:
+    # the job's own options already hold PP 1 (34 units on one stage), so no other option set is tried
+    from click.testing import CliRunner
+
+    from primus.cli.main import cli
+
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({**L8, "parallel": {"tp": 8}, "pipeline": ACCOUNTED}))
+    result = CliRunner().invoke(cli, ["tune", str(tmp_path / "job.yaml"), "--llm", "none", "--allow", "pipeline",
+                                      "--out", str(tmp_path / "t"), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    best, fix = as_json(result.stdout)["best"], pp3_fit["alternatives"][0]
+    assert best["parallel"] == fix["parallel"] and best["tokens_per_s_per_gpu"] == fix["tokens_per_s_per_gpu"]
