@@ -70,10 +70,20 @@ class Stack:
     note: str | None = field(compare=False, default=None)
     recipes: tuple[Recipe, ...] = field(compare=False, default=())
     requested: str | None = field(compare=False, default=None)  # the release asked for, when not described
+    #: the framework's own release name the job gave (``core_v0.16.1``), which the month above rounds
+    release_name: str | None = field(compare=False, default=None)
+    #: the Megatron-LM release this one runs, and its source (`stacks.schema.MegatronPin`)
+    megatron_lm: tuple[str, str] | None = field(compare=False, default=None)
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.release}"
+
+    @property
+    def asked(self) -> str:
+        """The stack as the job named it (``megatron-lm@core_v0.16.1``, ``megatron-lm@2026.03``), which
+        resolves to this same stack; `label` is the release described, which would lose the asked one."""
+        return f"{self.name}@{self.release_name or self.requested or self.release}"
 
     @property
     def kernel_profile(self) -> str | None:
@@ -134,6 +144,7 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     labels = [r.release for r in spec.releases]
     note: str | None = None
     named = _release_name(spec, release) if release is not None and release not in labels else None
+    own_name = release if named is not None else None
     if named is not None:
         release, note = named
     if release is None:
@@ -168,8 +179,10 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
             values[key] = setting.value
             sources[key] = setting.source
     rel = spec.releases[chosen]
+    pins = [r.megatron_lm for r in spec.releases[:chosen + 1] if r.megatron_lm is not None]
+    pin = (pins[-1].release, pins[-1].source) if pins else None
     return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes),
-                 release if note else None)
+                 release if note else None, own_name, pin)
 
 
 def _release_name(spec: StackFile, release: str) -> tuple[str, str] | None:

@@ -111,10 +111,21 @@ class Recipe(Spec):
     source: Source
 
 
+class MegatronPin(Spec):
+    """The Megatron-LM release a release of another Megatron-based framework runs (a tag of
+    `stacks/megatron-lm.yaml`'s `release_names`): what `export --to megatron` writes for its jobs."""
+
+    release: Label
+    source: Source
+
+
 class ReleaseSpec(Spec):
     release: Label
     source: Source
     settings: StackSettings
+    #: the Megatron-LM this release runs (AMD Primus, Megatron-Bridge, NeMo); a later release without one
+    #: keeps the earlier release's
+    megatron_lm: MegatronPin | None = None
     #: said whenever a later, undescribed release resolves to this one (a release that describes a setup
     #: rather than the framework's defaults, such as megatron-lm@2022.05, the 2022 papers' runs)
     caveat: Text | None = None
