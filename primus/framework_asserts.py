@@ -8,20 +8,17 @@ rules in `constraints/`.
 
 from __future__ import annotations
 
-from typing import Final
-
 from primus.errors import InputError
 from primus.specs.job import JobSpec
 from primus.specs.model import ModelSpec
 from primus.stacks.core import Stack
-
-#: The first Megatron-LM release label (month) whose validate_args accepts fp16 MoE: NVIDIA/Megatron-LM
-#: 4193f3aa9b "remove fp16 assert in moe_grouped_gemm & EP (#2495)", 2025-12-22, first tagged core_v0.16.0.
-#: Before it, megatron/training/arguments.py asserts "Currently GroupedGEMM for MoE only supports bf16
-#: dtype." under --moe-grouped-gemm and "Expert parallelism is not supported with fp16 training." with
-#: EP > 1 (000c4ac, core_r0.14, lines 876-877 and 1041-1042). Megatron-Core without Megatron-LM's
-#: launcher (NeMo, Megatron-Bridge) never ran those asserts, and AMD Primus pins a Megatron after the fix.
-MEGATRON_LM_FP16_MOE_FROM: Final = "2025.12"
+from primus.stacks.megatron_release import (
+    FP16_MOE_FROM,
+    GROUPED_MLP_REMOVED_IN,
+    STOCK_MEGATRON_CORE,
+    MegatronTarget,
+    megatron_target,
+)
 
 
 def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where: str) -> None:
@@ -43,8 +40,31 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
         raise InputError(where, "moe.grouped_gemm",
                          f"legacy cannot build {model.name}'s expert biases (add_bias_linear): Megatron-Core's "
                          "GroupedMLP asserts add_bias_linear == False; use grouped_gemm te")
-    if spec.precision == "fp16" and stack.name == "megatron-lm" and stack.before(MEGATRON_LM_FP16_MOE_FROM):
+    target = _release(stack, where) if stack.name in STOCK_MEGATRON_CORE else None
+    if moe.grouped_gemm == "legacy" and target is not None and not target.before(GROUPED_MLP_REMOVED_IN):
+        raise InputError(where, "moe.grouped_gemm", legacy_gemm_removed(stack.asked, target))
+    if spec.precision == "fp16" and stack.name == "megatron-lm" and target is not None \
+            and target.before(FP16_MOE_FROM):
+        # Megatron-Core without Megatron-LM's launcher (NeMo, Megatron-Bridge) never ran these asserts, and AMD
+        # Primus's pinned Megatron-LM (d3528a2) holds #2495
         raise InputError(where, "precision",
-                         f"fp16 with MoE layers is refused by {stack.label}'s Megatron-LM: validate_args asserts "
-                         "grouped GEMM only in bf16 and no expert parallelism in fp16 (removed by #2495, "
-                         f"Megatron-LM {MEGATRON_LM_FP16_MOE_FROM}, core_v0.16.0): use bf16 or a later release")
+                         f"fp16 with MoE layers is refused by {stack.asked}'s Megatron-LM, {target.tag}: validate_args "
+                         "asserts grouped GEMM only in bf16 and no expert parallelism in fp16 (removed by #2495, "
+                         f"4193f3aa9b, first tagged {FP16_MOE_FROM}): use bf16 or a later release")
+
+
+def _release(stack: Stack, where: str) -> MegatronTarget | None:
+    """The Megatron-LM release the stack runs; None for one older than every release primus has read (an
+    export refuses it; no assert here is known for it)."""
+    try:
+        return megatron_target(stack, where)
+    except InputError:
+        return None
+
+
+def legacy_gemm_removed(label: str, target: MegatronTarget) -> str:
+    """Why `label`, on Megatron-LM `target`, cannot run the legacy grouped GEMM, and what can."""
+    return (f"legacy cannot run on {label}: its Megatron-LM, {target.tag}, has no GroupedMLP and no "
+            f"--moe-use-legacy-grouped-gemm (NVIDIA/Megatron-LM #3410, 2caa681a1d, removed them in "
+            f"{GROUPED_MLP_REMOVED_IN}); use grouped_gemm te, a release before {GROUPED_MLP_REMOVED_IN} "
+            "(megatron-lm@core_v0.16.1), or AMD Primus (stack primus, export --to primus), which keeps GroupedMLP")

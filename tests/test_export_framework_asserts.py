@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus.framework_asserts import MEGATRON_LM_FP16_MOE_FROM
 from primus.stacks.core import resolve_stack
+from primus.stacks.megatron_release import FP16_MOE_FROM, megatron_target
 
 # review 45's sfl.yaml: DeepSeek-V2-Lite on one MI355X node, EP 8
 SYNC_FREE: dict[str, Any] = {
@@ -57,12 +57,21 @@ def test_fp16_moe_on_a_megatron_lm_before_2495_is_bad_input(run_cli, write_job) 
 
 def test_fp16_moe_is_accepted_from_the_release_that_removed_the_asserts(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
     # NVIDIA/Megatron-LM 4193f3aa9b (2025-12-22, first tagged core_v0.16.0) removed both asserts
-    assert not resolve_stack("megatron-lm@2026.04", "test").before(MEGATRON_LM_FP16_MOE_FROM)
+    assert not megatron_target(resolve_stack("megatron-lm@2026.04", "test")).before(FP16_MOE_FROM)
     code, _, _ = run_cli("fit", write_job(MIXTRAL_FP16), "--stack", "megatron-lm@2026.04")
     assert code == 0
 
 
-def test_an_fp16_moe_export_says_which_megatron_lm_accepts_it(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    # the export's argument names are core_r0.14's, whose validate_args still has both asserts
-    code, out, err = run_cli("export", write_job(MIXTRAL_FP16), "--to", "megatron")
-    assert code == 0 and "--fp16" in out and "core_v0.16.0 or later" in err
+def test_an_fp16_moe_export_for_a_release_with_2495_writes_fp16(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # the default stack's line is core_v0.18.0's, which holds #2495 (4193f3aa9b, first tagged core_v0.16.0)
+    code, out, _ = run_cli("export", write_job(MIXTRAL_FP16), "--to", "megatron")
+    assert code == 0 and "--fp16" in out.split() and "Megatron-LM core_v0.18.0 argument names" in out
+
+
+def test_an_fp16_moe_export_for_a_release_branch_without_2495_is_bad_input(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # core_v0.15.3 (2026-02-06) is dated after #2495 (2025-12-22) but its release branch does not hold it:
+    # core_v0.15.3 megatron/training/arguments.py lines 877 and 1042 still assert both (core_v0.16.0 has neither)
+    code, out, err = run_cli("export", write_job(MIXTRAL_FP16), "--to", "megatron",
+                             "--stack", "megatron-lm@core_v0.15.3")
+    refusal = err.splitlines()[-1]  # after the note on how the release name resolves
+    assert (code, out) == (2, "") and ": precision: " in refusal and "core_v0.15.3" in refusal

@@ -236,23 +236,26 @@ def _legacy(precision: str, fp8_recipe: str | None = None):  # type: ignore[no-u
     data = _job("mixtral-8x7b", tp=1, ep=8, etp=1, sp=False, sharding="dist_opt", **axes).spec.model_dump(
         mode="json", exclude_none=True)
     data["moe"] = {"grouped_gemm": "legacy"}
+    data["stack"] = "megatron-lm@core_v0.16.1"  # the newest Megatron-LM release with GroupedMLP
     return job_from_mapping(data, "test")
 
 
 @pytest.mark.parametrize(("precision", "recipe"), [("bf16", None), ("fp8", "delayed")])
 def test_the_legacy_grouped_gemm_is_written_in_the_option_names_the_export_targets(tmp_path: Path, precision: str,
                                                                                   recipe: str | None) -> None:
-    # the Megatron export writes core_r0.14 option names (NVIDIA/Megatron-LM 000c4ac arguments.py has
-    # --moe-use-legacy-grouped-gemm; #3410, 2caa681, removed it in core_v0.17.0: a note says so); under FP8
-    # the flag keeps the experts in bf16, the job's own numbers (core_v0.14.0 experts.py GroupedMLP)
+    # the line is written for the job's release, megatron-lm@core_v0.16.1, whose arguments.py generates
+    # --moe-use-legacy-grouped-gemm from TransformerConfig.moe_use_legacy_grouped_gemm (core_v0.16.1
+    # transformer_config.py line 655); under FP8 the flag keeps the experts in bf16 (core_v0.14.0 experts.py
+    # GroupedMLP), the job's own numbers; import gives the job back on that release
     from primus.launch import import_launch
 
     megatron = export_job(_legacy(precision, recipe), "megatron")
     assert "    --moe-use-legacy-grouped-gemm \\" in megatron.text.splitlines()
-    assert any("#3410" in n and "core_v0.17.0" in n for n in megatron.notes)
+    assert "Megatron-LM core_v0.16.1 argument names" in megatron.release
     path = tmp_path / "legacy.sh"
     path.write_text(megatron.text)
-    assert import_launch("megatron", path).job["moe"]["grouped_gemm"] == "legacy"
+    back = import_launch("megatron", path).job
+    assert back["moe"]["grouped_gemm"] == "legacy" and back["stack"] == "megatron-lm@core_v0.16.1"
     overrides = yaml.safe_load(export_job(_legacy(precision, recipe), "primus").text)["modules"]["pre_trainer"][
         "overrides"]
     assert overrides["moe_use_legacy_grouped_gemm"] is True

@@ -168,7 +168,7 @@ def test_import_cli_yaml_on_stdout_unmodelled_on_stderr_and_json(tmp_path: Path)
 
     doc = json.loads(result.stdout)
     assert doc["job"]["parallel"]["dp"] == 8 and "--lr 0.00015" in doc["unmodelled"]
-    assert "Megatron-LM core_r0.14" in doc["release"]
+    assert "Megatron-LM argument names of releases core_v0.8.0 to core_v0.19.0" in doc["release"]
 
 
 def test_job_or_launch_is_what_fit_memory_project_use() -> None:

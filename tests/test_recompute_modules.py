@@ -123,7 +123,9 @@ def test_the_projection_reruns_the_modules_forward_in_backward() -> None:
 
 
 def test_export_writes_the_modules_megatron_reads_and_torchtitan_refuses_them(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    path = write_job(GPT_OSS_B200)
+    # written for Megatron-Bridge 26.06's Megatron-LM, core_v0.18.0 (25.09's, core_v0.14.0, has no --softmax-type
+    # or --window-size for gpt-oss's sinks and window: core_v0.15.0 added them)
+    path = write_job({**GPT_OSS_B200, "stack": "megatron-bridge@26.06"})
     code, out, _ = run_cli("export", path, "--to", "megatron")
     assert code == 0 and "--recompute-modules layernorm moe_act" in out
     llama = {"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 8192, "global_batch_size": 32,

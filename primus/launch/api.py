@@ -13,7 +13,7 @@ from typing import Any
 
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping
-from primus.launch.common import KINDS, Exported, LaunchConfig
+from primus.launch.common import IMPORT_STACKS, KINDS, Exported, LaunchConfig
 from primus.launch.megatron import export_megatron, import_megatron
 from primus.launch.primus_yaml import export_primus, import_primus
 from primus.launch.target import on_target_stack
@@ -22,6 +22,7 @@ from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
 from primus.solver.pins import normalisation_notes
 from primus.stacks.core import DEFAULT_STACK, resolve_stack
+from primus.stacks.megatron_release import megatron_target
 from primus.yamlio import load_mapping, read_text
 
 _IMPORTERS: dict[str, Callable[..., LaunchConfig]] = {
@@ -78,10 +79,6 @@ def with_stack(config: LaunchConfig, stack: str, base_dir: Path | None = None) -
     return replace(config, job=job, notes=(*config.notes, note))
 
 
-#: The stack a launch format implies: a Primus experiment YAML runs on AMD Primus, a torchtitan TOML
-#: on torchtitan (the importer dates the release from the file's keys,
-#: `primus.launch.torchtitan_release`); a Megatron-LM argument line keeps the default stack.
-IMPORT_STACKS: dict[str, str] = {"primus": "primus", "torchtitan": "torchtitan"}
 
 
 def job_from_launch(kind: str, path: str | Path, hardware: str | None = None, nodes: int | None = None,
@@ -119,6 +116,8 @@ def launchable(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
     native kernel, which keeps one more bf16 logit tensor in the loss's backward than Transformer Engine's
     in-place one, so the export is checked (and written) as that job."""
     job, moved = on_target_stack(job, _kind(kind))
+    if kind == "megatron":  # a release the line cannot be written for is refused before fit is asked
+        megatron_target(job.resolved_stack, job.where)
     k = job.spec.kernels
     if kind != "megatron" or not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te"):
         return job, moved

@@ -29,6 +29,11 @@ KINDS: tuple[str, ...] = ("megatron", "primus", "torchtitan")
 #: Header keys the importer uses itself rather than merging into the job.
 HEADER_ONLY = frozenset({"hardware", "nodes", "gpus", "model", "model_name"})
 HEADER_TAG = "primus-job:"
+#: The stack a launch format implies: a Primus experiment YAML runs on AMD Primus (which keeps options
+#: Megatron-LM removed, such as GroupedMLP), a torchtitan TOML on torchtitan (the importer dates the release
+#: from the file's keys, `primus.launch.torchtitan_release`); a Megatron-LM argument line keeps the default
+#: stack unless its arguments date it (`primus.launch.megatron`).
+IMPORT_STACKS: dict[str, str] = {"primus": "primus", "torchtitan": "torchtitan"}
 MAX_VALUE_CHARS = 200
 
 
@@ -157,7 +162,7 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
     keep = {k: v for k, v in own_settings(job).items()
             if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
     keep["hardware"] = job.spec.hardware
-    keep["stack"] = job.resolved_stack.label  # the stack travels, so import does not assume the format's
+    keep["stack"] = job.resolved_stack.asked  # the stack travels, so import does not assume the format's
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
         keep["model"] = job.spec.model
     else:  # a model file: its architecture is written out; its name travels here
@@ -270,6 +275,8 @@ def finish(kind: str, release: str, where: str, native: dict[str, Any], header: 
     merged[cluster.size_key] = cluster.size_value
     ordered = {k: merged[k] for k in _ORDER if k in merged}
     ordered.update({k: v for k, v in merged.items() if k not in ordered})
+    if "stack" not in ordered and kind in IMPORT_STACKS:  # validated on the stack that runs the file
+        ordered["stack"] = IMPORT_STACKS[kind]
     job_from_mapping(ordered, where, base_dir)
     return LaunchConfig(kind, release, ordered, tuple(out.unmodelled), tuple(out.notes), where)
 

@@ -33,8 +33,10 @@ from primus.launch.common import (
 from primus.launch.launch_env import LAUNCH_ENV, allocator_env, expandable_segments_of, megatron_env, shell_lines
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
+from primus.launch.megatron_release_check import for_release
 from primus.launch.shell import Command, Script, read_script
 from primus.parallel import Layout
+from primus.stacks.megatron_release import GROUPED_MLP_REMOVED_IN, LEGACY_GEMM_FLAG, megatron_target, newest_with
 from primus.yamlio import int_too_long
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -318,10 +320,23 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
     ctx = replace(_context(parsed, header, where, cluster.gpus), world_source=cluster.source,
                   gpus_per_node=cluster.spec.gpus_per_node)
     job, consumed = job_from_args(parsed.ns, ctx, out)
+    _date_legacy_gemm(job, header, out)
     if parsed.expandable_segments is not None:
         job["allocator"] = {"expandable_segments": parsed.expandable_segments}
     _skip_unread(parsed, consumed, out)
     return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
+
+
+def _date_legacy_gemm(job: dict[str, Any], header: dict[str, Any], out: Collector) -> None:
+    """A line with --moe-use-legacy-grouped-gemm ran on a release that has it (core_v0.11.0 to core_v0.16.1):
+    with no stack in its header, the job is on the newest of them, not on the default stack's newest
+    release, which has no GroupedMLP (`primus.stacks.megatron_release.OPTION_WINDOWS`)."""
+    if "stack" in header or job.get("moe", {}).get("grouped_gemm") != "legacy":
+        return
+    tag = newest_with(LEGACY_GEMM_FLAG)
+    job["stack"] = f"megatron-lm@{tag}"
+    out.note(f"stack megatron-lm@{tag}: {LEGACY_GEMM_FLAG} is an argument of Megatron-LM core_v0.11.0 to {tag} "
+             f"(#3410 removed it in {GROUPED_MLP_REMOVED_IN}), so the line ran on one of them; --stack names another")
 
 
 def _context(parsed: ParsedLine, header: dict[str, Any], where: str, gpus: int) -> ImportContext:
@@ -371,27 +386,37 @@ def flags(ns: dict[str, Any]) -> list[str]:
     """The arguments for a dest → value mapping: switches when on, values unless Megatron's default."""
     out = []
     for dest, value in ns.items():
+        if not writes(dest, value):
+            continue
         arg = BY_DEST[dest]
-        if value is None:
-            continue
-        if arg.kind in ("true", "false"):
-            if value is (arg.kind == "true"):
-                out.append(arg.flag)
-            continue
-        if dest not in _ALWAYS and MEGATRON_DEFAULTS.get(dest) == value:
-            continue
-        out.append(f"{arg.flag} {format_value(dest, value)}")
+        out.append(arg.flag if arg.kind in ("true", "false") else f"{arg.flag} {format_value(dest, value)}")
     return out
 
 
+def writes(dest: str, value: Any) -> bool:
+    """Whether `flags` writes this argument: a switch when on, a value when given and not Megatron's default."""
+    kind = BY_DEST[dest].kind
+    if value is None:
+        return False
+    if kind in ("true", "false"):
+        return value is (kind == "true")
+    return dest in _ALWAYS or MEGATRON_DEFAULTS.get(dest) != value
+
+
 def export_megatron(job: Job, layout: Layout) -> Exported:
+    """The launch line in the arguments of the Megatron-LM release the job runs (`megatron_target`)."""
+    target = megatron_target(job.resolved_stack, job.where)
     ns, notes, written = args_from_job(job, layout, fsdp="megatron")
+    ns, release_notes = for_release(job, layout, ns, target, writes)
+    notes += release_notes
+    release = (f"Megatron-LM {target.tag} argument names (megatron/training/arguments.py at NVIDIA/Megatron-LM tag "
+               f"{target.tag}; {target.why})")
     gpn = job.cluster.gpus_per_node
     nproc = min(job.num_gpus, gpn)
     fsdp = bool(ns.get("use_torch_fsdp2") or ns.get("use_megatron_fsdp"))
     lines = [f"# Megatron-LM launch line for {job.model.name} on {job.num_gpus} x {job.cluster.name}, written by "
              f"primus {__version__}.",
-             f"# Option names: {MEGATRON_RELEASE}.",
+             f"# Option names: {release}.",
              "# Data, tokenizer, learning-rate and checkpoint options are not written: add your own.",
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
@@ -401,7 +426,7 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)
     lines += [f"    {a} \\" for a in args[:-1]] + [f"    {args[-1]}"]
-    return Exported("megatron", MEGATRON_RELEASE, "\n".join(lines) + "\n", tuple(notes))
+    return Exported("megatron", release, "\n".join(lines) + "\n", tuple(notes))
 
 
 __all__ = ["ARGS", "export_megatron", "import_megatron", "parse_line"]

@@ -1,11 +1,14 @@
 """The Megatron-LM arguments primus reads and writes, with their types and Megatron's defaults.
 
-Names follow ``megatron/training/arguments.py`` of NVIDIA/Megatron-LM at commit 000c4ac (2025, the
-Megatron-Core 0.14 line: it has ``--num-virtual-stages-per-pipeline-rank``,
+Names follow ``megatron/training/arguments.py`` of NVIDIA/Megatron-LM at commit 000c4ac (2025-10-27, a
+dev-branch commit in no release tag, whose options among these are core_v0.16.1's but for
+``--attention-output-gate``: it has ``--num-virtual-stages-per-pipeline-rank``,
 ``--pipeline-model-parallel-layout``, ``--use-megatron-fsdp``, ``--overlap-moe-expert-parallel-comm``,
 ``--fp4-format`` and the precision-aware optimizer's ``--main-grads-dtype`` ...). AMD's Primus passes
 the same arguments by their argparse ``dest`` (``--fp8-format`` is ``fp8``, ``--disable-bias-linear``
-is ``add_bias_linear: false``), so one table serves the argument line and the Primus YAML.
+is ``add_bias_linear: false``), so one table serves the argument line and the Primus YAML. Import reads
+the names of any release; export writes those of the one release the job runs
+(`primus.stacks.megatron_release`, which says which release has which argument).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any, Final
 from primus.errors import InputError, shown
 from primus.yamlio import int_too_long
 
-MEGATRON_RELEASE: Final = ("Megatron-LM core_r0.14 argument names (megatron/training/arguments.py, "
-                           "NVIDIA/Megatron-LM commit 000c4ac24f61159c138b0975def722c65245983c)")
+MEGATRON_RELEASE: Final = ("Megatron-LM argument names of releases core_v0.8.0 to core_v0.19.0 "
+                           "(megatron/training/arguments.py; the table read at NVIDIA/Megatron-LM commit "
+                           "000c4ac24f61159c138b0975def722c65245983c)")
 
 
 @dataclass(frozen=True)

@@ -166,13 +166,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
             # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
             ns["moe_enable_deepep"] = True
         written |= WRITTEN_MOE
+        # written when the release has it; a release without it refuses (`megatron_release_check`)
         ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
         if spec.moe.grouped_gemm == "legacy":
             _check_legacy_gemm(job, layout)
-            if not primus:
-                notes.append(LEGACY_GEMM_REMOVED)
-        if spec.precision == "fp16" and not primus:
-            notes.append(FP16_MOE_FROM_CORE_V016)
         if spec.moe.sync_free and not primus:  # the header keeps it; the Primus export writes its stage
             notes.append(SYNC_FREE_NOT_IN_MEGATRON)
     ov = spec.overlap
@@ -203,23 +200,6 @@ SYNC_FREE_NOT_IN_MEGATRON: Final = (
     "moe.sync_free not written: sync-free MoE is AMD Primus-Turbo's (turbo_sync_free_moe_stage), which Megatron-LM "
     "does not have; the launched run waits for the token counts on the host once per MoE layer forward "
     "(host.moe_layer_us), which this job's projection leaves out (export --to primus writes the stage)")
-
-#: fp16 MoE: the argument names are core_r0.14's, whose validate_args still asserts bf16 for the grouped GEMM and
-#: no EP under fp16 (000c4ac arguments.py lines 876-877, 1041-1042); #2495 (4193f3aa9b) removed both for
-#: core_v0.16.0. A job on an older megatron-lm release is refused at load (`primus.framework_asserts`).
-FP16_MOE_FROM_CORE_V016: Final = (
-    "--fp16 with --moe-grouped-gemm (and EP > 1) needs Megatron-LM core_v0.16.0 or later: core_r0.14's "
-    "validate_args asserts 'GroupedGEMM for MoE only supports bf16' and 'Expert parallelism is not supported with "
-    "fp16' (removed by NVIDIA/Megatron-LM #2495)")
-
-#: The option names the export writes (core_r0.14, `MEGATRON_RELEASE`) still have the legacy GroupedMLP; later
-#: releases do not: NVIDIA/Megatron-LM 2caa681 "[Cleanup] Remove the deprecated GroupedMLP (#3410)", first
-#: tagged core_v0.17.0. AMD Primus's Megatron keeps it.
-LEGACY_GEMM_REMOVED: Final = (
-    "--moe-use-legacy-grouped-gemm is a core_r0.14 option: NVIDIA/Megatron-LM #3410 (2caa681) removed it and "
-    "GroupedMLP in core_v0.17.0; a later Megatron-LM runs Transformer Engine's grouped GEMM instead (in the job's "
-    "precision under FP8, where the legacy one stays bf16)")
-
 
 def _check_legacy_gemm(job: Job, layout: Layout) -> None:
     """Megatron-Core's GroupedMLP refuses to recompute its activation under FP8 (core_v0.14.0

@@ -3,7 +3,9 @@
 A Megatron-LM argument line is run by Megatron-LM's pretrain_gpt.py, a Primus experiment by AMD Primus,
 a torchtitan TOML or registry line by torchtitan, whatever stack the job was written for. So the job
 `primus export` checks with `fit` and describes in the `# primus-job:` header is the job on the
-target's stack (its newest release, what ``--stack NAME`` gives), keeping what the user set and
+target's stack (for a Megatron-LM line the Megatron-LM release the job's stack runs,
+`primus.stacks.megatron_release.megatron_target`: a Primus, Megatron-Bridge or NeMo release's pinned one;
+else the target's newest release, what ``--stack NAME`` gives), keeping what the user set and
 what the file states (`WRITTEN_BY`, whoever supplied it), leaving the rest of what the old stack supplied
 to the new one, without the settings the target framework does
 not have (`FRAMEWORK_ONLY`). Importing the file then gives back the job it launches, not the one it
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from primus.errors import InputError
 from primus.job import Job, job_from_mapping
 from primus.launch.common import flatten, nest, own_settings
 from primus.launch.megatron_export import WRITTEN, WRITTEN_MOE
 from primus.launch.torchtitan import PIPELINE_WRITTEN
 from primus.launch.torchtitan import WRITTEN as TORCHTITAN_WRITTEN
-from primus.stacks.core import resolve_stack
+from primus.stacks.core import Stack, resolve_stack
+from primus.stacks.megatron_release import GROUPED_MLP_REMOVED_IN, megatron_target
 
 #: The stack that runs each launch format.
 TARGET_STACKS: Final = {"megatron": "megatron-lm", "primus": "primus", "torchtitan": "torchtitan"}
@@ -49,7 +53,7 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
     own = own_settings(job)
     old = job.resolved_stack
     moved = old.name != TARGET_STACKS[kind]
-    new = resolve_stack(TARGET_STACKS[kind]).label if moved else old.label
+    new = _new_stack(old, kind) if moved else old.label
     lost = [k for k in FRAMEWORK_KEYS if k in own] if moved else []
     if moved:
         # what the file states is run as stated, whoever supplied it (a recipe's fused loss, its bf16
@@ -70,8 +74,9 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
         return job, ()
     notes: list[str] = []
     if moved:
-        notes.append(f"stack {new}, not {old.label}: the file runs on {RUNNER[kind]}, so the job checked and named "
-                     f"in its `# primus-job:` header is on {new} (what the file does not state follows {new})"
+        pinned = f" (the Megatron-LM {old.label} runs)" if kind == "megatron" and old.megatron_lm is not None else ""
+        notes.append(f"stack {new}{pinned}, not {old.label}: the file runs on {RUNNER[kind]}, so the job checked and "
+                     f"named in its `# primus-job:` header is on {new} (what the file does not state follows {new})"
                      + (f"; {', '.join(lost)} dropped (the framework's own)" if lost else ""))
     for key in dropped:
         why = FRAMEWORK_ONLY[key][1] if kind not in FRAMEWORK_ONLY[key][0] else \
@@ -79,6 +84,30 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
             f"{job.spec.moe.token_dispatcher}"
         del own[key]
         notes.append(f"{key} dropped from the launched job: {why}")
+    if moved and kind == "megatron" and job.model.is_moe and own.get("moe.grouped_gemm") == "legacy":
+        _check_legacy_gemm(job, old, new)
     data: dict[str, Any] = nest(own)
     data["model"], data["hardware"] = job.spec.model, job.spec.hardware
     return job_from_mapping(data, job.where, job.base_dir), tuple(notes)
+
+
+def _new_stack(old: Stack, kind: str) -> str:
+    """The stack a job moved off `old` runs on: for a Megatron-LM line from a release that pins a Megatron-LM
+    (AMD Primus, Megatron-Bridge, NeMo), that release (``megatron-lm@core_v0.17.0``); else the newest."""
+    if kind == "megatron" and old.megatron_lm is not None:
+        return megatron_target(old).stack
+    return resolve_stack(TARGET_STACKS[kind]).label
+
+
+def _check_legacy_gemm(job: Job, old: Stack, new: str) -> None:
+    """A job on another stack (AMD Primus keeps GroupedMLP) whose Megatron-LM line would run a release
+    without it: refused here, naming the export, rather than as a job on a stack the user did not write."""
+    target = megatron_target(resolve_stack(new), job.where)
+    if target.before(GROUPED_MLP_REMOVED_IN):
+        return
+    why = f"the Megatron-LM {old.label} runs" if old.megatron_lm is not None else "the newest Megatron-LM release"
+    raise InputError(job.where, "moe.grouped_gemm",
+                     f"legacy: export --to megatron writes a Megatron-LM {target.tag} line ({why}), and {target.tag} "
+                     "has no GroupedMLP and no --moe-use-legacy-grouped-gemm (NVIDIA/Megatron-LM #3410, 2caa681a1d, "
+                     f"removed them in {GROUPED_MLP_REMOVED_IN}); export --to primus (AMD Primus keeps GroupedMLP), "
+                     "use grouped_gemm te, or name a Megatron-LM release before it (--stack megatron-lm@core_v0.16.1)")
