@@ -143,3 +143,13 @@ def test_the_legacy_flag_is_in_core_v0_11_0_to_core_v0_16_1_only() -> None:
     # core_v0.10.0 has no --moe-use-legacy-grouped-gemm; core_v0.11.0 line 2212 adds it; core_v0.17.0 has none
     assert [has_option(t, "--moe-use-legacy-grouped-gemm") for t in
             ("core_v0.10.0", "core_v0.11.0", "core_v0.16.1", "core_v0.17.0")] == [False, True, True, False]
+
+
+def test_a_value_the_releases_argparse_does_not_take_is_bad_input(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # --fp8-recipe choices: core_v0.12.0 tensorwise, delayed, mxfp8; core_v0.13.0 adds blockwise (NeMo v2.3.0, the
+    # nemo@25.04 stack, runs core_v0.12.0: stacks/nemo.yaml megatron_lm)
+    job = {**MIXTRAL, "stack": "nemo@25.04", "precision": "fp8", "fp8_recipe": "blockwise"}
+    path = write_job(job)
+    code, out, err = run_cli("export", path, "--to", "megatron")
+    assert (code, out) == (2, "") and f"{path}: fp8_recipe: needs --fp8-recipe blockwise" in err
+    assert "core_v0.12.0" in err and "core_v0.13.0" in err

@@ -19,8 +19,10 @@ from primus.stacks.megatron_release import (
     FP16_MOE_FROM,
     GROUPED_MLP_REMOVED_IN,
     OPTION_WINDOWS,
+    VALUE_WINDOWS,
     MegatronTarget,
     has_option,
+    has_value,
 )
 
 #: The job field that makes the export write an argument (the architecture arguments come from `model`).
@@ -38,7 +40,8 @@ FIELD_OF: Final = {
     "main_params_dtype": "optimizer.main_params_dtype", "exp_avg_dtype": "optimizer.exp_avg_dtype",
     "exp_avg_sq_dtype": "optimizer.exp_avg_sq_dtype", "grad_reduce_in_bf16": "optimizer.main_grads_dtype",
     "moe_use_legacy_grouped_gemm": "moe.grouped_gemm", "moe_permute_fusion": "moe.permute_fusion",
-    "moe_enable_deepep": "moe.token_dispatcher", "overlap_moe_expert_parallel_comm": "overlap.moe_a2a",
+    "moe_enable_deepep": "moe.token_dispatcher", "moe_token_dispatcher_type": "moe.token_dispatcher",
+    "overlap_moe_expert_parallel_comm": "overlap.moe_a2a",
     "attention_backend": "kernels.flash_attention", "cross_entropy_fusion_impl": "kernels.cross_entropy_fusion_impl",
 }
 
@@ -80,6 +83,12 @@ def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTa
         flag = BY_DEST[dest].flag
         if not has_option(target.tag, flag):
             raise InputError(where, FIELD_OF.get(dest, "model"), _missing(flag, value, target))
+        if isinstance(value, str) and not has_value(target.tag, flag, value):
+            since = VALUE_WINDOWS[(flag, value)][0]
+            raise InputError(where, FIELD_OF.get(dest, "model"),
+                             f"needs {flag} {value}, which Megatron-LM {target.tag} ({target.why}) does not take (its "
+                             f"argparse choices have it from {since}); name a release that has it "
+                             "(--stack megatron-lm@RELEASE)")
     return out, notes
 
 

@@ -88,6 +88,15 @@ OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--mtp-num-layers": ("core_v0.12.0", None),
 }
 
+#: (argument, value) -> (the first release of `RELEASES` whose argparse `choices` hold the value, None): values
+#: the export may write that a release with the argument refuses, read from the same parsers.
+VALUE_WINDOWS: Final[dict[tuple[str, str], tuple[str, str | None]]] = {
+    ("--fp8-recipe", "blockwise"): ("core_v0.13.0", None),
+    ("--exp-avg-dtype", "bf16"): ("core_v0.13.0", None),
+    ("--exp-avg-sq-dtype", "bf16"): ("core_v0.13.0", None),
+    ("--moe-token-dispatcher-type", "flex"): ("core_v0.12.0", None),
+}
+
 LEGACY_GEMM_FLAG: Final = "--moe-use-legacy-grouped-gemm"
 #: The first release whose validate_args accepts fp16 with MoE layers: NVIDIA/Megatron-LM 4193f3aa9b "remove fp16
 #: assert in moe_grouped_gemm & EP (#2495)", 2025-12-22, first tagged core_v0.16.0; core_v0.15.3 (2026-02-06, its
@@ -123,6 +132,15 @@ def has_option(tag: str, flag: str) -> bool:
 def newest_with(flag: str) -> str:
     """The newest release of `RELEASES` that has `flag` (a file using it ran on it or an earlier one)."""
     return [t for t in RELEASES if has_option(t, flag)][-1]
+
+
+def has_value(tag: str, flag: str, value: str) -> bool:
+    """Whether release `tag` takes `value` for `flag` (`VALUE_WINDOWS`; any other value: whether it has `flag`)."""
+    window = VALUE_WINDOWS.get((flag, value))
+    if window is None:
+        return has_option(tag, flag)
+    since, until = window
+    return tag_key(since) <= tag_key(tag) and (until is None or tag_key(tag) < tag_key(until))
 
 
 @dataclass(frozen=True)
