@@ -127,15 +127,25 @@ class RunDir:
     # ---- the job, profile and rules as recorded ----
 
     @cached_property
-    def job(self) -> Job:
-        inputs = self.root / "inputs"
-        where = str(inputs / "job.yaml")
+    def job_mapping(self) -> dict[str, Any]:
+        """`inputs/job.yaml` as a mapping (as the user or `tune --allow` wrote it)."""
+        where = str(self.root / "inputs" / "job.yaml")
         data = loads_yaml(self.input_text("job.yaml"), where)
         if not isinstance(data, dict):
             raise InputError(where, None, "top level must be a mapping")
+        return data
+
+    @cached_property
+    def job(self) -> Job:
+        return self.job_with(self.job_mapping)
+
+    def job_with(self, data: dict[str, Any]) -> Job:
+        """A job mapping (the recorded one, or it with options changed) with the recorded model and
+        hardware: the trials of `tune --allow pipeline` are rebuilt this way."""
+        inputs = self.root / "inputs"
         data = {**data, "model": "model.yaml", "hardware": "hardware.yaml"}
         data.pop("rules", None)  # in force through inputs/rules.yaml, with every other rule
-        return job_from_mapping(data, where, inputs)
+        return job_from_mapping(data, str(inputs / "job.yaml"), inputs)
 
     @cached_property
     def profile(self) -> Profile:

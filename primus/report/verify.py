@@ -14,19 +14,18 @@ job, profile and exact rule set are rebuilt from them (`RunDir`), and for every 
   breakdown term, within `REL_TOL` (relative; breakdown terms relative to the step time).
 
 Then `result.json` is checked against the log (its scored count; its best layout, re-simulated), its
-layouts that need other pipeline options (`faster_with_changed_options`) are re-checked under those
-options (legal, same peak, re-simulated), and the
-report files against a fresh render, whichever primus version wrote them: a directory from another
-version is rendered with this one and compared (`primus report DIR` re-renders it to this version's
-wording; its numbers are recomputed either way). Every difference names the candidate (seq and layout)
-and the field, or the file and its first differing line.
+certificate (scope and counts), its list of layouts that need other pipeline options
+(`faster_with_changed_options`, recomputed whole) and the trials of `--allow pipeline`
+(`primus.report.verify_claims`), and the report files against a fresh render, whichever primus version
+wrote them: a directory from another version is rendered with this one and compared (`primus report DIR`
+re-renders it to this version's wording; its numbers are recomputed either way). Every difference names
+the candidate (seq and layout) and the field, or the file and its first differing line.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,46 +36,15 @@ from primus.parallel import parallel_text as layout_text
 from primus.projection import Projector
 from primus.report.manifest import check_manifest
 from primus.report.rundir import RunDir, layout_of
+from primus.report.verify_claims import check_allowed_pipeline, check_certificate, check_variants
+from primus.report.verify_types import Difference, Verification, close
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
 
-REL_TOL = 1e-9
 BLOCK = 2_000
 PARALLEL_MIN = 4_000  # below this, forking costs more than it saves
 
 _WORKER: dict[str, Projector] = {}  # set in forked workers only
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One disagreement between the directory and its recomputation."""
-
-    what: str
-    seq: int | None = None
-    parallel: dict[str, Any] | None = None
-
-    def line(self) -> str:
-        if self.seq is None:
-            return self.what
-        return f"candidate seq {self.seq} ({layout_text(self.parallel)}): {self.what}"
-
-
-@dataclass
-class Verification:
-    checked: int = 0
-    differences: list[Difference] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.differences
-
-
-def close(a: float, b: float, scale: float | None = None) -> bool:
-    if a == b:
-        return True
-    ref = max(abs(a), abs(b), abs(scale) if scale is not None else 0.0)
-    return abs(a - b) <= REL_TOL * ref
 
 
 class _Epochs:
@@ -161,8 +129,13 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     scores = _project_all(projector, [(lay, peak) for _, _, lay, peak in todo], workers)
     for (seq, e, _, _), (tok, step, breakdown) in zip(todo, scores, strict=True):
         out.differences += _compare(seq, e, tok, step, breakdown)
-    out.differences += _check_result(run, projector, entries)
-    out.differences += _check_variants(run, projector)
+    diffs, best_tokens = _check_result(run, projector, entries)
+    out.differences += diffs
+    say("re-checking the certificate, the faster variants and the allowed changes")
+    diffs, variants = check_variants(run, projector, best_tokens)
+    out.differences += diffs
+    out.differences += check_certificate(run, epochs.at(len(entries))[1], entries, variants)
+    out.differences += check_allowed_pipeline(run, workers)
     out.differences += _check_report(run, out.notes)
     return out
 
@@ -219,10 +192,14 @@ def _project_block(items: list[tuple[Layout, int]]) -> list[tuple[float, float, 
     return out
 
 
-def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any]]) -> list[Difference]:
-    """result.json against the log: its scored count, and its best layout re-simulated."""
+def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any]]
+                  ) -> tuple[list[Difference], float | None]:
+    """result.json against the log: its scored count, and its best layout re-simulated. Returns the
+    differences and the re-simulated best tokens/s/GPU (None without a best): the bar the faster
+    variants are measured against."""
     doc = run.result
     diffs = []
+    tokens = None
     scored = sum(1 for e in entries if e.get("legal") is True)
     if doc.get("scored_count") != scored:
         diffs.append(Difference(f"result.json: scored_count {doc.get('scored_count')!r}, but audit.jsonl has {scored} "
@@ -232,8 +209,9 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
         try:
             layout = normalise(layout_of(best["parallel"]), is_moe=run.job.model.is_moe)
         except ValueError as exc:
-            return [*diffs, Difference(f"result.json: best parallel is not a layout: {exc}")]
+            return [*diffs, Difference(f"result.json: best parallel is not a layout: {exc}")], None
         p = projector.project(layout, "simulate", peak=(best.get("peak_bytes", 0), True), explain=False)
+        tokens = p.tokens_per_s_per_gpu
         for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s),
                           ("mfu", p.mfu)):
             old = best.get(name)
@@ -244,40 +222,7 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
         if logged != best.get("peak_bytes"):
             diffs.append(Difference(f"result.json: best peak_bytes {best.get('peak_bytes')!r} is not the logged "
                                     f"{logged!r}"))
-    return diffs
-
-
-def _check_variants(run: RunDir, projector: Projector) -> list[Difference]:
-    """result.json's layouts that need other pipeline options: each legal for the recorded job with its
-    options set (under the recorded rules, with the recorded peak) and re-simulated to its recorded
-    numbers. The certificate does not cover them; the numbers beside it are still re-checked."""
-    from primus.projection.project import projector_for
-    from primus.solver.options import apply_options
-
-    diffs = []
-    question = run.question()
-    for k, v in enumerate(run.result.get("faster_with_changed_options") or []):
-        where = f"result.json: faster_with_changed_options[{k}]"
-        try:
-            layout = normalise(layout_of(v.get("parallel")), is_moe=run.job.model.is_moe)
-            variant = question.with_job(apply_options(run.job, dict(v["options"])))
-        except (ValueError, KeyError, TypeError, InputError) as exc:
-            diffs.append(Difference(f"{where}: not a layout with options: {exc}"))
-            continue
-        c = variant.candidates
-        legal = {c.layout(i): int(c.cols["peak_bytes"][i]) for i in range(c.n)}
-        if legal.get(layout) != v.get("peak_bytes"):
-            diffs.append(Difference(f"{where}: {layout_text(layout.as_parallel())} with its options is "
-                                    + ("not legal" if layout not in legal else
-                                       f"legal at peak_bytes {legal[layout]}, recorded {v.get('peak_bytes')!r}")))
-            continue
-        p = projector_for(variant.job, projector.profile, projector.timer).project(
-            layout, "simulate", peak=(legal[layout], True), explain=False)
-        for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s)):
-            old = v.get(name)
-            if not isinstance(old, (int, float)) or not close(float(old), new):
-                diffs.append(Difference(f"{where}: {name} recorded {old!r}, re-simulated {new!r}"))
-    return diffs
+    return diffs, tokens
 
 
 def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:

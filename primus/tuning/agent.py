@@ -80,12 +80,14 @@ class SearchLog:
 class Tuner:
     def __init__(self, job: Job, settings: TuneSettings, *, profile: Profile | None = None,
                  rule_texts: Sequence[str] = (), rule_files: Sequence[str] = (), without: Sequence[str] = (),
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, rules: Sequence[Rule] | None = None) -> None:
+        """`rules`: the exact rule set (a recorded run's, `primus audit verify`), instead of assembling it."""
         self.job = job
         self.settings = settings
         self.profile = profile or load_profile(job.cluster).for_stack(job.resolved_stack.kernel_profile)
         self.projector = Projector(job, self.profile)
-        self.space = TuneSpace(job, self.projector, rule_texts=rule_texts, rule_files=rule_files, without=without)
+        self.space = TuneSpace(job, self.projector, rule_texts=rule_texts, rule_files=rule_files, without=without,
+                               rules=rules)
         self.base_space = self.space
         self.log = SearchLog()
         self.scores: dict[Layout, Scored] = {}

@@ -13,7 +13,7 @@ from primus.projection.complete import fastest_key
 from primus.tuning.investigate import Investigation
 from primus.tuning.reference import NO_REFERENCE_NOTE, Reference
 from primus.tuning.space import Scored, layout_key
-from primus.tuning.variants import faster_with_options, pipeline_options_text
+from primus.tuning.variants import certificate_scope, faster_with_options
 
 if TYPE_CHECKING:
     from primus.tuning.agent import Tuner
@@ -151,7 +151,7 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
         margin = ((best_p.tokens_per_s_per_gpu / runner.tokens_per_s_per_gpu - 1) * 100  # type: ignore[union-attr]
                   if runner is not None else None)
         doc["certificate"] = {
-            "scope": f"the job's pipeline options ({pipeline_options_text(tuner.job)})",
+            "scope": certificate_scope(tuner.job),
             "legal_layouts": space.count,
             "scored": sum(1 for lay in space.layouts if layout_key(lay) in tuner.scores),
             "every_legal_layout_scored": all(layout_key(lay) in tuner.scores for lay in space.layouts),

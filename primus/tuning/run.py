@@ -35,6 +35,9 @@ ALLOWABLE = ("precision", "pipeline")
 EXHAUSTIVE_LIMIT_RANGE = (0, 10_000_000)
 LLM_CALLS_RANGE = (0, 100)
 LLM_TIMEOUT_RANGE = (0.1, 600.0)
+#: The first line of `inputs/job.yaml` when `--allow pipeline` changed the job's pipeline options (`audit
+#: verify` then requires `allowed_changes.pipeline`, the record of the trials, in result.json).
+PIPELINE_CHANGED_NOTE = "# pipeline options changed by `primus tune --allow pipeline`\n"
 _LISTS = ("rule_texts", "rule_files", "without", "allow")
 _OPTIONAL_TEXT = ("job_file", "stack", "llm_base_url")
 _NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {  # option: (range, whole numbers only)
@@ -148,7 +151,7 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
     if "pipeline" in options.get("allow", []):
         chosen, change = choose_pipeline(job, job_text, settings, rules, say)
         if change is not None:
-            job_text = ("# pipeline options changed by `primus tune --allow pipeline`\n"
+            job_text = (PIPELINE_CHANGED_NOTE
                         + yaml.safe_dump(with_pipeline(job_text, change["pipeline"]["chosen"]), sort_keys=False))
             job = chosen
         allowed_changes = {**(allowed_changes or {}), **(change or {})} or None
@@ -230,7 +233,12 @@ def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any], sa
 
 def with_pipeline(job_text: str, changes: dict[str, Any]) -> dict[str, Any]:
     """The job file's mapping with pipeline option changes (`pipeline.X` -> value; None drops X)."""
-    data = dict(yaml.safe_load(job_text))
+    return pipeline_mapping(dict(yaml.safe_load(job_text)), changes)
+
+
+def pipeline_mapping(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A job mapping with pipeline option changes (`pipeline.X` -> value; None drops X)."""
+    data = dict(data)
     pipeline = dict(data.get("pipeline") or {})
     for path, value in changes.items():
         name = path.removeprefix("pipeline.")
@@ -250,27 +258,51 @@ def choose_pipeline(job: Job, job_text: str, settings: TuneSettings, rules: dict
     a PP 1 best is the same layout under every option set that splits one stage, and the set that unsets
     the options (none means anything on one stage) is the one to write. Returns that job and what changed
     (None if nothing did)."""
-    trials: list[tuple[dict[str, Any], Job, float]] = []
+    def tune(trial: Job) -> dict[str, Any]:
+        return Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
+
+    def trial_job(options: dict[str, Any]) -> Job:
+        return job_from_mapping(with_pipeline(job_text, options), job.where, job.base_dir)
+
+    trials = pipeline_trials(job, trial_job, tune, say)
+    winner = pipeline_winner(trials)
+    if winner == 0:
+        return job, None
+    options, chosen, _ = trials[winner]
+    return chosen, {"pipeline": {"requested": requested_pipeline(job), "chosen": options,
+                                 "exhaustive_limit": settings.exhaustive_limit,
+                                 "per_option_set": [{"options": o, "tokens_per_s_per_gpu": t} for o, _, t in trials]}}
+
+
+def pipeline_trials(job: Job, trial_job: Callable[[dict[str, Any]], Job], tune: Callable[[Job], dict[str, Any]],
+                    say: Callable[[str], None] = lambda m: None) -> list[tuple[dict[str, Any], Job, float]]:
+    """The option sets `--allow pipeline` tries, in order, each with its job and its best tokens/s/GPU (0 when
+    nothing is legal): the job's own options (`{}`), then each distinct set its tune names in
+    `faster_with_changed_options`. `tune` runs one search (no LLM); `trial_job` is the job with options set.
+    `primus tune` and `primus audit verify` both call this, so the recorded list is re-checked whole."""
     say("--allow pipeline: trying the job's own pipeline options")
-    doc = Tuner(job, replace(settings, llm=LlmSettings()), **rules).run()
-    trials.append(({}, job, doc["best"]["tokens_per_s_per_gpu"] or 0.0))
+    doc = tune(job)
+    trials: list[tuple[dict[str, Any], Job, float]] = [({}, job, doc["best"]["tokens_per_s_per_gpu"] or 0.0)]
     seen: list[dict[str, Any]] = []
     for v in doc.get("faster_with_changed_options", []):
         if v["options"] in seen:
             continue
         seen.append(v["options"])
-        trial = job_from_mapping(with_pipeline(job_text, v["options"]), job.where, job.base_dir)
+        trial = trial_job(v["options"])
         say(f"--allow pipeline: trying {changes_text(v['options'])}")
-        best = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()["best"]["tokens_per_s_per_gpu"]
-        trials.append((v["options"], trial, best or 0.0))
+        trials.append((v["options"], trial, tune(trial)["best"]["tokens_per_s_per_gpu"] or 0.0))
+    return trials
 
+
+def pipeline_winner(trials: list[tuple[dict[str, Any], Job, float]]) -> int:
+    """The index of the fastest trial. On a tie the job's own options (index 0) win, then the set that leaves
+    the fewest pipeline options set, then the earlier set."""
     def left_set(k: int) -> int:
         return len(trials[k][1].spec.pipeline.model_dump(exclude_defaults=True))
 
-    winner = max(range(len(trials)), key=lambda k: (trials[k][2], k == 0, -left_set(k), -k))
-    if winner == 0:
-        return job, None
-    options, chosen, _ = trials[winner]
-    requested = {f"pipeline.{k}": v for k, v in job.spec.pipeline.model_dump(exclude_defaults=True).items()}
-    return chosen, {"pipeline": {"requested": requested, "chosen": options,
-                                 "per_option_set": [{"options": o, "tokens_per_s_per_gpu": t} for o, _, t in trials]}}
+    return max(range(len(trials)), key=lambda k: (trials[k][2], k == 0, -left_set(k), -k))
+
+
+def requested_pipeline(job: Job) -> dict[str, Any]:
+    """The pipeline options the user set, by path (`pipeline.X`), as `allowed_changes.pipeline.requested`."""
+    return {f"pipeline.{k}": v for k, v in job.spec.pipeline.model_dump(exclude_defaults=True).items()}

@@ -19,6 +19,7 @@ from primus.projection import Projection, Projector
 from primus.rules.model import Rule
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
+from primus.solver.ruleset import RuleSet
 
 AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "sp", "recompute", "sharding")
 PARALLEL_MIN = 4_000  # below this, forking costs more than it saves
@@ -64,18 +65,24 @@ class TuneSpace:
     """Legal layouts of a job under a rule set, and their projected scores."""
 
     def __init__(self, job: Job, projector: Projector, *, rule_texts: Sequence[str] = (),
-                 rule_files: Sequence[str] = (), without: Sequence[str] = (), extra_rules: Sequence[Rule] = ()
-                 ) -> None:
+                 rule_files: Sequence[str] = (), without: Sequence[str] = (), extra_rules: Sequence[Rule] = (),
+                 rules: Sequence[Rule] | None = None) -> None:
+        """`rules`, when given, is the exact rule set in force instead of the one assembled from the job
+        and the rule arguments: a recorded run's (`inputs/rules.yaml`), as `primus audit verify` re-runs it."""
         self.job = job
         self.projector = projector
         self.rule_args = {"rule_texts": tuple(rule_texts), "rule_files": tuple(rule_files),
                           "without": tuple(without)}
         self.extra_rules = tuple(extra_rules)
+        self.rules = None if rules is None else tuple(rules)
         self.question = Question(job, pins={}, extra_rules=self.extra_rules, **self.rule_args)
+        if self.rules is not None:
+            self.question.ruleset = RuleSet((*self.rules, *self.extra_rules))
 
     def with_rules(self, extra: Sequence[Rule]) -> TuneSpace:
         """The same job with more rules (e.g. an LLM's hypothesis), sharing the projector."""
-        return TuneSpace(self.job, self.projector, extra_rules=(*self.extra_rules, *extra), **self.rule_args)
+        return TuneSpace(self.job, self.projector, extra_rules=(*self.extra_rules, *extra), rules=self.rules,
+                         **self.rule_args)
 
     @cached_property
     def layouts(self) -> list[Layout]:

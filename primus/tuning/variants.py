@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from primus.job import Job
 from primus.parallel import Layout
-from primus.projection import Projection
+from primus.projection import Projection, Projector
 from primus.projection.complete import Speed, fastest_key
 from primus.projection.project import projector_for
+from primus.solver.api import Question
 from primus.solver.fit import free_pipeline_fixes
 from primus.solver.options import apply_options, pipeline_difference
 from primus.solver.suggest import option_text
@@ -55,21 +56,38 @@ def changes_text(options: dict[str, Any]) -> str:
     return ", ".join(option_text(k, v) for k, v in options.items())
 
 
+def certificate_scope(job: Job) -> str:
+    """What the certificate's claim covers (`certificate.scope`): the job's pipeline options. `primus audit
+    verify` recomputes it from the recorded job, so an edited scope is named."""
+    return f"the job's pipeline options ({pipeline_options_text(job)})"
+
+
 def faster_with_options(tuner: Tuner, reference: Reference, best_tokens: float | None) -> list[dict[str, Any]]:
     """Layouts legal only under other pipeline options, projected faster than the best (fastest first)."""
-    job, base = tuner.job, tuner.projector
+    near = reference.fit.alternatives[0] if reference.compared and not reference.fit.fits and \
+        reference.fit.alternatives else None
+    fix = (near.layout, near.peak_bytes, dict(near.options)) if near is not None else None
+    # the recorded rules: `audit verify` rebuilds the same question
+    return faster_variants(tuner.base_space.question, tuner.projector, fix, best_tokens)
+
+
+def faster_variants(question: Question, base: Projector, near: tuple[Layout, int, dict[str, Any]] | None,
+                    best_tokens: float | None) -> list[dict[str, Any]]:
+    """The list `faster_with_changed_options`: fit's pipeline fixes for the job of `question` (its rules,
+    no pins) and `near` (the reference's nearest legal fix, when it changes pipeline options), each
+    re-simulated under its own job with `base`'s profile and timer, those faster than `best_tokens` kept
+    (all when None), fastest first. `tune` and `audit verify` both call this: the recorded list is
+    re-checked whole (nothing dropped, nothing added) against what the same solver and projection give."""
+    job = question.job
 
     def speed_for(variant: Job) -> Speed:
         return Speed(projector_for(variant, base.profile, base.timer))
 
-    question = tuner.base_space.question  # the recorded rules: `audit verify` rebuilds the same question
     found: list[tuple[Layout, int, dict[str, Any]]] = [
         (a.layout, a.peak_bytes, a.options)
         for a in free_pipeline_fixes(question, question.space.reserves.capacity_bytes, speed_for)]
-    near = reference.fit.alternatives[0] if reference.compared and not reference.fit.fits and \
-        reference.fit.alternatives else None
-    if near is not None and any(k.startswith("pipeline.") for k in near.options):
-        found.append((near.layout, near.peak_bytes, near.options))
+    if near is not None and any(k.startswith("pipeline.") for k in near[2]):
+        found.append(near)
     kept: list[tuple[Projection, dict[str, Any], int]] = []
     seen: set[tuple[Layout, str]] = set()
     for layout, peak, options in found:

@@ -1,0 +1,261 @@
+"""`primus audit verify`, the claims `result.json` makes beside the candidates: the certificate (its scope
+and counts), the list of layouts other pipeline options make faster (whole: nothing dropped, nothing
+added) and the trials of `tune --allow pipeline`.
+
+Each is recomputed by the very functions `primus tune` used, from the recorded inputs, so there is one
+source of truth and no second enumerator:
+
+- `certificate.scope` is `primus.tuning.variants.certificate_scope` of the recorded job; its counts are
+  the legal set `verify` has already enumerated for the log (under the rules in force at the end) and the
+  log's scored lines; `faster_with_changed_options` (a yes/no there) follows the list below;
+- `faster_with_changed_options` is `primus.tuning.variants.faster_variants` of the recorded question
+  (recorded job and rules, no pins), profile and timer, with the re-simulated best as the bar and the
+  reference's nearest legal fix as recorded (itself re-checked: legal under its options at its peak, and
+  re-simulated). The fixes come from `primus.solver.fit.free_pipeline_fixes`, which enumerates only the
+  pipeline sizes the job's options cannot split, each with PP pinned: the cost of one `primus fit` of
+  a free job, not of the whole candidate set per variant;
+- `allowed_changes.pipeline` (the option sets `--allow pipeline` tried and their best tokens/s/GPU) is
+  re-run with `primus.tuning.run.pipeline_trials`, each trial a `Tuner` on the recorded job with the
+  recorded requested options and that set, the recorded profile and rules, and the recorded
+  `exhaustive_limit`: a search per option set, as `tune --allow pipeline` ran them.
+
+A field that is missing or of the wrong type is a difference naming it (as for the log's lines): the run
+directory was read, and what it claims does not re-check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from primus.errors import InputError
+from primus.parallel import Layout, normalise
+from primus.parallel import parallel_text as layout_text
+from primus.projection import Projector
+from primus.report.rundir import RunDir, layout_of
+from primus.report.verify_types import Difference, close
+
+VARIANT_FIELDS = ("parallel", "options", "changed", "peak_bytes")
+VARIANT_NUMBERS = ("tokens_per_s_per_gpu", "step_time_s", "mfu")
+
+
+def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[str, Any]],
+                      variants: list[dict[str, Any]] | None) -> list[Difference]:
+    """`result.json: certificate` against the recorded job (scope), the final legal set `legal` and the log
+    (counts), and the recomputed list of faster variants (`variants`; None when it could not be)."""
+    from primus.tuning.variants import certificate_scope
+
+    doc = run.result
+    cert = doc.get("certificate")
+    where = "result.json: certificate"
+    if cert is None:
+        if doc.get("mode") == "exhaustive" and (doc.get("best") or {}).get("parallel"):
+            return [Difference(f"{where}: missing, though the search was exhaustive and found a best layout")]
+        return []
+    if not isinstance(cert, dict):
+        return [Difference(f"{where}: not a mapping")]
+    diffs = []
+    scored = sum(1 for e in entries if e.get("legal") is True and _logged(e, run) in legal)
+    expected: dict[str, Any] = {"scope": certificate_scope(run.job), "legal_layouts": len(legal), "scored": scored,
+                                "every_legal_layout_scored": scored == len(legal),
+                                "error_bar_pct": doc.get("uncertainty_pct")}
+    if variants is not None:
+        expected["faster_with_changed_options"] = bool(variants)
+    margin, bar = cert.get("margin_to_runner_up_pct"), cert.get("error_bar_pct")
+    expected["margin_exceeds_error_bar"] = (isinstance(margin, (int, float)) and isinstance(bar, (int, float))
+                                            and margin > bar)
+    for name, value in expected.items():
+        if cert.get(name) != value or type(cert.get(name)) is not type(value):
+            diffs.append(Difference(f"{where}.{name} recorded {cert.get(name)!r}, recomputed {value!r}"))
+    return diffs
+
+
+def _logged(e: dict[str, Any], run: RunDir) -> Layout | None:
+    try:
+        return normalise(layout_of(e.get("parallel")), is_moe=run.job.model.is_moe)
+    except ValueError:
+        return None
+
+
+def check_variants(run: RunDir, projector: Projector, best_tokens: float | None
+                   ) -> tuple[list[Difference], list[dict[str, Any]] | None]:
+    """`result.json: faster_with_changed_options` against the list `tune` computes from the recorded
+    inputs: the same entries in the same order, each with the same options, peak and numbers. Returns the
+    differences and the recomputed list (None when the recorded reference's fix is not usable)."""
+    from primus.tuning.variants import faster_variants
+
+    where = "result.json: faster_with_changed_options"
+    diffs, usable, near = _nearest_fix(run, projector)
+    if not usable:
+        return diffs, None
+    recomputed = faster_variants(run.question(), projector, near, best_tokens)
+    recorded = run.result.get("faster_with_changed_options")
+    if not isinstance(recorded, list):
+        return [*diffs, Difference(f"{where}: recorded {recorded!r}, not a list")], recomputed
+    for k in range(max(len(recorded), len(recomputed))):
+        if k >= len(recorded):
+            v = recomputed[k]
+            diffs.append(Difference(f"{where}: {len(recorded)} recorded, {len(recomputed)} recomputed: missing "
+                                    f"[{k}] {_variant_text(v)}"))
+            continue
+        if k >= len(recomputed):
+            diffs.append(Difference(f"{where}[{k}]: not among the {len(recomputed)} recomputed: "
+                                    f"{_variant_text(recorded[k])}"))
+            continue
+        diffs += _compare_variant(f"{where}[{k}]", recorded[k], recomputed[k])
+    return diffs, recomputed
+
+
+def _variant_text(v: Any) -> str:
+    from primus.tuning.variants import changes_text
+
+    if not isinstance(v, dict):
+        return repr(v)
+    try:
+        lay = layout_text(v.get("parallel"))
+    except (TypeError, KeyError, AttributeError):
+        lay = repr(v.get("parallel"))
+    options = v.get("options")
+    opts = changes_text(options) if isinstance(options, dict) else repr(options)
+    return f"{lay} with {opts} at {v.get('tokens_per_s_per_gpu')!r} tokens/s/GPU"
+
+
+def _compare_variant(where: str, old: Any, new: dict[str, Any]) -> list[Difference]:
+    if not isinstance(old, dict):
+        return [Difference(f"{where}: recorded {old!r}, recomputed {_variant_text(new)}")]
+    diffs = []
+    for name in VARIANT_FIELDS:
+        if old.get(name) != new[name]:
+            diffs.append(Difference(f"{where}: {name} recorded {old.get(name)!r}, recomputed {new[name]!r}"))
+    if diffs:  # another layout or option set: its numbers are not comparable
+        return diffs
+    for name in VARIANT_NUMBERS:
+        value = old.get(name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not close(float(value), new[name]):
+            diffs.append(Difference(f"{where}: {name} recorded {value!r}, re-simulated {new[name]!r}"))
+    return diffs
+
+
+def _nearest_fix(run: RunDir, projector: Projector
+                 ) -> tuple[list[Difference], bool, tuple[Layout, int, dict[str, Any]] | None]:
+    """The reference's nearest legal fix as recorded (`reference.nearest_legal`), when it sets options:
+    legal for the job with them at its recorded peak, and re-simulated to its recorded numbers. Returns
+    (differences, usable, fix): fix None when there is none; usable False when the recorded one is not a
+    legal fix (the list it feeds cannot then be recomputed)."""
+    from primus.projection.project import projector_for
+    from primus.solver.options import apply_options
+
+    ref = run.result.get("reference")
+    near = ref.get("nearest_legal") if isinstance(ref, dict) else None
+    if near is None:
+        return [], True, None
+    where = "result.json: reference.nearest_legal"
+    try:
+        layout = normalise(layout_of(near.get("parallel")), is_moe=run.job.model.is_moe)
+        options = dict(near["options"])
+        if not options:
+            return [], True, None
+        job = apply_options(run.job, options)
+    except (ValueError, KeyError, TypeError, AttributeError, InputError) as exc:
+        return [Difference(f"{where}: not a layout with options: {exc}")], False, None
+    pinned = run.question().with_job(job).with_pins(layout.as_parallel())
+    c = pinned.candidates
+    peak = {c.layout(i): int(c.cols["peak_bytes"][i]) for i in range(c.n)}.get(layout)
+    if peak is None or near.get("peak_bytes") != peak:
+        return [Difference(f"{where}: {layout_text(layout.as_parallel())} with its options is " +
+                           ("not legal" if peak is None else f"legal at peak_bytes {peak}, recorded "
+                            f"{near.get('peak_bytes')!r}"))], False, None
+    p = projector_for(job, projector.profile, projector.timer).project(layout, "simulate", peak=(peak, True),
+                                                                        explain=False)
+    diffs = []
+    for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s)):
+        old = near.get(name)
+        if not isinstance(old, (int, float)) or not close(float(old), new):
+            diffs.append(Difference(f"{where}: {name} recorded {old!r}, re-simulated {new!r}"))
+    return diffs, True, (layout, peak, options)
+
+
+def check_allowed_pipeline(run: RunDir, workers: int) -> list[Difference]:
+    """`result.json: allowed_changes.pipeline` re-run: the recorded job must be the requested options with
+    the chosen changes, the option sets tried must be those `pipeline_trials` tries, each with the best
+    tokens/s/GPU its search gives, and the chosen set the fastest. A job file that says `--allow
+    pipeline` changed it needs the record."""
+    from primus.tuning.run import PIPELINE_CHANGED_NOTE
+
+    where = "result.json: allowed_changes.pipeline"
+    allowed = run.result.get("allowed_changes")
+    record = allowed.get("pipeline") if isinstance(allowed, dict) else None
+    if record is None:
+        if run.input_text("job.yaml").startswith(PIPELINE_CHANGED_NOTE):
+            return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow pipeline` changed its "
+                               "pipeline options")]
+        return []
+    try:
+        requested, chosen, limit, recorded = _record(record)
+    except ValueError as exc:
+        return [Difference(f"{where}: {exc}")]
+    return _rerun(run, where, requested, chosen, limit, recorded, workers)
+
+
+def _record(record: Any) -> tuple[dict[str, Any], dict[str, Any], int, list[dict[str, Any]]]:
+    """The fields of `allowed_changes.pipeline`, each of the type `tune` writes (ValueError naming one)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"recorded {record!r}, not a mapping")
+    for name in ("requested", "chosen"):
+        if not isinstance(record.get(name), dict) or not all(
+                isinstance(k, str) and k.startswith("pipeline.") for k in record[name]):
+            raise ValueError(f"{name} recorded {record.get(name)!r}, not a mapping of pipeline options")
+    limit = record.get("exhaustive_limit")
+    if type(limit) is not int or limit < 0:
+        raise ValueError(f"exhaustive_limit recorded {limit!r}, not a count (a run written before it was "
+                         "recorded cannot be re-run)")
+    trials = record.get("per_option_set")
+    if not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
+        raise ValueError(f"per_option_set recorded {trials!r}, not a list of mappings")
+    return record["requested"], record["chosen"], limit, trials
+
+
+def _rerun(run: RunDir, where: str, requested: dict[str, Any], chosen: dict[str, Any], limit: int,
+           recorded: list[dict[str, Any]], workers: int) -> list[Difference]:
+    from primus.tuning.agent import Tuner, TuneSettings
+    from primus.tuning.run import pipeline_mapping, pipeline_trials, pipeline_winner, requested_pipeline
+
+    base = {**run.job_mapping, "pipeline": {k.removeprefix("pipeline."): v for k, v in requested.items()}}
+    diffs = []
+    try:
+        job = run.job_with(base)
+        final = run.job_with(pipeline_mapping(base, chosen))
+    except InputError as exc:
+        return [Difference(f"{where}: the requested options with the chosen changes are not a job: {exc.reason}")]
+    if requested_pipeline(job) != requested:
+        diffs.append(Difference(f"{where}: requested {requested!r} holds defaults; recomputed "
+                                f"{requested_pipeline(job)!r}"))
+    if final.spec.pipeline != run.job.spec.pipeline:
+        diffs.append(Difference(f"{where}: chosen {chosen!r} applied to the requested options is not the pipeline "
+                                "of inputs/job.yaml"))
+    settings = TuneSettings(exhaustive_limit=limit, workers=workers)
+
+    def tune(trial: Any) -> dict[str, Any]:
+        return Tuner(trial, settings, profile=run.profile, rules=run.rules).run()
+
+    trials = pipeline_trials(job, lambda options: run.job_with(pipeline_mapping(base, options)), tune)
+    for k in range(max(len(trials), len(recorded))):
+        at = f"{where}.per_option_set[{k}]"
+        if k >= len(recorded):
+            diffs.append(Difference(f"{where}.per_option_set: {len(recorded)} recorded, {len(trials)} re-run: "
+                                    f"missing [{k}] {trials[k][0]!r} at {trials[k][2]!r} tokens/s/GPU"))
+            continue
+        if k >= len(trials):
+            diffs.append(Difference(f"{at}: not among the {len(trials)} option sets re-run: {recorded[k]!r}"))
+            continue
+        options, _, tokens = trials[k]
+        if recorded[k].get("options") != options:
+            diffs.append(Difference(f"{at}: options recorded {recorded[k].get('options')!r}, re-run {options!r}"))
+            continue
+        value = recorded[k].get("tokens_per_s_per_gpu")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not close(float(value), tokens):
+            diffs.append(Difference(f"{at}: tokens_per_s_per_gpu recorded {value!r}, re-run {tokens!r}"))
+    winner = pipeline_winner(trials)
+    if trials[winner][0] != chosen:
+        diffs.append(Difference(f"{where}: chosen {chosen!r}, but the fastest option set re-run is "
+                                f"{trials[winner][0]!r}"))
+    return diffs
