@@ -152,3 +152,26 @@ def test_a_malformed_record_is_a_difference_naming_the_field(allowed: Path, tmp_
     code, out = verify(forged(allowed, tmp_path, edit))
     assert code == 1
     assert "result.json: allowed_changes.pipeline: per_option_set recorded 'fast', not a list of mappings" in out
+
+
+def test_the_runner_up_passed_off_as_the_best_fails(own: Path, tmp_path: Path) -> None:
+    # every number is a real simulation of a legal layout: only re-picking the best from the log catches it
+    def edit(doc: dict[str, Any]) -> None:
+        doc["top"][0], doc["top"][1] = doc["top"][1], doc["top"][0]
+        doc["best"] = dict(doc["top"][0])
+
+    code, out = verify(forged(own, tmp_path, edit))
+    assert code == 1
+    assert "result.json: best parallel recorded" in out and "but the fastest of the log's scores re-timed is" in out
+    assert "result.json: certificate.margin_to_runner_up_pct recorded" not in out  # the margin was left as is
+
+
+def test_an_inflated_margin_to_the_runner_up_fails(own: Path, tmp_path: Path) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["certificate"]["margin_to_runner_up_pct"] = 25.0
+        doc["certificate"]["margin_exceeds_error_bar"] = True
+
+    code, out = verify(forged(own, tmp_path, edit))
+    assert code == 1
+    assert "result.json: certificate.margin_to_runner_up_pct recorded 25.0, recomputed" in out
+    assert "result.json: certificate.margin_exceeds_error_bar recorded True, recomputed False" in out

@@ -36,10 +36,11 @@ from primus.parallel import parallel_text as layout_text
 from primus.projection import Projector
 from primus.report.manifest import check_manifest
 from primus.report.rundir import RunDir, layout_of
-from primus.report.verify_claims import check_allowed_pipeline, check_certificate, check_variants
+from primus.report.verify_claims import check_allowed_pipeline, check_certificate, check_leaders, check_variants
 from primus.report.verify_types import Difference, Verification, close
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
+from primus.tuning.space import Scored
 
 BLOCK = 2_000
 PARALLEL_MIN = 4_000  # below this, forking costs more than it saves
@@ -129,12 +130,18 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     scores = _project_all(projector, [(lay, peak) for _, _, lay, peak in todo], workers)
     for (seq, e, _, _), (tok, step, breakdown) in zip(todo, scores, strict=True):
         out.differences += _compare(seq, e, tok, step, breakdown)
-    diffs, best_tokens = _check_result(run, projector, entries)
+    out.differences += _check_result(run, projector, entries)
+    say("re-checking result.json: best, top, certificate, faster variants, allowed changes")
+    final = epochs.at(len(entries))[1]  # the legal set under every rule the search adopted: tune's last
+    scored: dict[Layout, Scored] = {}
+    for (_, _, layout, peak), (tok, step, breakdown) in zip(todo, scores, strict=True):
+        if layout in final:
+            scored.setdefault(layout, Scored(layout, tok, step, peak, breakdown))
+    diffs, timed = check_leaders(run, projector, list(scored.values()))
     out.differences += diffs
-    say("re-checking the certificate, the faster variants and the allowed changes")
-    diffs, variants = check_variants(run, projector, best_tokens)
+    diffs, variants = check_variants(run, projector, timed[0].tokens_per_s_per_gpu if timed else None)
     out.differences += diffs
-    out.differences += check_certificate(run, epochs.at(len(entries))[1], entries, variants)
+    out.differences += check_certificate(run, final, entries, variants, timed)
     out.differences += check_allowed_pipeline(run, workers)
     out.differences += _check_report(run, out.notes)
     return out
@@ -192,14 +199,10 @@ def _project_block(items: list[tuple[Layout, int]]) -> list[tuple[float, float, 
     return out
 
 
-def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any]]
-                  ) -> tuple[list[Difference], float | None]:
-    """result.json against the log: its scored count, and its best layout re-simulated. Returns the
-    differences and the re-simulated best tokens/s/GPU (None without a best): the bar the faster
-    variants are measured against."""
+def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any]]) -> list[Difference]:
+    """result.json against the log: its scored count, and its best layout re-simulated."""
     doc = run.result
     diffs = []
-    tokens = None
     scored = sum(1 for e in entries if e.get("legal") is True)
     if doc.get("scored_count") != scored:
         diffs.append(Difference(f"result.json: scored_count {doc.get('scored_count')!r}, but audit.jsonl has {scored} "
@@ -209,9 +212,8 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
         try:
             layout = normalise(layout_of(best["parallel"]), is_moe=run.job.model.is_moe)
         except ValueError as exc:
-            return [*diffs, Difference(f"result.json: best parallel is not a layout: {exc}")], None
+            return [*diffs, Difference(f"result.json: best parallel is not a layout: {exc}")]
         p = projector.project(layout, "simulate", peak=(best.get("peak_bytes", 0), True), explain=False)
-        tokens = p.tokens_per_s_per_gpu
         for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s),
                           ("mfu", p.mfu)):
             old = best.get(name)
@@ -222,7 +224,7 @@ def _check_result(run: RunDir, projector: Projector, entries: list[dict[str, Any
         if logged != best.get("peak_bytes"):
             diffs.append(Difference(f"result.json: best peak_bytes {best.get('peak_bytes')!r} is not the logged "
                                     f"{logged!r}"))
-    return diffs, tokens
+    return diffs
 
 
 def _check_report(run: RunDir, notes: list[str]) -> list[Difference]:

@@ -30,18 +30,68 @@ from typing import Any
 from primus.errors import InputError
 from primus.parallel import Layout, normalise
 from primus.parallel import parallel_text as layout_text
-from primus.projection import Projector
+from primus.projection import Projection, Projector
 from primus.report.rundir import RunDir, layout_of
 from primus.report.verify_types import Difference, close
+from primus.tuning.space import Scored
 
 VARIANT_FIELDS = ("parallel", "options", "changed", "peak_bytes")
 VARIANT_NUMBERS = ("tokens_per_s_per_gpu", "step_time_s", "mfu")
 
 
+def check_leaders(run: RunDir, projector: Projector, scored: list[Scored]) -> tuple[list[Difference], list[Projection]]:
+    """`result.json: best` and `top` against what `tune` picks from the log's scores (`scored`: the
+    recomputed fast scores of the logged layouts in the final legal set): the fast ranking, its first
+    `resimulate_top` re-timed by simulation (`primus.tuning.result.leaders`). Returns the differences and
+    the re-timed leaders, fastest first (the best, then the certificate's runner-up)."""
+    from primus.projection.complete import fastest_first
+    from primus.tuning.agent import TuneSettings
+    from primus.tuning.result import leaders
+
+    settings = TuneSettings()  # `tune` has no option for how many leaders it re-times or shows
+    order = fastest_first(scored)
+    timed = leaders(order, lambda s: projector.project(s.layout, "simulate", peak=(s.peak_bytes, True),
+                                                       explain=False), settings.resimulate_top)
+    expected = [(p.layout, p.tokens_per_s_per_gpu, p.step_time_s) for p, _ in timed[:settings.top_k]]
+    expected += [(s.layout, s.tokens_per_s_per_gpu, s.step_time_s) for s in order[len(timed):settings.top_k]]
+    doc = run.result
+    diffs = []
+    best = doc.get("best")
+    best = best if isinstance(best, dict) else {}
+    want = expected[0][0].as_parallel() if expected else None
+    if best.get("parallel") != want:
+        diffs.append(Difference(f"result.json: best parallel recorded {_text(best.get('parallel'))}, but the fastest "
+                                f"of the log's scores re-timed is {_text(want)}"))
+    top = doc.get("top")
+    if not isinstance(top, list):
+        return [*diffs, Difference(f"result.json: top recorded {top!r}, not a list")], [p for p, _ in timed]
+    if len(top) != len(expected):
+        diffs.append(Difference(f"result.json: top lists {len(top)} layouts, recomputed {len(expected)}"))
+    for k, (old, (layout, tok, step)) in enumerate(zip(top, expected, strict=False)):
+        old = old if isinstance(old, dict) else {}
+        if old.get("parallel") != layout.as_parallel():
+            diffs.append(Difference(f"result.json: top[{k}] parallel recorded {_text(old.get('parallel'))}, "
+                                    f"recomputed {_text(layout.as_parallel())}"))
+            continue
+        for name, new in (("tokens_per_s_per_gpu", tok), ("step_time_s", step)):
+            value = old.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not close(float(value), new):
+                diffs.append(Difference(f"result.json: top[{k}] {name} recorded {value!r}, recomputed {new!r}"))
+    return diffs, [p for p, _ in timed]
+
+
+def _text(parallel: Any) -> str:
+    try:
+        return layout_text(parallel) if parallel is not None else "none"
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return repr(parallel)
+
+
 def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[str, Any]],
-                      variants: list[dict[str, Any]] | None) -> list[Difference]:
+                      variants: list[dict[str, Any]] | None, timed: list[Projection]) -> list[Difference]:
     """`result.json: certificate` against the recorded job (scope), the final legal set `legal` and the log
-    (counts), and the recomputed list of faster variants (`variants`; None when it could not be)."""
+    (counts), the re-timed leaders `timed` (the margin to the runner-up) and the recomputed list of faster
+    variants (`variants`; None when it could not be)."""
     from primus.tuning.variants import certificate_scope
 
     doc = run.result
@@ -60,12 +110,19 @@ def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[
                                 "error_bar_pct": doc.get("uncertainty_pct")}
     if variants is not None:
         expected["faster_with_changed_options"] = bool(variants)
-    margin, bar = cert.get("margin_to_runner_up_pct"), cert.get("error_bar_pct")
-    expected["margin_exceeds_error_bar"] = (isinstance(margin, (int, float)) and isinstance(bar, (int, float))
-                                            and margin > bar)
+    bar = doc.get("uncertainty_pct")
+    margin = ((timed[0].tokens_per_s_per_gpu / timed[1].tokens_per_s_per_gpu - 1) * 100 if len(timed) > 1
+              else None)
+    expected["margin_exceeds_error_bar"] = margin is not None and isinstance(bar, (int, float)) and margin > bar
     for name, value in expected.items():
         if cert.get(name) != value or type(cert.get(name)) is not type(value):
             diffs.append(Difference(f"{where}.{name} recorded {cert.get(name)!r}, recomputed {value!r}"))
+    old = cert.get("margin_to_runner_up_pct")
+    if margin is None or old is None:
+        if old is not margin:
+            diffs.append(Difference(f"{where}.margin_to_runner_up_pct recorded {old!r}, recomputed {margin!r}"))
+    elif not isinstance(old, (int, float)) or isinstance(old, bool) or not close(float(old), margin):
+        diffs.append(Difference(f"{where}.margin_to_runner_up_pct recorded {old!r}, recomputed {margin!r}"))
     return diffs
 
 
