@@ -21,8 +21,10 @@ import yaml
 from click.testing import CliRunner
 
 from primus.cli.main import cli
+from primus.parallel import parallel_text as layout_text
 from primus.report.manifest import write_manifest
 from primus.report.render import write_report
+from primus.tuning.variants import changes_text
 
 L8_FIRST_LAST_3 = {
     "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 8192, "global_batch_size": 32,
@@ -97,15 +99,18 @@ def test_an_edited_scope_line_fails_naming_the_field(own: Path, tmp_path: Path) 
 
 def test_a_dropped_faster_variant_fails_naming_the_missing_one(own: Path, tmp_path: Path) -> None:
     listed = json.loads((own / "result.json").read_text())["faster_with_changed_options"]
-    last = len(listed) - 1
+    fastest = listed[0]  # the one a forger would hide: the layout most faster than the certified best
 
     def edit(doc: dict[str, Any]) -> None:
-        doc["faster_with_changed_options"].pop()
+        doc["faster_with_changed_options"].pop(0)
 
     code, out = verify(forged(own, tmp_path, edit))
     assert code == 1
-    assert (f"result.json: faster_with_changed_options: {last} recorded, {last + 1} recomputed: missing "
-            f"[{last}]") in out
+    missing = next(line.strip() for line in out.splitlines() if "faster_with_changed_options: missing" in line)
+    assert missing.startswith(f"result.json: faster_with_changed_options: missing {layout_text(fastest['parallel'])} "
+                              f"with {changes_text(fastest['options'])} at {fastest['tokens_per_s_per_gpu']!r} "
+                              "tokens/s/GPU (recomputed [0] of")
+    assert f"{len(listed) - 1} recorded)" in missing
 
 
 def test_dropping_every_faster_variant_and_the_certificates_flag_fails(own: Path, tmp_path: Path) -> None:
@@ -115,7 +120,7 @@ def test_dropping_every_faster_variant_and_the_certificates_flag_fails(own: Path
 
     code, out = verify(forged(own, tmp_path, edit))
     assert code == 1
-    assert "result.json: faster_with_changed_options: 0 recorded" in out
+    assert "result.json: faster_with_changed_options: missing" in out and "0 recorded)" in out
     assert "result.json: certificate.faster_with_changed_options recorded False, recomputed True" in out
 
 

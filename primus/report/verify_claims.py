@@ -25,6 +25,7 @@ directory was read, and what it claims does not re-check.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from primus.errors import InputError
@@ -35,7 +36,7 @@ from primus.report.rundir import RunDir, layout_of
 from primus.report.verify_types import Difference, close
 from primus.tuning.space import Scored
 
-VARIANT_FIELDS = ("parallel", "options", "changed", "peak_bytes")
+VARIANT_FIELDS = ("changed", "peak_bytes")
 VARIANT_NUMBERS = ("tokens_per_s_per_gpu", "step_time_s", "mfu")
 
 
@@ -98,7 +99,8 @@ def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[
     cert = doc.get("certificate")
     where = "result.json: certificate"
     if cert is None:
-        if doc.get("mode") == "exhaustive" and (doc.get("best") or {}).get("parallel"):
+        best = doc.get("best")
+        if doc.get("mode") == "exhaustive" and isinstance(best, dict) and best.get("parallel"):
             return [Difference(f"{where}: missing, though the search was exhaustive and found a best layout")]
         return []
     if not isinstance(cert, dict):
@@ -148,18 +150,37 @@ def check_variants(run: RunDir, projector: Projector, best_tokens: float | None
     recorded = run.result.get("faster_with_changed_options")
     if not isinstance(recorded, list):
         return [*diffs, Difference(f"{where}: recorded {recorded!r}, not a list")], recomputed
-    for k in range(max(len(recorded), len(recomputed))):
-        if k >= len(recorded):
-            v = recomputed[k]
-            diffs.append(Difference(f"{where}: {len(recorded)} recorded, {len(recomputed)} recomputed: missing "
-                                    f"[{k}] {_variant_text(v)}"))
+    return [*diffs, *_compare_lists(where, recorded, recomputed)], recomputed
+
+
+def _key(v: Any) -> str | None:
+    """A variant's identity: its layout and its option changes (None for an entry that has neither)."""
+    if not isinstance(v, dict):
+        return None
+    return json.dumps([v.get("parallel"), v.get("options")], sort_keys=True, default=repr)
+
+
+def _compare_lists(where: str, recorded: list[Any], recomputed: list[dict[str, Any]]) -> list[Difference]:
+    """Entries matched by layout and options: each recomputed one the record lacks is named missing, each
+    recorded one not recomputed is named, matched ones are compared field by field, and the order must
+    be the recomputed one (fastest first)."""
+    mine = {_key(v): k for k, v in enumerate(recomputed)}
+    theirs = {_key(v): k for k, v in enumerate(recorded) if _key(v) is not None}
+    diffs = []
+    for k, v in enumerate(recomputed):
+        if _key(v) not in theirs:
+            diffs.append(Difference(f"{where}: missing {_variant_text(v)} (recomputed [{k}] of {len(recomputed)}; "
+                                    f"{len(recorded)} recorded)"))
+    for k, v in enumerate(recorded):
+        at = f"{where}[{k}]"
+        if _key(v) not in mine:
+            diffs.append(Difference(f"{at}: not among the {len(recomputed)} recomputed: {_variant_text(v)}"))
             continue
-        if k >= len(recomputed):
-            diffs.append(Difference(f"{where}[{k}]: not among the {len(recomputed)} recomputed: "
-                                    f"{_variant_text(recorded[k])}"))
-            continue
-        diffs += _compare_variant(f"{where}[{k}]", recorded[k], recomputed[k])
-    return diffs, recomputed
+        diffs += _compare_variant(at, v, recomputed[mine[_key(v)]])
+    order = [mine[_key(v)] for v in recorded if _key(v) in mine]
+    if order != sorted(order):
+        diffs.append(Difference(f"{where}: not fastest first (recorded in the recomputed order {order})"))
+    return diffs
 
 
 def _variant_text(v: Any) -> str:
@@ -183,8 +204,6 @@ def _compare_variant(where: str, old: Any, new: dict[str, Any]) -> list[Differen
     for name in VARIANT_FIELDS:
         if old.get(name) != new[name]:
             diffs.append(Difference(f"{where}: {name} recorded {old.get(name)!r}, recomputed {new[name]!r}"))
-    if diffs:  # another layout or option set: its numbers are not comparable
-        return diffs
     for name in VARIANT_NUMBERS:
         value = old.get(name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not close(float(value), new[name]):
