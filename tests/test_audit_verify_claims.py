@@ -180,3 +180,14 @@ def test_an_inflated_margin_to_the_runner_up_fails(own: Path, tmp_path: Path) ->
     assert code == 1
     assert "result.json: certificate.margin_to_runner_up_pct recorded 25.0, recomputed" in out
     assert "result.json: certificate.margin_exceeds_error_bar recorded True, recomputed False" in out
+
+
+def test_an_edited_legal_count_fails(own: Path, tmp_path: Path) -> None:
+    real = json.loads((own / "result.json").read_text())["legal_count"]
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["legal_count"] = real * 10
+
+    code, out = verify(forged(own, tmp_path, edit))
+    assert code == 1
+    assert f"result.json: legal_count recorded {real * 10}, recomputed {real}" in out

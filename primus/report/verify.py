@@ -141,6 +141,10 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     out.differences += diffs
     diffs, variants = check_variants(run, projector, timed[0].tokens_per_s_per_gpu if timed else None)
     out.differences += diffs
+    for name, n in (("legal_count", len(epochs.at(-1)[1])), ("legal_count_after_adopted_rules", len(final))):
+        if run.result.get(name) != n:
+            out.differences.append(Difference(f"result.json: {name} recorded {run.result.get(name)!r}, "
+                                              f"recomputed {n}"))
     out.differences += check_certificate(run, final, entries, variants, timed)
     out.differences += check_allowed_pipeline(run, workers)
     out.differences += _check_report(run, out.notes)
