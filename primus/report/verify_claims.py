@@ -106,7 +106,7 @@ def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[
     if not isinstance(cert, dict):
         return [Difference(f"{where}: not a mapping")]
     diffs = []
-    scored = sum(1 for e in entries if e.get("legal") is True and _logged(e, run) in legal)
+    scored = len({lay for e in entries if e.get("legal") is True and (lay := _logged(e, run)) in legal})
     expected: dict[str, Any] = {"scope": certificate_scope(run.job), "legal_layouts": len(legal), "scored": scored,
                                 "every_legal_layout_scored": scored == len(legal),
                                 "error_bar_pct": doc.get("uncertainty_pct")}
