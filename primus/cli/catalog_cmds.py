@@ -198,6 +198,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "settings": spec.model_dump(exclude={"model", "hardware", "parallel", "nodes", "gpus", "seq_len",
                                              "global_batch_size", "precision", "fp8_recipe", "stack"}),
         "assumed": job.assumptions(),
+        # what the model's import or override assumed (class defaults, a re-derived MoE layer pattern)
+        **({"model_notes": job.model.notes} if job.model.notes else {}),
     }
 
 

@@ -16,6 +16,10 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from primus.specs.base import Bool, ByteCount, Fraction, Name, PosFloat, PosInt, Spec, Text
 
+#: the longest per-layer pattern read or built (it bounds the memory a pattern takes; the deepest
+#: published decoders have 126 layers)
+MAX_PATTERN_LAYERS = 100_000
+
 _FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
 
 
@@ -34,7 +38,7 @@ def parse_layer_freq(value: int | tuple[int, ...] | list[int] | str, num_layers:
             raise ValueError(f"moe_layer_freq string {value!r} is not of the form '([0]*k+[1]*n)'")
         pattern: list[int] = []
         for bit, count in re.findall(r"\[([01])\]\s*\*\s*(\d+)", value):
-            if int(count) > 100_000:
+            if int(count) > MAX_PATTERN_LAYERS:
                 raise ValueError("moe_layer_freq repeat count too large")
             pattern.extend([int(bit)] * int(count))
         value = tuple(pattern)
@@ -43,6 +47,64 @@ def parse_layer_freq(value: int | tuple[int, ...] | list[int] | str, num_layers:
     if any(v not in (0, 1) or isinstance(v, bool) for v in value):
         raise ValueError("moe_layer_freq list entries must be 0 or 1")
     return tuple(bool(v) for v in value)
+
+
+#: the spellings `moe_layer_freq` accepts, quoted where a refusal asks for one
+LAYER_FREQ_SPELLINGS = "an int N (every N-th layer from layer 0), a 0/1 list of num_layers entries, or '([0]*k+[1]*n)'"
+
+
+def layer_rule(pattern: tuple[bool, ...]) -> tuple[int, tuple[bool, ...]] | None:
+    """The rule behind a per-layer MoE pattern, when it has one: `k` dense layers first, then a period
+    repeated from layer k. This covers every rule the configs use — Megatron's int N (k 0, period
+    MoE-then-N-1 dense), DeepSeek's `first_k_dense_replace` (period one MoE layer), Qwen's
+    `decoder_sparse_step` and Llama 4's `interleave_moe_layer_step` (MoE on each step-th layer, counted
+    from 1) — and each one decides a layer's kind from its index alone, so the rule holds at any depth.
+    The period must be seen twice after the dense layers; a pattern without such a rule (a listed layer
+    kept dense in the middle, dense layers at the end) gives None."""
+    if True not in pattern:
+        return None
+    k = pattern.index(True)
+    tail = pattern[k:]
+    for period in range(1, len(tail) // 2 + 1):
+        if all(bit == tail[i % period] for i, bit in enumerate(tail)):
+            return k, tail[:period]
+    return None
+
+
+def follow_num_layers(value: int | tuple[int, ...] | list[int] | str, old_layers: int,
+                      new_layers: int) -> tuple[int | str | tuple[int, ...], str | None]:
+    """`moe_layer_freq` for a model whose `num_layers` is overridden (`{base: deepseek-v3, num_layers: 8}`):
+    the same rule (`layer_rule`) at the new depth, in Megatron's spelling (an int, '([0]*k+[1]*n)', or
+    a 0/1 list), and a sentence saying so for the model's notes (None when nothing changed: an int
+    already holds at any depth). ValueError naming moe_layer_freq when the pattern has no rule."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, None
+    if new_layers > MAX_PATTERN_LAYERS:
+        raise ValueError(f"num_layers {new_layers} exceeds the {MAX_PATTERN_LAYERS:,} layers an MoE layer pattern"
+                         " may have")
+    rule = layer_rule(parse_layer_freq(value, old_layers))
+    if rule is None:
+        raise ValueError(
+            f"moe_layer_freq is a per-layer pattern of {old_layers} layers with no first-k-dense or every-n-th"
+            f" rule, so it cannot follow num_layers {new_layers}; override moe_layer_freq too ({LAYER_FREQ_SPELLINGS})")
+    dense, period = rule
+    if new_layers <= dense:
+        raise ValueError(
+            f"moe_layer_freq keeps the first {dense} layers dense, so num_layers {new_layers} leaves no MoE layer;"
+            f" override moe_layer_freq too ({LAYER_FREQ_SPELLINGS})")
+    pattern = [0] * dense + [int(period[i % len(period)]) for i in range(new_layers - dense)]
+    shown: int | str | tuple[int, ...] = tuple(pattern)
+    if len(period) == 1:
+        shown = 1 if dense == 0 else f"([0]*{dense}+[1]*{new_layers - dense})"
+        rule_text = f"the first {dense} dense, then every layer MoE" if dense else "every layer MoE"
+    elif not any(period[1:]):
+        shown = len(period) if dense == 0 else shown
+        rule_text = f"every {len(period)}-th layer MoE from layer {dense}"
+    else:
+        rule_text = (f"the first {dense} dense, then " if dense else "") + \
+            "the period " + "".join(str(int(b)) for b in period) + " repeated"
+    return shown, (f"num_layers {new_layers} (the base has {old_layers}): moe_layer_freq re-derived by its rule"
+                   f" ({rule_text}): {sum(pattern)} MoE and {new_layers - sum(pattern)} dense layers")
 
 
 class PublishedParams(Spec):
@@ -164,7 +226,7 @@ class ModelSpec(Spec):
             if self.moe_router_topk is None:
                 raise ValueError("an MoE model (num_experts set) needs moe_router_topk")
             if self.moe_router_topk > self.num_experts:
-                raise ValueError("moe_router_topk exceeds num_experts")
+                raise ValueError(f"moe_router_topk ({self.moe_router_topk}) exceeds num_experts ({self.num_experts})")
             if self.moe_ffn_hidden_size is None:
                 raise ValueError("an MoE model (num_experts set) needs moe_ffn_hidden_size")
             parse_layer_freq(self.moe_layer_freq, self.num_layers)
