@@ -11,6 +11,7 @@ say so. Constants without parameters (soft-caps, multipliers) are recorded in `s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
 from typing import Any
@@ -76,19 +77,23 @@ def supported_families() -> list[str]:
     return sorted([*_FAMILIES, *_TEXT_CONFIG])
 
 
-def _family(data: Mapping[str, Any], where: str) -> str:
-    """The reader family: a known model_type, else a known architecture (Kimi K2 ships model_type
-    "kimi_k2" with DeepseekV3ForCausalLM), else the unknown model_type so the refusal names it."""
+def _family(data: Mapping[str, Any], where: str) -> tuple[str, str | None]:
+    """The reader family and, when `architectures` decided it, a note saying so: a known model_type,
+    else a known architecture (Kimi K2 ships model_type "kimi_k2" with DeepseekV3ForCausalLM, the class
+    its remote code builds), else the unknown model_type so the refusal names it."""
     model_type = data.get("model_type")
     if isinstance(model_type, str) and (model_type in _FAMILIES or model_type in _TEXT_CONFIG):
-        return model_type
+        return model_type, None
     archs = data.get("architectures")
     if isinstance(archs, list):
         for arch in archs:
             if isinstance(arch, str) and arch in _ARCH_TO_TYPE:
-                return _ARCH_TO_TYPE[arch]
+                family = _ARCH_TO_TYPE[arch]
+                given = f"model_type {model_type[:100]!r} is not one primus reads" \
+                    if isinstance(model_type, str) and model_type else "no model_type"
+                return family, f"{given}: read as {family}, the family of its architectures entry {arch}"
     if isinstance(model_type, str) and model_type:
-        return model_type[:100]
+        return model_type[:100], None
     raise InputError(where, "model_type", "cannot tell the architecture (no model_type, no known architectures)")
 
 
@@ -115,11 +120,13 @@ def _reader(data: Mapping[str, Any], where: str, family: str) -> tuple[Reader, s
 
 
 def model_from_hf_config(data: Mapping[str, Any], where: str) -> ModelSpec:
-    family = _family(data, where)
+    family, by_architecture = _family(data, where)
     if family not in _FAMILIES and family not in _TEXT_CONFIG:
         raise InputError(where, "model_type",
                          f"unsupported architecture {family!r}; supported: {', '.join(supported_families())}")
     reader, text_family = _reader(data, where, family)
+    if by_architecture:
+        reader.notes.insert(0, by_architecture)
     fields = _FAMILIES[text_family](reader)
     fields["name"] = _name(data, where)
     fields["source"] = f"Hugging Face config ({family}) read from {where}"
@@ -132,15 +139,13 @@ def model_from_hf_config(data: Mapping[str, Any], where: str) -> ModelSpec:
         fields["scalings"] = dict(reader.scalings)
     try:
         return parse_spec(ModelSpec, fields, where)
-    except InputError as exc:  # name the key as the config spells it, not the ModelSpec field
-        key = next((k for k in HF_KEYS.get(exc.field or "", ()) if k in reader.data), None)
-        if key is None:
-            raise
-        raise InputError(where, reader.key(key), exc.reason) from None
+    except InputError as exc:  # name the keys as the config spells them, not the ModelSpec fields
+        raise _in_config_keys(exc, reader) from None
 
 
-#: ModelSpec fields read from a differently named config key: the keys the families read, in the
-#: order they are tried, so a refused value is reported under the key the file holds.
+#: ModelSpec fields read from config keys: the keys the families read, in the order they are tried,
+#: so a refused value is reported under the key the file holds (or the family read with its class
+#: default). A field absent here is read from the key of its own name (`kv_lora_rank`, `v_head_dim`).
 HF_KEYS: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_hidden_layers",),
     "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size"),
@@ -149,9 +154,41 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
     "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
     "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
     "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    # Qwen2-MoE's own width, DeepSeek's count of moe_intermediate_size-wide experts, Llama 4's intermediate_size
+    "moe_shared_expert_intermediate_size": ("shared_expert_intermediate_size", "n_shared_experts",
+                                            "intermediate_size"),
+    "moe_layer_freq": ("moe_layers", "mlp_only_layers", "decoder_sparse_step", "interleave_moe_layer_step",
+                       "first_k_dense_replace", "moe_layer_freq"),
     "mtp_num_layers": ("num_nextn_predict_layers",),
-    "max_position_embeddings": ("max_position_embeddings",),
-    "hidden_size": ("hidden_size",),
-    "num_attention_heads": ("num_attention_heads",),
-    "vocab_size": ("vocab_size",),
+    "qk_head_dim": ("qk_nope_head_dim",),
+    "qk_pos_emb_head_dim": ("qk_rope_head_dim",),
+    "window_size": ("sliding_window", "attention_chunk_size"),
+    "window_attn_skip_freq": ("sliding_window_pattern", "no_rope_layer_interval", "layer_types", "no_rope_layers"),
+    "untie_embeddings_and_output_weights": ("tie_word_embeddings",),
+    "add_qkv_bias": ("attention_bias", "qkv_bias"),
 }
+
+_FIELD_NAME = re.compile(r"\b[a-z][a-z0-9_]*\b")
+
+
+def _config_key(field: str, reader: Reader) -> str | None:
+    """The config key that holds a ModelSpec field in this family, as the file spells it."""
+    candidates = HF_KEYS.get(field, (field,))
+    key = next((k for k in candidates if k in reader.read), None) or \
+        next((k for k in candidates if k in reader.data), None)
+    return reader.key(key) if key is not None else None
+
+
+def _in_config_keys(exc: InputError, reader: Reader) -> InputError:
+    """The refusal with every ModelSpec field it names (its field, and those a cross-field reason
+    quotes: `num_attention_heads (32) must be divisible by num_query_groups (5)`, with both values)
+    replaced by the config key that holds it."""
+
+    def rename(match: re.Match[str]) -> str:
+        word = match.group(0)
+        key = _config_key(word, reader) if word in ModelSpec.model_fields else None
+        return word if key is None else key
+
+    reason = _FIELD_NAME.sub(rename, exc.reason)
+    own = _config_key(exc.field, reader) if exc.field in ModelSpec.model_fields else None
+    return InputError(exc.where, own or exc.field, reason)

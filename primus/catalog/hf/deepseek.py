@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus.catalog.hf.reader import Reader, common, gated_mlp
+from primus.catalog.hf.reader import Reader, common, gated_mlp, layer_step
 
 
 def _dense_first(r: Reader, out: dict[str, Any], first_dense_default: int, experts_default: int,
                  shared_default: int, topk_default: int | None) -> None:
     layers = out["num_layers"]
     first_dense = r.int_or("first_k_dense_replace", first_dense_default)
-    freq = r.int_or("moe_layer_freq", 1) or 1
+    freq = layer_step(r, "moe_layer_freq", 1)
     out["moe_layer_freq"] = pattern = [1 if (i >= first_dense and i % freq == 0) else 0 for i in range(layers)]
     if 0 in pattern:
         out["ffn_hidden_size"] = r.req_int("intermediate_size")

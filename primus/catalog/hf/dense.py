@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, window_every
+from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, layer_step, window_every
 
 
 def llama(r: Reader) -> dict[str, Any]:
@@ -98,8 +98,9 @@ def gemma3_text(r: Reader) -> dict[str, Any]:
     out["qk_layernorm"] = True
     attention_bias(r, out)
     gated_mlp(r, "hidden_activation", "gelu_pytorch_tanh")
-    pattern = r.int_or("sliding_window_pattern", 6)
-    window_every(r, out, r.opt_int("sliding_window", 4096), pattern, r.str_list("layer_types"))
+    kinds = r.str_list("layer_types")  # when given, transformers builds the layers from it alone
+    pattern = r.int_or("sliding_window_pattern", 6) if kinds is not None else layer_step(r, "sliding_window_pattern", 6)
+    window_every(r, out, r.opt_int("sliding_window", 4096), pattern, kinds)
     _gemma_scalings(r, out, (None, None))
     return out
 

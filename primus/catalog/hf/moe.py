@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from primus.catalog.hf.dense import mistral
-from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, window_every
+from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, layer_step, window_every
 
 
 def _experts(r: Reader, out: dict[str, Any], experts_key: str, experts_default: int, topk_default: int,
@@ -23,7 +23,7 @@ def _experts(r: Reader, out: dict[str, Any], experts_key: str, experts_default: 
 def sparse_step_pattern(r: Reader, layers: int) -> list[int]:
     """Qwen's MoE layer rule: layer i is MoE unless listed in `mlp_only_layers` or (i + 1) is not a
     multiple of `decoder_sparse_step`."""
-    step = r.int_or("decoder_sparse_step", 1) or 1
+    step = layer_step(r, "decoder_sparse_step", 1)
     mlp_only = r.int_list("mlp_only_layers") or []
     return [0 if (i in mlp_only or (i + 1) % step) else 1 for i in range(layers)]
 
@@ -41,6 +41,8 @@ def qwen3_moe(r: Reader) -> dict[str, Any]:
     out = common(r, kv_default=4, head_dim_default=128)
     out["qk_layernorm"] = True
     out["add_qkv_bias"] = r.opt_bool("attention_bias", False)
+    if r.data.get("use_sliding_window"):
+        raise r.error("use_sliding_window", "per-layer sliding windows of Qwen3-MoE are not supported")
     _experts(r, out, "num_experts", 128, 8, "moe_intermediate_size")
     out["moe_layer_freq"] = pattern = sparse_step_pattern(r, out["num_layers"])
     if 0 in pattern:
@@ -141,7 +143,7 @@ def llama4_text(r: Reader) -> dict[str, Any]:
     out["moe_shared_expert_intermediate_size"] = width
     moe_layers = r.int_list("moe_layers")
     if moe_layers is None:
-        step = r.int_or("interleave_moe_layer_step", 1) or 1
+        step = layer_step(r, "interleave_moe_layer_step", 1)
         moe_layers = list(range(step - 1, layers, step))
     if any(not 0 <= i < layers for i in moe_layers):
         raise r.error("moe_layers", f"layer indices must lie in 0..{layers - 1}")

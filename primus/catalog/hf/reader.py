@@ -30,6 +30,9 @@ class Reader:
         self.defaults_used: list[str] = []
         self.notes: list[str] = []
         self.scalings: dict[str, float] = {}
+        #: every key read, in order (given or class default): a refused spec field is reported under
+        #: the key of this family that holds it (`primus.catalog.hf.HF_KEYS`)
+        self.read: list[str] = []
 
     def key(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
@@ -38,12 +41,15 @@ class Reader:
         return InputError(self.where, self.key(key), reason)
 
     def req_int(self, key: str) -> int:
+        self.read.append(key)
         if key not in self.data or self.data[key] is None:
             raise self.error(key, f"required for a {self.family} config and missing")
         return self.as_int(key, self.data[key])
 
     def opt_int(self, key: str, default: int | None) -> int | None:
         value = self.data.get(key)
+        if value is not None or default is not None:
+            self.read.append(key)
         if value is None:
             if default is not None:
                 self.defaults_used.append(f"{key}={default}")
@@ -57,6 +63,7 @@ class Reader:
         return value
 
     def opt_bool(self, key: str, default: bool) -> bool:
+        self.read.append(key)
         value = self.data.get(key)
         if value is None:
             self.defaults_used.append(f"{key}={default}")
@@ -95,6 +102,7 @@ class Reader:
         value = self.data.get(key)
         if value is None:
             return None
+        self.read.append(key)
         if not isinstance(value, list) or len(value) > 100_000 or \
                 any(isinstance(i, bool) or not isinstance(i, int) for i in value):
             raise self.error(key, "must be a list of integers")
@@ -104,6 +112,7 @@ class Reader:
         value = self.data.get(key)
         if value is None:
             return None
+        self.read.append(key)
         if not isinstance(value, list) or len(value) > 100_000 or any(not isinstance(i, str) for i in value):
             raise self.error(key, "must be a list of strings")
         return value
@@ -207,3 +216,13 @@ def window_every(r: Reader, out: dict[str, Any], window: int | None, full_every:
     out["window_size"] = window
     if full_every:
         out["window_attn_skip_freq"] = full_every
+
+
+def layer_step(r: Reader, key: str, default: int) -> int:
+    """A layer period (`decoder_sparse_step`, `interleave_moe_layer_step`, DeepSeek's `moe_layer_freq`,
+    Gemma 3's `sliding_window_pattern`): `transformers` divides layer indices by it (or steps a range by
+    it), so 0 raises there (ZeroDivisionError, ValueError) and is refused here rather than read as 1."""
+    step = r.int_or(key, default)
+    if step < 1:
+        raise r.error(key, f"must be at least 1 (got {step}): transformers divides the layer index by it")
+    return step
