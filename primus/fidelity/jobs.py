@@ -13,7 +13,10 @@ Two jobs come out of a row:
 A model slug outside the catalog is rebuilt from the architecture columns when that is unambiguous: a
 catalog model with the same dimensions, or a catalog model of the same family (name prefix) whose
 architecture conventions (activation, norm, positions, attention kind) carry over, with the
-dimensions overridden. Anything else is refused with the reason.
+dimensions overridden. Anything else is refused with the reason. A catalog slug whose architecture
+columns contradict it (a Llama-405B row named gpt3-175b) is refused too, naming each column with the
+catalog's value: either the name or the columns are wrong, and projecting the name would score a run of
+another model.
 """
 
 from __future__ import annotations
@@ -90,13 +93,41 @@ def _arch(row: RunRow) -> dict[str, int | None]:
     return out
 
 
-def _same_dims(spec: ModelSpec, arch: dict[str, int | None]) -> bool:
+def _dims(spec: ModelSpec) -> dict[str, int | None]:
+    """The catalog model's values of the architecture columns (`ffn` is the expert width of an MoE model)."""
     ffn = spec.moe_ffn_hidden_size if spec.num_experts else spec.ffn_hidden_size
-    have = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size,
-            "num_attention_heads": spec.num_attention_heads, "num_experts": spec.num_experts,
-            "moe_router_topk": spec.moe_router_topk, "ffn": ffn,
-            "num_query_groups": spec.num_query_groups or spec.num_attention_heads}
-    return all(arch[k] is None or arch[k] == v for k, v in have.items() if k in arch)
+    return {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "ffn": ffn,
+            "num_attention_heads": spec.num_attention_heads,
+            "num_query_groups": spec.num_query_groups or spec.num_attention_heads, "vocab_size": spec.vocab_size,
+            "num_experts": spec.num_experts, "moe_router_topk": spec.moe_router_topk}
+
+
+def _same_dims(spec: ModelSpec, arch: dict[str, int | None]) -> bool:
+    return all(arch[k] is None or arch[k] == v for k, v in _dims(spec).items() if k in arch)
+
+
+#: the CSV column of each architecture field, as a contradiction names it
+_COLUMNS = {"num_layers": "layers", "hidden_size": "hidden", "ffn": "ffn", "num_attention_heads": "heads",
+            "num_query_groups": "kv_heads", "vocab_size": "vocab", "num_experts": "experts", "moe_router_topk": "topk"}
+
+
+def _contradictions(spec: ModelSpec, arch: dict[str, int | None], tp: int | None) -> tuple[list[str], list[str]]:
+    """The architecture columns that contradict the named catalog model (`column value (catalog value)`),
+    and notes for a vocabulary that differs only as Megatron pads it: MT-NLG's 50,272 is gpt-530b's
+    51,200 padded to a multiple of 128 × TP 8, the same embedding table."""
+    wrong: list[str] = []
+    notes: list[str] = []
+    for key, have in _dims(spec).items():
+        given = arch.get(key)
+        if given is None or given == have:
+            continue
+        if key == "vocab_size":
+            multiple = spec.make_vocab_size_divisible_by * (tp or 1)
+            if -(-given // multiple) * multiple == spec.padded_vocab_size(tp or 1):
+                notes.append(f"vocab {given:,} is the catalog's {spec.vocab_size:,} as Megatron pads it at TP {tp or 1}")
+                continue
+        wrong.append(f"{_COLUMNS[key]} {given:,} ({'none' if have is None else f'{have:,}'})")
+    return wrong, notes
 
 
 def model_ref(row: RunRow) -> tuple[Any, list[str]]:
@@ -110,7 +141,13 @@ def model_ref(row: RunRow) -> tuple[Any, list[str]]:
     if slug in slugs:
         base = _load_catalog_model(slug)
         over: dict[str, Any] = {}
-        if "proxy" in row.flags and arch["num_layers"] and arch["num_layers"] != base.num_layers:
+        proxy = "proxy" in row.flags and arch["num_layers"] and arch["num_layers"] != base.num_layers
+        wrong, vocab_notes = _contradictions(base, {**arch, "num_layers": None} if proxy else arch, _int(row, "tp"))
+        if wrong:
+            raise Unprojectable(f"the architecture columns contradict catalog model {slug!r}: " + ", ".join(wrong)
+                                + " (catalog values in brackets); fix the model name or the columns")
+        notes += vocab_notes
+        if proxy:
             over["num_layers"] = arch["num_layers"]
             notes.append(f"reduced-layer proxy: {arch['num_layers']} layers")
     else:
