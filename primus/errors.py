@@ -57,6 +57,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     is short for `h100-80gb` and `h100-96gb-500w`, not a misspelling of `h800`."""
     ordered = sorted(choices)
     w = word.strip().lower()
+    same = [c for c in ordered if c.lower() == w and c != word]  # only the case differs: `LLAMA3.1-8B`
+    if same:
+        return f" (did you mean {same[0]!r}?)"
     starts = [c for c in ordered if len(w) >= MIN_PREFIX and c.lower().startswith(w) and c.lower() != w]
     contains = [c for c in ordered if len(w) >= MIN_SUBSTRING and w in c.lower() and c.lower() != w
                 and c not in starts]

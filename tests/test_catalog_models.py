@@ -34,8 +34,7 @@ def total(slug: str) -> int:
 def active_without_input_embedding(slug: str) -> int:
     """The 'active' convention of DeepSeek, Moonshot and OpenAI: the input embedding lookup is not a
     parameter a token computes with, so it is left out (the output projection stays in)."""
-    spec = model(slug)
-    return count_params(spec).active - spec.vocab_size * spec.hidden_size
+    return count_params(model(slug)).active_without_input_embedding
 
 
 # ---- the catalog as files ---------------------------------------------------------------------------
@@ -184,6 +183,26 @@ def test_rounded_published_active_is_matched_within_its_precision(
         slug: str, published: float, half_unit: float, without_embedding: bool, source: str) -> None:
     counted = active_without_input_embedding(slug) if without_embedding else count_params(model(slug)).active
     assert abs(counted - published) <= half_unit, source
+
+
+@pytest.mark.parametrize(("slug", "without_embedding"), [(r[0], r[3]) for r in ROUNDED_ACTIVES],
+                         ids=[r[0] for r in ROUNDED_ACTIVES])
+def test_the_catalog_records_each_published_actives_convention(slug: str, without_embedding: bool) -> None:
+    published = model(slug).published
+    assert published is not None and published.active_excludes_input_embedding is without_embedding
+
+
+def test_the_active_count_without_the_input_embedding_drops_only_the_vocab_by_hidden_table() -> None:
+    # openai/gpt-oss-120b config.json: vocab_size 201,088, hidden_size 2,880, untied (579,133,440 parameters)
+    counts = count_params(model("gpt-oss-120b"))
+    assert counts.active - counts.active_without_input_embedding == 201_088 * 2_880
+
+
+def test_a_tied_table_stays_in_the_active_count_without_the_input_embedding() -> None:
+    # a tied table is the output projection as well, which every token computes with
+    spec = resolve_model({"base": "llama3.1-8b", "untie_embeddings_and_output_weights": False}, "test")
+    counts = count_params(spec)
+    assert counts.active_without_input_embedding == counts.active
 
 
 def test_deepseek_v3_total_leaves_the_mtp_module_out() -> None:

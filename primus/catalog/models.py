@@ -87,6 +87,11 @@ def resolve_model(ref: Any, where: str, field: str = "model", base_dir: Path | N
             path = base_dir / path
         if not path.exists():
             raise InputError(where, field, f"model file {str(path)!r} does not exist")
+        if path.is_dir():
+            inside = path / "config.json"
+            hint = f" (did you mean {str(inside)!r}?)" if inside.is_file() else ""
+            raise InputError(where, field, f"{str(path)!r} is a directory; a model is a file, a Hugging Face"
+                             f" config.json or a model YAML{hint}")
         return _load_model_file(path)
     slugs = catalog_models()
     if text not in slugs:

@@ -18,6 +18,22 @@ from primus.specs.job import JobSpec
 from primus.specs.model import ModelSpec
 from primus.specs.params import count_params
 
+#: what `active_params` counts; publishers differ (Mistral and Qwen count the input embedding, DeepSeek,
+#: Moonshot and OpenAI do not), so both figures are shown and a published one is labelled with its own
+ACTIVE_CONVENTION = ("parameters one token passes through: the input embedding, the output layer, the router and "
+                     "norms and its top-k routed experts (MTP modules excluded); active_params_without_input_embedding "
+                     "leaves out the input word-embedding table, as DeepSeek, Moonshot and OpenAI publish theirs")
+
+
+def _published_active(model: ModelSpec) -> tuple[str, str] | None:
+    """The catalog's published active figure as a table row, labelled with its convention."""
+    published = model.published
+    if published is None or published.active is None:
+        return None
+    which = "without" if published.active_excludes_input_embedding else "with"
+    rounded = "" if published.exact else ", rounded"
+    return f"published active ({which} the input embedding{rounded})", f"{published.active:,}"
+
 
 def model_summary(model: ModelSpec, seq_len: int | None = None) -> dict[str, Any]:
     counts = count_params(model)
@@ -30,6 +46,8 @@ def model_summary(model: ModelSpec, seq_len: int | None = None) -> dict[str, Any
         "source": model.source,
         "total_params": counts.total,
         "active_params": counts.active,
+        "active_params_without_input_embedding": counts.active_without_input_embedding,
+        "active_params_convention": ACTIVE_CONVENTION,
         "mtp_params": counts.mtp_total,
         "params_by_kind": counts.by_kind(),
         "num_dense_layers": model.num_dense_layers,
@@ -69,6 +87,7 @@ def models_list(fmt: str) -> None:
         model = resolve_model(slug, "catalog")
         counts = count_params(model)
         rows.append({"name": slug, "total_params": counts.total, "active_params": counts.active,
+                     "active_params_without_input_embedding": counts.active_without_input_embedding,
                      "num_layers": model.num_layers, "hidden_size": model.hidden_size,
                      "num_experts": model.num_experts or 0, "source": model.source or ""})
     if fmt == "json":
@@ -77,7 +96,8 @@ def models_list(fmt: str) -> None:
         emit_csv(rows)
     else:
         stdout_console().print(table(
-            "Models", ["name", "total", "active", "layers", "hidden", "experts"],
+            "Models (active: parameters one token passes through, input embedding included)",
+            ["name", "total", "active", "layers", "hidden", "experts"],
             [(r["name"], human_params(r["total_params"]), human_params(r["active_params"]), r["num_layers"],
               r["hidden_size"], r["num_experts"] or "-") for r in rows]))
 
@@ -101,7 +121,12 @@ def models_show(model: str, seq_len: int | None, fmt: str) -> None:
         emit_json(summary)
         return
     con = stdout_console()
-    rows = [("total params", f"{summary['total_params']:,}"), ("active params", f"{summary['active_params']:,}")]
+    rows = [("total params", f"{summary['total_params']:,}"),
+            ("active params (input embedding included)", f"{summary['active_params']:,}"),
+            ("active params without the input embedding", f"{summary['active_params_without_input_embedding']:,}")]
+    published = _published_active(spec)
+    if published:
+        rows.append(published)
     if summary["mtp_params"]:
         rows.append(("MTP params (not in total)", f"{summary['mtp_params']:,}"))
     rows += [(f"  {k}", f"{v:,}") for k, v in summary["params_by_kind"].items()]

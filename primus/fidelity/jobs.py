@@ -124,7 +124,8 @@ def _contradictions(spec: ModelSpec, arch: dict[str, int | None], tp: int | None
         if key == "vocab_size":
             multiple = spec.make_vocab_size_divisible_by * (tp or 1)
             if -(-given // multiple) * multiple == spec.padded_vocab_size(tp or 1):
-                notes.append(f"vocab {given:,} is the catalog's {spec.vocab_size:,} as Megatron pads it at TP {tp or 1}")
+                notes.append(f"vocab {given:,} is the catalog's {spec.vocab_size:,} as Megatron pads it at TP"
+                             f" {tp or 1}")
                 continue
         wrong.append(f"{_COLUMNS[key]} {given:,} ({'none' if have is None else f'{have:,}'})")
     return wrong, notes

@@ -112,6 +112,9 @@ class PublishedParams(Spec):
 
     total: ByteCount | None = None
     active: ByteCount | None = None
+    #: the publisher's `active` leaves the input embedding out (DeepSeek, Moonshot, OpenAI); compare it
+    #: with the counter's `active_without_input_embedding`, not its `active`
+    active_excludes_input_embedding: Bool = False
     exact: Bool = False
     source: Text
 

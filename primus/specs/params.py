@@ -303,6 +303,16 @@ class ParamCount:
         return self.total - unused * self.moe.expert_params() * self.model.num_moe_layers
 
     @cached_property
+    def active_without_input_embedding(self) -> int:
+        """`active` without the input word-embedding table (vocab × hidden): the convention of DeepSeek,
+        Moonshot and OpenAI, whose published active counts leave the lookup out (a lookup is not a
+        GEMM a token runs) and keep the output projection. A tied table is the output projection too,
+        so it stays."""
+        lookup = self.model.vocab_size * self.model.hidden_size if self.model.untie_embeddings_and_output_weights \
+            else 0
+        return self.active - lookup
+
+    @cached_property
     def embedding_total(self) -> int:
         return self.embedding() + self.position_embedding + self.output_layer()
 
