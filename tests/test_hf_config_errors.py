@@ -130,3 +130,15 @@ def test_llama4_interleave_step_zero_is_refused_when_it_decides_the_moe_layers(t
     text = {k: v for k, v in data["text_config"].items() if k != "moe_layers"}
     data["text_config"] = {**text, "interleave_moe_layer_step": 0}
     assert refusal(tmp_path, data).field == "text_config.interleave_moe_layer_step"
+
+
+def test_a_model_name_with_a_control_character_is_refused_under_name_or_path(tmp_path: Path) -> None:
+    error = refusal(tmp_path, {**config("llama-Llama-3.1-8B"), "_name_or_path": "\x1b[31mevil"})
+    assert error.field == "_name_or_path"
+
+
+def test_a_gpt_oss_layer_types_list_of_the_wrong_length_says_so(tmp_path: Path) -> None:
+    # openai/gpt-oss-120b config.json: 36 layers, layer_types alternating sliding/full from layer 0
+    data = config("gpt_oss-gpt-oss-120b")
+    data["layer_types"] = data["layer_types"][:10]
+    assert refusal(tmp_path, data).reason == "has 10 entries but num_hidden_layers is 36"

@@ -147,6 +147,7 @@ def model_from_hf_config(data: Mapping[str, Any], where: str) -> ModelSpec:
 #: so a refused value is reported under the key the file holds (or the family read with its class
 #: default). A field absent here is read from the key of its own name (`kv_lora_rank`, `v_head_dim`).
 HF_KEYS: dict[str, tuple[str, ...]] = {
+    "name": ("_name_or_path",),
     "num_layers": ("num_hidden_layers",),
     "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size"),
     "num_query_groups": ("num_key_value_heads",),

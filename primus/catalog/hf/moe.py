@@ -119,6 +119,8 @@ def gpt_oss(r: Reader) -> dict[str, Any]:
     types = r.data.get("layer_types")
     if types is not None:
         expected = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(out["num_layers"])]
+        if isinstance(types, list) and len(types) != len(expected):
+            raise r.error("layer_types", f"has {len(types)} entries but num_hidden_layers is {len(expected)}")
         if types != expected:
             raise r.error("layer_types", "only alternating sliding/full attention is supported")
     out["window_size"] = window
