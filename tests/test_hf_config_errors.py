@@ -2,8 +2,8 @@
 
 A user edits config.json, not primus' Megatron names, so every refusal names the key as the file
 spells it (`qk_rope_head_dim`, not `qk_pos_emb_head_dim`), and a two-key refusal quotes both keys and
-their values. A layer period of 0, which `transformers` cannot build (it divides the layer index by
-it), is refused rather than read as 1. The fixtures are the models' published config.json files under
+their values. A layer period of 0, which the model's code cannot build (it divides the layer index
+by it), is refused rather than read as 1. The fixtures are the models' published config.json files under
 tests/data/hf; the published value each case starts from is cited beside it.
 """
 
@@ -113,7 +113,7 @@ def test_qwen3_moe_refuses_per_layer_sliding_windows_as_qwen3_does(tmp_path: Pat
 ])
 def test_a_layer_period_of_zero_is_refused(tmp_path: Path, folder: str, key: str) -> None:
     error = refusal(tmp_path, {**config(folder), key: 0})
-    reason = "must be at least 1 (got 0): transformers divides the layer index by it"
+    reason = "must be at least 1 (got 0): the model's code divides the layer index by it"
     assert (error.field, error.reason) == (key, reason)
 
 
@@ -142,3 +142,12 @@ def test_a_gpt_oss_layer_types_list_of_the_wrong_length_says_so(tmp_path: Path) 
     data = config("gpt_oss-gpt-oss-120b")
     data["layer_types"] = data["layer_types"][:10]
     assert refusal(tmp_path, data).reason == "has 10 entries but num_hidden_layers is 36"
+
+
+def test_deepseek_moe_layer_freq_counts_from_layer_0_after_the_dense_first_layers(tmp_path: Path) -> None:
+    # DeepSeek's modeling_deepseek.py: a layer is MoE when layer_idx >= first_k_dense_replace and
+    # layer_idx % moe_layer_freq == 0 (the published V2-Lite config: 1 and 1)
+    data = {**config("deepseek_v2-DeepSeek-V2-Lite"), "num_hidden_layers": 10, "first_k_dense_replace": 3,
+            "moe_layer_freq": 2}
+    spec = load(tmp_path, data)
+    assert [i for i, moe in enumerate(spec.moe_layers) if moe] == [4, 6, 8]

@@ -9,6 +9,7 @@ an MoE model without `moe_ffn_hidden_size`, or MLA without `kv_lora_rank`, is an
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from functools import cached_property
 from typing import Annotated, Literal
 
@@ -23,6 +24,22 @@ MAX_PATTERN_LAYERS = 100_000
 _FREQ_PATTERN = re.compile(r"^\s*\(?\s*(\[[01]\]\s*\*\s*\d+\s*(\+\s*\[[01]\]\s*\*\s*\d+\s*)*)\)?\s*$")
 
 
+def every_nth(n: int) -> tuple[bool, ...]:
+    """The period of "every n-th layer is MoE": one MoE layer, then n − 1 dense ones."""
+    return (True,) + (False,) * (n - 1)
+
+
+def moe_layer_pattern(num_layers: int, *, first: int = 0, period: Sequence[bool] = (True,),
+                      dense: Collection[int] = ()) -> tuple[bool, ...]:
+    """The one derivation of a per-layer MoE pattern from a rule: the layers before `first` are dense,
+    `period` repeats from layer `first`, and the listed `dense` layers are dense whatever the period says.
+    Megatron's int N is `period=every_nth(N)`; DeepSeek's `first_k_dense_replace` k with `moe_layer_freq`
+    f starts at the first multiple of f from k; Qwen's `decoder_sparse_step` s and Llama 4's
+    `interleave_moe_layer_step` s start at layer s − 1 with `every_nth(s)` (Qwen's `mlp_only_layers`
+    are `dense`); an override of `num_layers` re-applies the rule `layer_rule` finds."""
+    return tuple(i >= first and period[(i - first) % len(period)] and i not in dense for i in range(num_layers))
+
+
 def parse_layer_freq(value: int | tuple[int, ...] | list[int] | str, num_layers: int) -> tuple[bool, ...]:
     """Megatron's `moe_layer_freq`: an int N (every N-th layer is MoE, counting from layer 0), a 0/1 list
     of length `num_layers`, or Megatron's string form `([0]*3+[1]*58)` (first-k dense)."""
@@ -31,7 +48,7 @@ def parse_layer_freq(value: int | tuple[int, ...] | list[int] | str, num_layers:
     if isinstance(value, int):
         if value < 1:
             raise ValueError("moe_layer_freq must be >= 1")
-        return tuple(i % value == 0 for i in range(num_layers))
+        return moe_layer_pattern(num_layers, period=every_nth(value))
     if isinstance(value, str):
         match = _FREQ_PATTERN.match(value)
         if not match:
@@ -92,7 +109,7 @@ def follow_num_layers(value: int | tuple[int, ...] | list[int] | str, old_layers
         raise ValueError(
             f"moe_layer_freq keeps the first {dense} layers dense, so num_layers {new_layers} leaves no MoE layer;"
             f" override moe_layer_freq too ({LAYER_FREQ_SPELLINGS})")
-    pattern = [0] * dense + [int(period[i % len(period)]) for i in range(new_layers - dense)]
+    pattern = [int(moe) for moe in moe_layer_pattern(new_layers, first=dense, period=period)]
     shown: int | str | tuple[int, ...] = tuple(pattern)
     if len(period) == 1:
         shown = 1 if dense == 0 else f"([0]*{dense}+[1]*{new_layers - dense})"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from primus.catalog.hf.reader import Reader, common, gated_mlp, layer_step
+from primus.specs.model import every_nth, moe_layer_pattern
 
 
 def _dense_first(r: Reader, out: dict[str, Any], first_dense_default: int, experts_default: int,
@@ -20,7 +21,10 @@ def _dense_first(r: Reader, out: dict[str, Any], first_dense_default: int, exper
     layers = out["num_layers"]
     first_dense = r.int_or("first_k_dense_replace", first_dense_default)
     freq = layer_step(r, "moe_layer_freq", 1)
-    out["moe_layer_freq"] = pattern = [1 if (i >= first_dense and i % freq == 0) else 0 for i in range(layers)]
+    # layer i is MoE when i >= first_dense and i % freq == 0: from the first multiple of freq on
+    first_moe = -(-first_dense // freq) * freq
+    out["moe_layer_freq"] = pattern = [int(moe) for moe in moe_layer_pattern(layers, first=first_moe,
+                                                                             period=every_nth(freq))]
     if 0 in pattern:
         out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["num_experts"] = r.int_or("n_routed_experts", experts_default)

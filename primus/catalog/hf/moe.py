@@ -11,6 +11,7 @@ from typing import Any
 
 from primus.catalog.hf.dense import mistral
 from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, layer_step, window_every
+from primus.specs.model import every_nth, moe_layer_pattern
 
 
 def _experts(r: Reader, out: dict[str, Any], experts_key: str, experts_default: int, topk_default: int,
@@ -24,8 +25,8 @@ def sparse_step_pattern(r: Reader, layers: int) -> list[int]:
     """Qwen's MoE layer rule: layer i is MoE unless listed in `mlp_only_layers` or (i + 1) is not a
     multiple of `decoder_sparse_step`."""
     step = layer_step(r, "decoder_sparse_step", 1)
-    mlp_only = r.int_list("mlp_only_layers") or []
-    return [0 if (i in mlp_only or (i + 1) % step) else 1 for i in range(layers)]
+    mlp_only = set(r.int_list("mlp_only_layers") or [])
+    return [int(moe) for moe in moe_layer_pattern(layers, first=step - 1, period=every_nth(step), dense=mlp_only)]
 
 
 def mixtral(r: Reader) -> dict[str, Any]:
@@ -146,10 +147,13 @@ def llama4_text(r: Reader) -> dict[str, Any]:
     moe_layers = r.int_list("moe_layers")
     if moe_layers is None:
         step = layer_step(r, "interleave_moe_layer_step", 1)
-        moe_layers = list(range(step - 1, layers, step))
-    if any(not 0 <= i < layers for i in moe_layers):
+        pattern = [int(moe) for moe in moe_layer_pattern(layers, first=step - 1, period=every_nth(step))]
+    elif any(not 0 <= i < layers for i in moe_layers):
         raise r.error("moe_layers", f"layer indices must lie in 0..{layers - 1}")
-    out["moe_layer_freq"] = pattern = [1 if i in moe_layers else 0 for i in range(layers)]
+    else:  # a list of layers, not a rule
+        listed = set(moe_layers)
+        pattern = [1 if i in listed else 0 for i in range(layers)]
+    out["moe_layer_freq"] = pattern
     if 0 in pattern:
         out["ffn_hidden_size"] = r.req_int("intermediate_size_mlp")
     interval = r.int_or("no_rope_layer_interval", 4)

@@ -220,9 +220,10 @@ def window_every(r: Reader, out: dict[str, Any], window: int | None, full_every:
 
 def layer_step(r: Reader, key: str, default: int) -> int:
     """A layer period (`decoder_sparse_step`, `interleave_moe_layer_step`, DeepSeek's `moe_layer_freq`,
-    Gemma 3's `sliding_window_pattern`): `transformers` divides layer indices by it (or steps a range by
-    it), so 0 raises there (ZeroDivisionError, ValueError) and is refused here rather than read as 1."""
+    Gemma 3's `sliding_window_pattern`): the model's code divides layer indices by it or steps a range by
+    it (`transformers`; DeepSeek's own modeling_deepseek.py for `moe_layer_freq`, which transformers 5.x
+    ignores), so 0 raises there (ZeroDivisionError, ValueError) and is refused here rather than read as 1."""
     step = r.int_or(key, default)
     if step < 1:
-        raise r.error(key, f"must be at least 1 (got {step}): transformers divides the layer index by it")
+        raise r.error(key, f"must be at least 1 (got {step}): the model's code divides the layer index by it")
     return step
