@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from primus.rules.vector import evaluate_vector
 from primus.solver.api import Question
 from primus.solver.pins import PIN_AXES, pin_mask
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
+from primus.solver.space import divisors
 from primus.solver.vector import Candidates, Enumerator, add_memory_columns
 
 T = TypeVar("T")
@@ -126,18 +127,22 @@ def minimal_core(v: Violations) -> tuple[str, ...]:
     return tuple(sorted((v.names[i] for i in current), key=deletion_order))
 
 
-# The definition a pin breaks when no structurally possible layout has that value at all.
-_DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
-               "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
+# The definition a pin breaks when no structurally possible layout has that value at all (the last
+# resort of `broken_definitions`, when none of its arithmetic applies).
+DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
+              "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
 _DENSE_FOLD = ("tp", "cp", "pp", "dp")
 _MOE_FOLD = ("etp", "ep", "pp")
 
 
 def broken_definitions(question: Question, pin_names: tuple[str, ...]) -> dict[str, str]:
-    """The definitions a conflicting set of pins breaks, each with the arithmetic that shows it."""
+    """The definitions a conflicting set of pins breaks, each with the arithmetic that shows it.
+
+    Only a definition the pins break is named: TP2 × CP1 × PP1 on 8 GPUs folds into the world (DP4),
+    so with a global batch of 63 sequences, which no DP4 × MBS divides, the pins break
+    `batch-divisible`, not `world-size`."""
     pins = {n[4:]: question.pins[n[4:]] for n in pin_names if n[4:] in question.pins}
     world = question.space.world
-    gbs = question.job.spec.global_batch_size
     out: dict[str, str] = {}
 
     def fold(axes: tuple[str, ...], rule: str, formula: str) -> None:
@@ -156,33 +161,51 @@ def broken_definitions(question: Question, pin_names: tuple[str, ...]) -> dict[s
     fold(_DENSE_FOLD, "world-size", "TP × CP × DP × PP = world size")
     if question.job.model.is_moe:
         fold(_MOE_FOLD, "moe-folding", "ETP × EP × EDP × PP = world size")
-    if "mbs" in pins and "dp" in pins and gbs % (int(pins["mbs"]) * int(pins["dp"])):
-        out["batch-divisible"] = (f"global batch = whole microbatches on every DP rank: {gbs:,} is not a "
-                                  f"multiple of MBS{pins['mbs']} × DP{pins['dp']}")
+    if "world-size" not in out:
+        batch = batch_break(question, pins)
+        if batch:
+            out["batch-divisible"] = batch
     if int(pins.get("vp") or 1) > 1 and pins.get("pp") == 1:
         out["interleaving-needs-pipeline"] = (f"Megatron-LM refuses a virtual pipeline without a pipeline: "
                                               f"pinned VP{pins['vp']} with PP1")
     if int(pins.get("ep") or 1) > 1 and not question.job.model.is_moe:
         out["ep-needs-experts"] = (f"Megatron-LM refuses expert parallelism without experts: pinned EP{pins['ep']} "
                                    f"for {question.job.model.name}, a dense model")
-    if not out:  # the arithmetic needs a derived size (dp from the free axes): name the definition by axis
+    if not out:  # none of the arithmetic above applies: name the definition by axis
         for name in pin_names:
-            rule = _DEFINED_BY.get(name[4:])
+            rule = DEFINED_BY.get(name[4:])
             if rule and rule not in out:
                 out[rule] = f"no layout of {question.space.world:,} GPUs holds these pins together"
     return out
 
 
-def explain_structural(v: Violations, core: tuple[str, ...]) -> tuple[str, ...]:
-    """A pin no layout can satisfy (e.g. TP 16 on 8 GPUs) is infeasible on its own; name the
-    definition it breaks (world-size, moe-folding, batch-divisible) next to it."""
-    extra = []
-    for name in core:
-        if name.startswith("pin:") and name[4:] in _DEFINED_BY:
-            col = v.names.index(name)
-            if v.matrix[:, col].all():
-                extra.append(_DEFINED_BY[name[4:]])
-    return tuple(dict.fromkeys([*extra, *core]))
+def batch_break(question: Question, pins: dict[str, Any]) -> str | None:
+    """Why `pins` leave no whole number of microbatches per step, or None when some DP and MBS they
+    allow make one (or when no DP folds the world at all, which is `world-size`'s to say). DP is what
+    the world leaves of the TP, CP and PP sizes the pins allow; MBS is the pin, else any divisor of the
+    global batch (Megatron-LM's num_microbatches_calculator: GBS % (MBS × DP) == 0)."""
+    s = question.space
+    world, gbs = s.world, question.job.spec.global_batch_size
+    dense: dict[int, tuple[int, int, int]] = {}
+    for tp in [int(pins["tp"])] if "tp" in pins else s.tp_values:
+        for cp in [int(pins["cp"])] if "cp" in pins else s.cp_values:
+            for pp in [int(pins["pp"])] if "pp" in pins else s.pp_values:
+                dp, rest = divmod(world, tp * cp * pp)
+                if rest == 0 and int(pins.get("dp", dp)) == dp:
+                    dense.setdefault(dp, (tp, cp, pp))
+    if not dense:
+        return None
+    mbs_values = [int(pins["mbs"])] if "mbs" in pins else divisors(gbs)
+    if any(gbs % (m * dp) == 0 for dp in dense for m in mbs_values):
+        return None
+    mbs = f"MBS{pins['mbs']} × " if "mbs" in pins else ""
+    head = f"global batch = whole microbatches on every DP rank: {gbs:,} is not a multiple of {mbs}"
+    if "dp" in pins:
+        return head + f"the pinned DP{pins['dp']}"
+    if all(a in pins for a in ("tp", "cp", "pp")):
+        dp, (tp, cp, pp) = next(iter(dense.items()))
+        return head + f"DP{dp} (= {world:,} GPUs / (TP{tp} × CP{cp} × PP{pp}))"
+    return head + f"DP for any DP the pins leave ({', '.join(str(d) for d in sorted(dense))})"
 
 
 def certify(question: Question, core: tuple[str, ...]) -> bool:

@@ -27,7 +27,7 @@ import numpy as np
 
 from primus.rules.vector import evaluate_vector
 from primus.solver.api import Question
-from primus.solver.core import deletion_filter, deletion_order
+from primus.solver.core import DEFINED_BY, deletion_filter, deletion_order
 from primus.solver.pins import PIN_AXES, pin_mask
 from primus.solver.ruleset import DEFINITIONAL, RuleSet
 from primus.solver.vector import Candidates, Enumerator
@@ -95,14 +95,10 @@ def pins_core(asker: Asker) -> tuple[str, ...]:
     return tuple(deletion_filter(pins, asker.feasible))
 
 
-_DEFINED_BY = {"tp": "world-size", "cp": "world-size", "pp": "world-size", "dp": "world-size",
-               "ep": "moe-folding", "etp": "moe-folding", "mbs": "batch-divisible"}
-
-
 def explain_structural(asker: Asker, core: tuple[str, ...]) -> tuple[str, ...]:
     """A pin no layout can hold on its own (TP 16 on 8 GPUs): name the definition it breaks first."""
-    extra = [_DEFINED_BY[n[4:]] for n in core
-             if n.startswith("pin:") and n[4:] in _DEFINED_BY and not asker.feasible([n])]
+    extra = [DEFINED_BY[n[4:]] for n in core
+             if n.startswith("pin:") and n[4:] in DEFINED_BY and not asker.feasible([n])]
     return tuple(dict.fromkeys([*extra, *core]))
 
 
