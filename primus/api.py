@@ -1,9 +1,10 @@
-"""The Python API under the CLI: the same answers `primus fit | enumerate | project | tune` print, as
-typed results a notebook or a script can hold, compare and serialise.
+"""The Python API under the CLI: the same answers `primus fit | memory | enumerate | project | tune`
+print, as typed results a notebook or a script can hold, compare and serialise.
 
     import primus
     job = primus.load_job("examples/llama3.1-70b-mi300x.yaml")      # or a dict, as in a job file
     answer = primus.fit(job, rules=["tp <= 4"])                     # FitAnswer: .fits, .layout, .to_json()
+    ledger = primus.memory_ledger(job)                              # MemoryAnswer: .report, .violated_rules
     legal = primus.enumerate_layouts(job, rank=True, top=10)        # Enumeration: .count, .rows
     speed = primus.project(job)                                     # ProjectionAnswer: .projection
     run = primus.tune(job, out="primus-tune", llm=None)             # TuneAnswer: .result, .out_dir
@@ -33,6 +34,7 @@ from primus.job import load_job as _load_job_file
 if TYPE_CHECKING:
     from primus.fidelity.errorbars import ErrorBar
     from primus.measure.measured_profile import MeasuredProfile
+    from primus.memory.evaluate import MemoryReport
     from primus.parallel import Layout
     from primus.projection import Projection
     from primus.solver.api import Question
@@ -140,6 +142,74 @@ def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | P
 
     q = _question(job, rules, rule_files, without)
     return FitAnswer(q, _fit(q, speed=speed_of(q.job), speed_for=speed_of))
+
+
+# ---- memory ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryAnswer:
+    """`primus memory`: the byte ledger of the job's pinned layout, and whether it may run at all.
+
+    A layout that breaks a rule `fit` reads the same pins with (EP 2 for a dense model, VP 4 at PP 1)
+    does not fit, whatever its bytes: `violated_rules` names the rules as `fit` does, and the bytes
+    are those of the layout the ledger reads (`notes` says which value each refused pin is read as)."""
+
+    job: Job = field(repr=False)
+    report: MemoryReport
+    #: rule id -> the arithmetic or the rule's reason, for every hard rule the pinned layout breaks
+    rule_details: dict[str, str] = field(default_factory=dict)
+    #: pins the ledger reads other than as written (Megatron-LM's normalisations, refused values)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def violated_rules(self) -> tuple[str, ...]:
+        return tuple(self.rule_details)
+
+    @property
+    def legal(self) -> bool:
+        return not self.rule_details
+
+    @property
+    def fits(self) -> bool:
+        """Legal and within capacity: `fit`'s answer for the same pins."""
+        return self.legal and self.report.fits
+
+    @property
+    def negative(self) -> bool:
+        return not self.fits
+
+    @property
+    def verdict(self) -> str:
+        """fits, tight or does not fit (a layout that breaks a rule does not fit)."""
+        return self.report.reserves.verdict_fields(self.report.peak_bytes, self.legal)["verdict"]
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        return (*self.notes, *self.report.assumptions)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.report.to_json()
+        doc.update(fits=self.fits, **self.report.reserves.verdict_fields(self.report.peak_bytes, self.legal),
+                   legal=self.legal, violated_rules=list(self.violated_rules), rule_details=dict(self.rule_details),
+                   notes=list(self.notes), assumptions=list(self.assumptions))
+        return doc
+
+
+def memory_ledger(job: JobLike) -> MemoryAnswer:
+    """Exact bytes per rank at each pipeline stage's peak for a job with every axis pinned, and the rules
+    (as `fit` names them) the pinned layout breaks. A layout whose bytes cannot be described (pins
+    that do not fold into the world, a global batch of no whole microbatches, layers that do not split)
+    raises InputError."""
+    from primus.memory.evaluate import MemoryModel, pinned_layout
+    from primus.solver.api import Question
+    from primus.solver.check import pinned_breaks
+    from primus.solver.pins import normalisation_notes, refused_pin_notes
+
+    j = load_job(job)
+    report = MemoryModel(j).evaluate(pinned_layout(j))
+    pins, parallel = j.spec.parallel.pinned(), report.layout.as_parallel()
+    notes = (*normalisation_notes(pins, parallel, j.model.name, j.model.is_moe), *refused_pin_notes(pins, parallel))
+    return MemoryAnswer(j, report, pinned_breaks(Question(j)), notes)
 
 
 # ---- enumerate -------------------------------------------------------------------------------------

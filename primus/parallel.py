@@ -86,9 +86,14 @@ class Layout:
 
 
 def normalise(layout: Layout, *, is_moe: bool) -> Layout:
-    """Settings that mean nothing are normalised, not refused (Megatron does the same): SP at TP 1 is
-    off, VP at PP 1 is 1, EP/ETP of a dense model are 1, zero1 is the distributed optimizer, and the
-    schedule follows VP."""
+    """The layout the byte ledger and the projection read: SP at TP 1 is off, VP at PP 1 is 1, EP/ETP of a
+    dense model are 1, zero1 is the distributed optimizer, and the schedule follows VP.
+
+    This is no verdict on legality. Megatron-LM itself normalises only SP at TP 1 (NVIDIA/Megatron-LM
+    d98e8a6 megatron/training/arguments.py:1433-1439); it refuses VP above 1 at PP 1 (:1000-1009) and
+    EP above 1 without experts (:1655-1656). A user's pins are judged before they reach here, by the
+    rules `fit` reads them with (`primus.solver.pins`; `primus.solver.check.pinned_breaks` for a
+    fully pinned job)."""
     changes: dict[str, Any] = {}
     if layout.tp == 1 and layout.sp:
         changes["sp"] = False

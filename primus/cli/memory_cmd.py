@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import click
 
+from primus.api import memory_ledger
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
-from primus.memory.evaluate import MemoryModel, MemoryReport, pinned_layout
+from primus.memory.evaluate import MemoryReport
 from primus.memory.ledger import BREAKDOWN_KEYS
 
 
-def print_memory_table(report: MemoryReport, title: str) -> None:
+def print_memory_table(report: MemoryReport, title: str, breaks: Mapping[str, str] | None = None,
+                       assumptions: Sequence[str] | None = None) -> None:
+    """The ledger table, the verdict and the assumptions. `breaks` (rule id -> why) are the rules the
+    layout breaks: then it does not fit whatever its bytes, as `fit` says of the same pins."""
     con = stdout_console()
     rows = []
     for s in report.stages:
@@ -23,10 +29,17 @@ def print_memory_table(report: MemoryReport, title: str) -> None:
                f"{gib(report.reserves.tight_band_bytes)})", "does not fit": "DOES NOT FIT"}[report.verdict]
     if not report.fits and report.peak_bytes > report.reserves.hbm_bytes:
         verdict += f", over the raw {gib(report.reserves.hbm_bytes)} of HBM as well"
+    if breaks:
+        verdict = (f"DOES NOT FIT: the layout breaks {', '.join(breaks)} (the bytes alone: "
+                   f"{'fit' if report.fits else 'do not fit'})")
     con.print(f"peak {gib(report.peak_bytes)} ({report.peak_bytes:,} B) on stage {report.peak.stage}; capacity "
               f"{gib(report.capacity_bytes)} ({report.capacity_bytes:,} B): {verdict}")
+    if breaks:
+        for rid, why in breaks.items():
+            con.print(f"  - {rid}: {why}")
+        con.print("  `primus fit` on the same job names the nearest legal layouts")
     con.print("assumptions:")
-    for a in report.assumptions:
+    for a in (report.assumptions if assumptions is None else assumptions):
         con.print(f"  - {a}")
 
 
@@ -39,21 +52,25 @@ def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch
                launch_nodes: int | None, launch_gpus: int | None, stack: str | None, fmt: str) -> None:
     """Exact bytes per rank at each pipeline stage's peak, for a job with every axis pinned.
 
-    Exit 0 when the peak fits the capacity (HBM less named reserves), 1 when it does not.
+    Exit 0 when the peak fits the capacity (HBM less named reserves), 1 when it does not or when the
+    layout breaks a rule `fit` reads the same pins with (EP 2 for a dense model, VP 4 at PP 1): the
+    ledger is still printed, with the rules it breaks.
 
     JOB_FILE, or --from KIND FILE (megatron | primus | torchtitan launch config).
 
     Example: primus memory examples/llama3.1-70b-mi300x.yaml --format json
     """
     job, imported = job_or_launch(job_file, launch_from, launch_hardware, launch_nodes, launch_gpus, stack)
-    report = MemoryModel(job).evaluate(pinned_layout(job))
+    answer = memory_ledger(job)
+    report = answer.report
     report_import(imported)
     if fmt == "json":
-        emit_json(report.to_json())
+        emit_json(answer.to_json())
     elif fmt == "csv":
         emit_csv([{"stage": s.stage, "params": s.params, "bytes": s.bytes, **s.breakdown,
                    "capacity_bytes": report.capacity_bytes} for s in report.stages])
     else:
-        print_memory_table(report, f"{job.model.name} on {job.num_gpus} x {job.cluster.name}")
-    if not report.fits:
+        print_memory_table(report, f"{job.model.name} on {job.num_gpus} x {job.cluster.name}",
+                           answer.rule_details, answer.assumptions)
+    if answer.negative:
         raise Negative()

@@ -251,7 +251,11 @@ _SELECTIVE_TEXT = {
 
 
 def pinned_layout(job: Job) -> Layout:
-    """The job's layout when every meaningful axis is pinned (dp derived); InputError listing the free ones."""
+    """The job's layout when every meaningful axis is pinned (dp derived); InputError listing the free ones.
+
+    The layout is `normalise`d for the ledger, which is no verdict that Megatron-LM would run it: a
+    command that answers for the pins as written (`primus memory`, `primus project`) asks
+    `primus.solver.check.pinned_breaks` which rules they break."""
     pins = job.spec.parallel
     model = job.model
     values: dict[str, Any] = pins.pinned()

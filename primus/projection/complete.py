@@ -88,7 +88,12 @@ def _nothing_fits(job: Job, proj: Projector) -> NothingFits:
         return NothingFits(f"the pinned layout needs {report.peak_bytes / 2**30:,.2f} GiB on stage "
                            f"{report.peak.stage}, more than the {report.capacity_bytes / 2**30:,.2f} GiB "
                            "capacity", projection)
-    return NothingFits("the pinned layout breaks a rule (see `primus fit` for which)", projection)
+    from primus.solver.check import pinned_breaks
+
+    breaks = pinned_breaks(Question(job))
+    named = "; ".join(f"{rid}: {why}" for rid, why in breaks.items()) or "a rule"
+    return NothingFits(f"the pinned layout breaks {named} (see `primus fit` for the nearest legal layouts)",
+                       projection)
 
 
 def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,

@@ -54,3 +54,26 @@ def violated_rules(question: Question, layout: Layout) -> list[str]:
     values = layout_values(question, layout)
     assert values is not None
     return [rule.id for rule, expr in question.ruleset.hard() if not evaluate(expr, values)]
+
+
+def pinned_breaks(question: Question) -> dict[str, str]:
+    """The hard rules the job's pinned layout breaks, memory aside (`primus memory` and `primus project`
+    name them as `fit` does), each with the arithmetic or the rule's reason; empty when it is legal.
+
+    Pins are read as `fit` reads them (`primus.solver.pins`): what Megatron-LM normalises (SP at TP 1)
+    breaks nothing, what it refuses (VP 4 at PP 1, EP 2 for a dense model) breaks the rule that says so.
+    Pins that contradict a definition name it with its arithmetic (`broken_definitions`)."""
+    from primus.solver.core import broken_definitions
+    from primus.solver.explain import Asker, closest_request, pins_core
+
+    asker = Asker(question)
+    contradiction = pins_core(asker)
+    if contradiction:
+        return broken_definitions(question, contradiction)
+    found = closest_request(asker)
+    breaks = found[2] if found is not None else ()
+    out: dict[str, str] = {}
+    for rid in breaks:
+        rule = question.ruleset.by_id(rid)
+        out[rid] = f"{rule.require}   ({rule.why or rule.origin})"
+    return out
