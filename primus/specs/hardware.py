@@ -132,6 +132,21 @@ class ClusterSpec(Spec):
             )
         return self
 
+    @model_validator(mode="after")
+    def _memory_left(self) -> ClusterSpec:
+        """Capacity is HBM less the runtime context less the allocator's fraction of what remains
+        (`primus.memory.ledger.Reserves`): HBM at or below the context, or a fraction of 1 or more,
+        leaves no byte (a negative reserve and capacity if read on), so such a device is refused."""
+        hbm, context = self.accelerator.hbm_bytes, int(self.reserves.runtime_context_bytes.value)
+        if hbm <= context:
+            raise ValueError(f"accelerator.hbm_bytes ({hbm:,}) must be above reserves.runtime_context_bytes "
+                             f"({context:,} B): the device would have no memory left for the model")
+        fraction = float(self.reserves.allocator_fragmentation.value)
+        if fraction >= 1:
+            raise ValueError(f"reserves.allocator_fragmentation ({fraction:g}) must be a fraction below 1 of the "
+                             "memory above the runtime context: the allocator would reserve all of it")
+        return self
+
     @property
     def hbm_bytes(self) -> int:
         return self.accelerator.hbm_bytes
