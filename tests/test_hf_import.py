@@ -181,7 +181,7 @@ def test_a_huge_integer_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
     data["hidden_size"] = 10**90
     with pytest.raises(InputError) as caught:
         load(write_config(tmp_path, data))
-    assert "hidden_size: must be a non-negative integer (got 1000000" in str(caught.value)
+    assert "hidden_size: must be an integer from 0 to 1,000,000,000 (got 1000000" in str(caught.value)
     assert "0" * 80 not in str(caught.value)
 
 

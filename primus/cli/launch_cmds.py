@@ -16,7 +16,7 @@ import click
 import yaml
 
 from primus.cli.common import Negative, format_option, guarded, read_job, say_stack_note, stack_option
-from primus.cli.launch_opts import COUNT, ROOT_HELP
+from primus.cli.launch_opts import GPUS, NODES, ROOT_HELP
 from primus.cli.output import echo, emit_json
 from primus.cli.solver_cmds import changed_text
 from primus.errors import InputError
@@ -92,8 +92,8 @@ def job_yaml(config: LaunchConfig) -> str:
               help="With --from torchtitan: a config_registry.py (torchtitan after #2386), read, never run.")
 @click.option("--config", "config_name", default=None, help="With --config-registry: the config function's name.")
 @click.option("--hardware", default=None, metavar="HW", help="The accelerator, when the file does not name it.")
-@click.option("--nodes", type=COUNT, default=None, help="Number of nodes, when the file does not give it.")
-@click.option("--gpus", type=COUNT, default=None, help="Number of GPUs, when the file does not give it.")
+@click.option("--nodes", type=NODES, default=None, help="Number of nodes, when the file does not give it.")
+@click.option("--gpus", type=GPUS, default=None, help="Number of GPUs, when the file does not give it.")
 @click.option("--primus-root", "primus_root", type=click.Path(file_okay=False), default=None, help=ROOT_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               callback=lambda _ctx, _param, value: None if value == "-" else value,
@@ -220,8 +220,8 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
                    "sets (e.g. a pipeline layout string).")
 @click.option("--model", default=None, help="Model (without a job file), or a replacement.")
 @click.option("--hardware", default=None, help="Accelerator (without a job file), or a replacement.")
-@click.option("--nodes", type=COUNT, default=None)
-@click.option("--gpus", type=COUNT, default=None)
+@click.option("--nodes", type=NODES, default=None)
+@click.option("--gpus", type=GPUS, default=None)
 @click.option("--seq-len", "seq_len", type=click.IntRange(1, 16_777_216), default=None)
 @click.option("--global-batch-size", "global_batch_size", type=click.IntRange(1, 100_000_000), default=None)
 @click.option("--precision", type=click.Choice(list(get_args(Precision))), default=None)

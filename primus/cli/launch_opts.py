@@ -16,9 +16,11 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.launch.common import KINDS, LaunchConfig
 from primus.projection.profile import require_precision
+from primus.specs.job import MAX_GPUS, MAX_NODES
 
 F = TypeVar("F", bound=Callable[..., Any])
-COUNT = click.IntRange(1, 1_000_000)
+NODES = click.IntRange(1, MAX_NODES)
+GPUS = click.IntRange(1, MAX_GPUS)
 
 ROOT_KEY = "primus.launch.primus_root"
 ROOT_HELP = ("The AMD Primus checkout whose primus/configs/models/megatron/ holds the experiment's model file "
@@ -36,9 +38,9 @@ def launch_options(fn: F) -> F:
     fn = click.option("--primus-root", type=click.Path(file_okay=False), default=None, expose_value=False,
                       callback=_keep_root, help="With --from primus: " + ROOT_HELP)(fn)
     fn = stack_option(fn)
-    fn = click.option("--gpus", "launch_gpus", type=COUNT, default=None,
+    fn = click.option("--gpus", "launch_gpus", type=GPUS, default=None,
                       help="With --from: the world size in GPUs, when the file does not give it.")(fn)
-    fn = click.option("--nodes", "launch_nodes", type=COUNT, default=None,
+    fn = click.option("--nodes", "launch_nodes", type=NODES, default=None,
                       help="With --from: the number of nodes, when the file does not give it.")(fn)
     fn = click.option("--hardware", "launch_hardware", default=None, metavar="HW",
                       help="With --from: the accelerator (catalog name or file), when the file does not name it.")(fn)

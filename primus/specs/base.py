@@ -17,8 +17,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 from primus.errors import InputError, did_you_mean, shown
 
 # Sane ranges: large enough for any real cluster or model, small enough that arithmetic stays exact.
-PosInt = Annotated[StrictInt, Field(ge=1, le=10**9)]
-NonNegInt = Annotated[StrictInt, Field(ge=0, le=10**9)]
+#: The largest count (layers, widths, heads, sizes) a spec or a Hugging Face config may hold.
+MAX_COUNT = 10**9
+PosInt = Annotated[StrictInt, Field(ge=1, le=MAX_COUNT)]
+NonNegInt = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
 ByteCount = Annotated[StrictInt, Field(ge=0, le=2**50)]
 Fraction = Annotated[StrictFloat | StrictInt, Field(ge=0.0, le=1.0)]
 PosFloat = Annotated[StrictFloat | StrictInt, Field(gt=0.0, le=1e18)]

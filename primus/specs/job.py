@@ -230,11 +230,17 @@ class AllocatorOptions(Spec):
     expandable_segments: Bool | None = None
 
 
+#: The largest job: sizes far beyond any cluster built, small enough for the solver's arithmetic. One
+#: definition for the job file and the command line's --nodes/--gpus, so both refuse the same sizes.
+MAX_NODES = 100_000
+MAX_GPUS = 1_000_000
+
+
 class JobSpec(Spec):
     model: str | dict[str, Any]
     hardware: str | dict[str, Any]
-    nodes: PosInt | None = Field(default=None, le=100_000)
-    gpus: PosInt | None = Field(default=None, le=1_000_000)
+    nodes: PosInt | None = Field(default=None, le=MAX_NODES)
+    gpus: PosInt | None = Field(default=None, le=MAX_GPUS)
     seq_len: Annotated[StrictInt, Field(ge=1, le=16_777_216)]
     global_batch_size: Annotated[StrictInt, Field(ge=1, le=100_000_000)]
     precision: Precision = "bf16"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus.errors import InputError, shown
+from primus.specs.base import MAX_COUNT
 
 
 class Reader:
@@ -94,8 +95,9 @@ class Reader:
         return key in self.data and self.data[key] is None
 
     def as_int(self, key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 10**9:
-            raise self.error(key, f"must be a non-negative integer (got {shown(value)})")
+        """A count: an integer from 0 to MAX_COUNT, the range every spec's counts share."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise self.error(key, f"must be an integer from 0 to {MAX_COUNT:,} (got {shown(value)})")
         return value
 
     def int_list(self, key: str) -> list[int] | None:
