@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from primus.catalog.hardware import catalog_hardware, resolve_hardware
 from primus.catalog.models import catalog_models, resolve_model
@@ -137,9 +136,9 @@ def models_show(model: str, seq_len: int | None, fmt: str) -> None:
     con.print(table(f"{spec.name}" + (f" — {spec.display_name}" if spec.display_name else ""),
                     ["field", "value"], rows))
     if spec.source:
-        con.print(f"source: {escape(spec.source)}")
+        con.print(f"source: {spec.source}")
     if spec.notes:  # class defaults used, what an import counted as what, what it left out
-        con.print(f"notes: {escape(spec.notes)}")
+        con.print(f"notes: {spec.notes}")
 
 
 @click.group("hardware")

@@ -48,7 +48,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
         if result.completed_axes:
             con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
         for note in result.notes:
-            con.print(f"note: {lit(note)}")
+            con.print(f"note: {note}")
         print_memory_table(result.report, title)
         con.print(f"rules satisfied ({len(result.satisfied_rules)}): {', '.join(result.satisfied_rules)}")
         return
@@ -69,7 +69,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
         breaks = f" (breaks {', '.join(result.request_breaks)})" if result.request_breaks else ""
         con.print(f"closest evaluation of the request{breaks}: {result.layout.text()}")
         for note in result.notes:
-            con.print(f"  note: {lit(note)}")
+            con.print(f"  note: {note}")
         for s in result.report.stages:
             over = s.bytes - capacity
             if over > 0:
@@ -90,7 +90,7 @@ def _print_fit(q: Question, result: FitResult) -> None:
         con.print(sizes_text(result, q.job.num_gpus, q.job.cluster.gpus_per_node))
     con.print("assumptions:")
     for a in result.assumptions:
-        con.print(f"  - {lit(a)}")
+        con.print(f"  - {a}")
 
 
 def changed_text(a: Alternative) -> str:

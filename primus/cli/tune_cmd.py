@@ -51,7 +51,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     con.print(f"[bold green]best[/]: {lit(parallel_text(best['parallel']))}", markup=True)
     piped = (doc.get("allowed_changes") or {}).get("pipeline")
     if piped:
-        con.print(f"  with pipeline options changed by --allow pipeline: {lit(changes_text(piped['chosen']))}")
+        con.print(f"  with pipeline options changed by --allow pipeline: {changes_text(piped['chosen'])}")
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
@@ -83,7 +83,7 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
                          for r in doc["why"][:8]], justify_right=["reference", "best", "change"]))
     cert = doc.get("certificate")
     if cert:
-        con.print(f"certificate: under {lit(cert['scope'])}, all {cert['legal_layouts']:,} legal layouts scored; "
+        con.print(f"certificate: under {cert['scope']}, all {cert['legal_layouts']:,} legal layouts scored; "
                   "margin to the runner-up "
                   f"{cert['margin_to_runner_up_pct'] or 0:.2f}% vs error bar {doc['uncertainty_pct'] or 0:.0f}%"
                   + (" (the ranking among the top is within the error bar)" if not cert["margin_exceeds_error_bar"]
@@ -105,7 +105,7 @@ def _print_variants(con: Any, doc: dict[str, Any]) -> None:
     best = doc["best"]["tokens_per_s_per_gpu"]
     for v in variants:
         times = f" ({v['tokens_per_s_per_gpu'] / best:.2f}x the best)" if best else ""
-        con.print(f"  {parallel_text(v['parallel'])} with {lit(changes_text(v['options']))} -> "
+        con.print(f"  {parallel_text(v['parallel'])} with {changes_text(v['options'])} -> "
                   f"{v['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{times}")
 
 

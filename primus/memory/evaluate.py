@@ -164,9 +164,7 @@ class MemoryModel:
         out = [
             f"vocabulary padded to {self.model.padded_vocab_size(layout.tp):,} (multiple of "
             f"{self.model.make_vocab_size_divisible_by}×TP), split across TP",
-            f"{spec.precision} weights {w.weight} B/param" + (" (GEMM weights only in FP8: --fp8-param-gather)"
-                                                              if spec.fp8_param_gather else "")
-            + f"; main gradients {w.grad} B/param ({spec.optimizer.main_grads_dtype})",
+            self.weights_text() + f"; main gradients {w.grad} B/param ({spec.optimizer.main_grads_dtype})",
             f"precision: {self.numerics.description}",
         ]
         if layout.sharding == "none":
@@ -225,6 +223,22 @@ class MemoryModel:
         out.append(f"communicator buffers: {self.comm_figure:,} B per NCCL/RCCL communicator ({used} used)")
         stack_line, capacity_line = self.layout_free_assumptions()
         return (stack_line, *out, capacity_line)
+
+    def weights_text(self) -> str:
+        """What the weight bytes are, as the ledger counts them (`combine`): working weights in bf16 (fp16
+        under fp16) whatever the GEMM precision; FP8 or NVFP4 compute adds a low-precision cache per GEMM
+        weight, and `--fp8-param-gather` drops the GEMMs' 16-bit copy."""
+        w, spec = self.widths, self.job.spec
+        dtype = "fp16" if spec.precision == "fp16" else "bf16"
+        cache = self.numerics.weight_cache
+        if not cache:
+            return f"{dtype} weights {w.weight} B/param"
+        low = "NVFP4" if spec.precision == "nvfp4" else "FP8"
+        cache_text = f"{float(cache):.4g} B/param {low} cache of every GEMM weight ({self.numerics.name})"
+        if spec.fp8_param_gather:
+            return (f"{low} compute: GEMM weights only in {low} (--fp8-param-gather), {cache_text}; other weights "
+                    f"{dtype} {w.weight} B/param")
+        return f"{low} compute with {dtype} weights {w.weight} B/param, plus a {cache_text}"
 
     def layout_free_assumptions(self) -> tuple[str, str]:
         """The stack and the capacity: what every answer about this job assumes whatever its layout, so
