@@ -15,8 +15,8 @@ job, profile and exact rule set are rebuilt from them (`RunDir`), and for every 
 
 Then `result.json` is checked against the log (its scored count; its best layout, re-simulated), its
 certificate (scope and counts), its list of layouts that need other pipeline options
-(`faster_with_changed_options`, recomputed whole) and the trials of `--allow pipeline`
-(`primus.report.verify_claims`), and the report files against a fresh render, whichever primus version
+(`faster_with_changed_options`, recomputed whole) and the trials of `--allow precision` and `--allow
+pipeline` (`primus.report.verify_claims`), and the report files against a fresh render, whichever primus version
 wrote them: a directory from another version is rendered with this one and compared (`primus report DIR`
 re-renders it to this version's wording; its numbers are recomputed either way). Every difference names
 the candidate (seq and layout) and the field, or the file and its first differing line.
@@ -36,7 +36,13 @@ from primus.parallel import parallel_text as layout_text
 from primus.projection import Projector
 from primus.report.manifest import check_manifest
 from primus.report.rundir import RunDir, layout_of
-from primus.report.verify_claims import check_allowed_pipeline, check_certificate, check_leaders, check_variants
+from primus.report.verify_claims import (
+    check_allowed_pipeline,
+    check_allowed_precision,
+    check_certificate,
+    check_leaders,
+    check_variants,
+)
 from primus.report.verify_types import Difference, Verification, close
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
@@ -146,6 +152,7 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
             out.differences.append(Difference(f"result.json: {name} recorded {run.result.get(name)!r}, "
                                               f"recomputed {n}"))
     out.differences += check_certificate(run, final, entries, variants, timed)
+    out.differences += check_allowed_precision(run, workers)
     out.differences += check_allowed_pipeline(run, workers)
     out.differences += _check_report(run, out.notes)
     return out

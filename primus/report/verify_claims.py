@@ -1,6 +1,6 @@
 """`primus audit verify`, the claims `result.json` makes beside the candidates: the certificate (its scope
 and counts), the list of layouts other pipeline options make faster (whole: nothing dropped, nothing
-added) and the trials of `tune --allow pipeline`.
+added) and the trials of `tune --allow pipeline` and `--allow precision`.
 
 Each is recomputed by the very functions `primus tune` used, from the recorded inputs, so there is one
 source of truth and no second enumerator:
@@ -17,7 +17,10 @@ source of truth and no second enumerator:
 - `allowed_changes.pipeline` (the option sets `--allow pipeline` tried and their best tokens/s/GPU) is
   re-run with `primus.tuning.run.pipeline_trials`, each trial a `Tuner` on the recorded job with the
   recorded requested options and that set, the recorded profile and rules, and the recorded
-  `exhaustive_limit`: a search per option set, as `tune --allow pipeline` ran them.
+  `exhaustive_limit`: a search per option set, as `tune --allow pipeline` ran them;
+- `allowed_changes.precision` (the precisions `--allow precision` tried, their best tokens/s/GPU and legal
+  counts) is re-run with `primus.tuning.run.precision_trials` in the same way, on the requested job rebuilt
+  from inputs/job.yaml and the recorded `requested_settings`.
 
 A field that is missing or of the wrong type is a difference naming it (as for the log's lines): the run
 directory was read, and what it claims does not re-check.
@@ -255,13 +258,13 @@ def check_allowed_pipeline(run: RunDir, workers: int) -> list[Difference]:
     the chosen changes, the option sets tried must be those `pipeline_trials` tries, each with the best
     tokens/s/GPU its search gives, and the chosen set the fastest. A job file that says `--allow
     pipeline` changed it needs the record."""
-    from primus.tuning.run import PIPELINE_CHANGED_NOTE
+    from primus.tuning.run import PIPELINE_CHANGED_NOTE, tune_notes
 
     where = "result.json: allowed_changes.pipeline"
     allowed = run.result.get("allowed_changes")
     record = allowed.get("pipeline") if isinstance(allowed, dict) else None
     if record is None:
-        if run.input_text("job.yaml").startswith(PIPELINE_CHANGED_NOTE):
+        if PIPELINE_CHANGED_NOTE in tune_notes(run.input_text("job.yaml")):
             return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow pipeline` changed its "
                                "pipeline options")]
         return []
@@ -295,7 +298,7 @@ def _rerun(run: RunDir, where: str, requested: dict[str, Any], chosen: dict[str,
     from primus.tuning.agent import Tuner, TuneSettings
     from primus.tuning.run import pipeline_mapping, pipeline_trials, pipeline_winner, requested_pipeline
 
-    base = {**run.job_mapping, "pipeline": {k.removeprefix("pipeline."): v for k, v in requested.items()}}
+    base = _with_requested_pipeline(run.job_mapping, requested)
     diffs = []
     try:
         job = run.job_with(base)
@@ -334,4 +337,119 @@ def _rerun(run: RunDir, where: str, requested: dict[str, Any], chosen: dict[str,
     if trials[winner][0] != chosen:
         diffs.append(Difference(f"{where}: chosen {chosen!r}, but the fastest option set re-run is "
                                 f"{trials[winner][0]!r}"))
+    return diffs
+
+
+def _with_requested_pipeline(data: dict[str, Any], requested: dict[str, Any]) -> dict[str, Any]:
+    """A job mapping with the pipeline options `--allow pipeline` recorded as requested (`pipeline.X`)."""
+    return {**data, "pipeline": {k.removeprefix("pipeline."): v for k, v in requested.items()}}
+
+
+def check_allowed_precision(run: RunDir, workers: int) -> list[Difference]:
+    """`result.json: allowed_changes.precision` re-run: the requested job is inputs/job.yaml (before any
+    pipeline change) with the recorded requested precision settings; its precision settings must be those
+    with the chosen change; the precisions tried must be those `precision_trials` tries, each with the best
+    tokens/s/GPU and legal count its search gives, and the chosen one the fastest. A job file that says
+    `--allow precision` changed it needs the record."""
+    from primus.tuning.run import PRECISION_CHANGED_NOTE, tune_notes
+
+    where = "result.json: allowed_changes.precision"
+    allowed = run.result.get("allowed_changes")
+    record = allowed.get("precision") if isinstance(allowed, dict) else None
+    if record is None:
+        if PRECISION_CHANGED_NOTE in tune_notes(run.input_text("job.yaml")):
+            return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow precision` changed its "
+                               "precision")]
+        return []
+    try:
+        fields = _precision_record(record)
+    except ValueError as exc:
+        return [Difference(f"{where}: {exc}")]
+    pipeline = allowed.get("pipeline") if isinstance(allowed, dict) else None
+    data = run.job_mapping  # the file the precision change wrote: inputs/job.yaml before a pipeline change
+    if isinstance(pipeline, dict) and isinstance(pipeline.get("requested"), dict):
+        data = _with_requested_pipeline(data, pipeline["requested"])
+    return _rerun_precision(run, where, data, *fields, workers)
+
+
+def _precision_record(record: Any) -> tuple[str, dict[str, Any], str, int, list[dict[str, Any]]]:
+    """The fields of `allowed_changes.precision`, each of the type `tune` writes (ValueError naming one)."""
+    from primus.tuning.run import PRECISION_FIELDS
+
+    if not isinstance(record, dict):
+        raise ValueError(f"recorded {record!r}, not a mapping")
+    for name in ("requested", "chosen"):
+        if not isinstance(record.get(name), str):
+            raise ValueError(f"{name} recorded {record.get(name)!r}, not a precision")
+    settings = record.get("requested_settings")
+    if not isinstance(settings, dict) or not set(settings) <= set(PRECISION_FIELDS):
+        raise ValueError(f"requested_settings recorded {settings!r}, not a mapping of "
+                         f"{', '.join(PRECISION_FIELDS)} (a run written before it was recorded cannot be re-run)")
+    limit = record.get("exhaustive_limit")
+    if type(limit) is not int or limit < 0:
+        raise ValueError(f"exhaustive_limit recorded {limit!r}, not a count (a run written before it was "
+                         "recorded cannot be re-run)")
+    trials = record.get("per_precision")
+    if not isinstance(trials, list) or not all(isinstance(t, dict) for t in trials):
+        raise ValueError(f"per_precision recorded {trials!r}, not a list of mappings")
+    return record["requested"], settings, record["chosen"], limit, trials
+
+
+def _rerun_precision(run: RunDir, where: str, data: dict[str, Any], requested: str, settings: dict[str, Any],
+                     chosen: str, limit: int, recorded: list[dict[str, Any]], workers: int) -> list[Difference]:
+    from primus.tuning.agent import Tuner, TuneSettings
+    from primus.tuning.run import (
+        PRECISION_FIELDS,
+        precision_mapping,
+        precision_trials,
+        precision_winner,
+        requested_precision,
+    )
+
+    base = {**{k: v for k, v in data.items() if k not in PRECISION_FIELDS}, **settings}
+    try:
+        job = run.job_with(base)
+    except InputError as exc:
+        return [Difference(f"{where}: the requested precision settings {settings!r} are not a job: {exc.reason}")]
+    diffs = []
+    if job.spec.precision != requested:
+        diffs.append(Difference(f"{where}: requested {requested!r}, but requested_settings {settings!r} make the "
+                                f"job {job.spec.precision!r}"))
+    written = requested_precision(data)
+    expected = settings if chosen == job.spec.precision else {"precision": chosen}
+    if written != expected:
+        diffs.append(Difference(f"{where}: inputs/job.yaml's precision settings {written!r} are not the requested "
+                                f"{settings!r} with the chosen {chosen!r} ({expected!r})"))
+    tune_settings = TuneSettings(exhaustive_limit=limit, workers=workers)
+
+    def tune(trial: Any) -> dict[str, Any]:
+        return Tuner(trial, tune_settings, profile=run.profile, rules=run.rules).run()
+
+    trials = precision_trials(job, lambda p: run.job_with(precision_mapping(base, p)), tune)
+    for k in range(max(len(trials), len(recorded))):
+        at = f"{where}.per_precision[{k}]"
+        if k >= len(recorded):
+            t = trials[k]
+            diffs.append(Difference(f"{where}.per_precision: {len(recorded)} recorded, {len(trials)} re-run: missing "
+                                    f"[{k}] {t.precision} at {t.tokens_per_s_per_gpu!r} tokens/s/GPU"))
+            continue
+        if k >= len(trials):
+            diffs.append(Difference(f"{at}: not among the {len(trials)} precisions re-run: {recorded[k]!r}"))
+            continue
+        t = trials[k]
+        if recorded[k].get("precision") != t.precision:
+            diffs.append(Difference(f"{at}: precision recorded {recorded[k].get('precision')!r}, re-run "
+                                    f"{t.precision!r}"))
+            continue
+        value = recorded[k].get("tokens_per_s_per_gpu")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not close(float(value),
+                                                                                       t.tokens_per_s_per_gpu):
+            diffs.append(Difference(f"{at}: tokens_per_s_per_gpu recorded {value!r}, re-run "
+                                    f"{t.tokens_per_s_per_gpu!r}"))
+        count = recorded[k].get("legal_count")
+        if count != t.legal_count or type(count) is not int:
+            diffs.append(Difference(f"{at}: legal_count recorded {count!r}, re-run {t.legal_count}"))
+    fastest = trials[precision_winner(trials)].precision
+    if fastest != chosen:
+        diffs.append(Difference(f"{where}: chosen {chosen!r}, but the fastest precision re-run is {fastest!r}"))
     return diffs

@@ -38,6 +38,12 @@ LLM_TIMEOUT_RANGE = (0.1, 600.0)
 #: The first line of `inputs/job.yaml` when `--allow pipeline` changed the job's pipeline options (`audit
 #: verify` then requires `allowed_changes.pipeline`, the record of the trials, in result.json).
 PIPELINE_CHANGED_NOTE = "# pipeline options changed by `primus tune --allow pipeline`\n"
+#: The first line of `inputs/job.yaml` (after a `--stack` note) when `--allow precision` changed the job's
+#: precision (`audit verify` then requires `allowed_changes.precision`, the record of the trials).
+PRECISION_CHANGED_NOTE = "# precision changed by `primus tune --allow precision`\n"
+#: The job file's precision settings: those `--allow precision` rewrites (`precision_mapping`) and records as
+#: requested (`allowed_changes.precision.requested_settings`), so that `audit verify` rebuilds the requested job.
+PRECISION_FIELDS = ("precision", "fp8_recipe", "fp8_param_gather")
 _LISTS = ("rule_texts", "rule_files", "without", "allow")
 _OPTIONAL_TEXT = ("job_file", "stack", "llm_base_url")
 _NUMBERS: dict[str, tuple[tuple[float, float], bool]] = {  # option: (range, whole numbers only)
@@ -141,18 +147,15 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
                              "without": list(options.get("without", []))}
     allowed_changes = None
     if "precision" in options.get("allow", []):
-        chosen, allowed_changes = choose_precision(job, settings, rules, say,
-                                                   lambda p: job_from_mapping(at_precision(job_text, p), job.where,
-                                                                              job.base_dir))
+        chosen, allowed_changes = choose_precision(job, job_text, settings, rules, say)
         if chosen.spec.precision != job.spec.precision:
-            job_text = ("# precision changed by `primus tune --allow precision`\n"
-                        + yaml.safe_dump(at_precision(job_text, chosen.spec.precision), sort_keys=False))
+            job_text = rewritten(job_text, at_precision(job_text, chosen.spec.precision), PRECISION_CHANGED_NOTE)
             job = chosen
     if "pipeline" in options.get("allow", []):
         chosen, change = choose_pipeline(job, job_text, settings, rules, say)
         if change is not None:
-            job_text = (PIPELINE_CHANGED_NOTE
-                        + yaml.safe_dump(with_pipeline(job_text, change["pipeline"]["chosen"]), sort_keys=False))
+            job_text = rewritten(job_text, with_pipeline(job_text, change["pipeline"]["chosen"]),
+                                 PIPELINE_CHANGED_NOTE)
             job = chosen
         allowed_changes = {**(allowed_changes or {}), **(change or {})} or None
     tuner = Tuner(job, settings, progress=say, **rules)
@@ -198,37 +201,99 @@ def precision_candidates(job: Job) -> list[str]:
     return out
 
 
+def tune_notes(job_text: str) -> list[str]:
+    """The notes `primus tune` wrote at the head of a job file it rewrote (`--stack`, `--allow precision`,
+    `--allow pipeline`), in order: each a comment line saying what tune changed."""
+    notes = []
+    for line in job_text.splitlines(keepends=True):
+        if not (line.startswith("# ") and " by `primus tune" in line):
+            break
+        notes.append(line if line.endswith("\n") else line + "\n")
+    return notes
+
+
+def rewritten(job_text: str, data: dict[str, Any], note: str) -> str:
+    """The job file rewritten as `data` by one more change: the notes of the changes before it kept (a
+    `--stack` and a precision change survive a pipeline change), then `note`."""
+    return "".join(tune_notes(job_text)) + note + yaml.safe_dump(data, sort_keys=False)
+
+
 def at_precision(job_text: str, precision: str) -> dict[str, Any]:
-    """The job file's mapping at another precision: its own fp8 settings dropped, so that the stack's
-    (its fp8 recipe, whether its FP8 recipes keep the weights only in FP8) apply as they would to a job
-    file written at that precision."""
-    data = dict(yaml.safe_load(job_text))
+    """The job file's mapping at another precision (`precision_mapping`)."""
+    return precision_mapping(dict(yaml.safe_load(job_text)), precision)
+
+
+def precision_mapping(data: dict[str, Any], precision: str) -> dict[str, Any]:
+    """A job mapping at another precision: its own fp8 settings dropped, so that the stack's (its fp8
+    recipe, whether its FP8 recipes keep the weights only in FP8) apply as they would to a job file
+    written at that precision."""
+    data = dict(data)
     data.update(precision=precision)
     data.pop("fp8_recipe", None)
     data.pop("fp8_param_gather", None)
     return data
 
 
-def choose_precision(job: Job, settings: TuneSettings, rules: dict[str, Any], say: Callable[[str], None],
-                     at: Callable[[str], Job]) -> tuple[Job, dict[str, Any] | None]:
+def requested_precision(data: dict[str, Any]) -> dict[str, Any]:
+    """The precision settings a job mapping writes (`PRECISION_FIELDS`; those it leaves to the defaults and
+    the stack absent), as `allowed_changes.precision.requested_settings`."""
+    return {k: data[k] for k in PRECISION_FIELDS if k in data}
+
+
+@dataclass(frozen=True)
+class PrecisionTrial:
+    """One precision `--allow precision` tried: its job, the best tokens/s/GPU of its search (0 when
+    nothing is legal) and its number of legal layouts."""
+
+    precision: str
+    job: Job
+    tokens_per_s_per_gpu: float
+    legal_count: int
+
+    def record(self) -> dict[str, Any]:
+        """As `allowed_changes.precision.per_precision` lists it."""
+        return {"precision": self.precision, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "legal_count": self.legal_count}
+
+
+def choose_precision(job: Job, job_text: str, settings: TuneSettings, rules: dict[str, Any],
+                     say: Callable[[str], None]) -> tuple[Job, dict[str, Any]]:
     """With --allow precision: tune each candidate precision (exhaustively or guided, no LLM), keep the
-    fastest. `at(precision)` is the job file rewritten at that precision with its stack applied, the same
-    job the audited search then runs on. Returns that job and what changed (None if nothing did)."""
-    results: list[dict[str, Any]] = []
+    fastest. Each trial is the job file rewritten at that precision with its stack applied, the same job
+    the audited search then runs on. Returns the chosen job and the record of the trials."""
+    def tune(trial: Job) -> dict[str, Any]:
+        return Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
+
+    def trial_job(precision: str) -> Job:
+        return job_from_mapping(at_precision(job_text, precision), job.where, job.base_dir)
+
+    trials = precision_trials(job, trial_job, tune, say)
+    winner = trials[precision_winner(trials)]
+    return winner.job, {"precision": {
+        "requested": job.spec.precision, "requested_settings": requested_precision(dict(yaml.safe_load(job_text))),
+        "chosen": winner.precision, "exhaustive_limit": settings.exhaustive_limit,
+        "per_precision": [t.record() for t in trials]}}
+
+
+def precision_trials(job: Job, trial_job: Callable[[str], Job], tune: Callable[[Job], dict[str, Any]],
+                     say: Callable[[str], None] = lambda m: None) -> list[PrecisionTrial]:
+    """The precisions `--allow precision` tries, in order (`precision_candidates`: the job's own, then bf16
+    and fp8 where the accelerator has a peak), each with its job (the job itself at its own precision,
+    `trial_job(precision)` otherwise) and its search's best and legal count. `tune` runs one search (no
+    LLM). `primus tune` and `primus audit verify` both call this, so the recorded list is re-checked whole."""
+    trials = []
     for precision in precision_candidates(job):
-        trial = job if precision == job.spec.precision else at(precision)
+        trial = job if precision == job.spec.precision else trial_job(precision)
         say(f"--allow precision: trying {precision}")
-        doc = Tuner(trial, replace(settings, llm=LlmSettings()), **rules).run()
-        best = doc["best"]["tokens_per_s_per_gpu"] or 0.0
-        results.append({"precision": precision, "tokens_per_s_per_gpu": best, "legal_count": doc["legal_count"],
-                        "job": trial})
-    winner = max(results, key=lambda r: (r["tokens_per_s_per_gpu"], r["precision"] == job.spec.precision))
-    summary = {"precision": {"requested": job.spec.precision, "chosen": winner["precision"],
-                             "per_precision": [{k: v for k, v in r.items() if k != "job"} for r in results]}}
-    chosen: Job = winner["job"]
-    return chosen, summary
+        doc = tune(trial)
+        trials.append(PrecisionTrial(precision, trial, doc["best"]["tokens_per_s_per_gpu"] or 0.0,
+                                     doc["legal_count"]))
+    return trials
 
 
+def precision_winner(trials: list[PrecisionTrial]) -> int:
+    """The index of the fastest trial; on a tie the job's own precision (index 0), then the earlier one."""
+    return max(range(len(trials)), key=lambda k: (trials[k].tokens_per_s_per_gpu, k == 0, -k))
 
 
 def with_pipeline(job_text: str, changes: dict[str, Any]) -> dict[str, Any]:
