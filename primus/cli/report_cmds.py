@@ -61,10 +61,10 @@ def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
     DIR/audit.jsonl from the recorded inputs (checked first against inputs/SHA256SUMS): legality and
     the rules broken, the ledger peak, the projected throughput, step time and breakdown; then
     result.json's best layout and runner-ups (re-picked from the log), its certificate (scope, counts,
-    margin), its whole list of faster layouts under other pipeline options, the precisions `tune
-    --allow precision` and the option sets `tune --allow pipeline` tried (each search run again); and
-    the report against a fresh render by this
-    primus. Each difference names the file and field or the candidate (seq and layout); exit 1 if there
+    margin), the reference's fit (from its recorded pins), its whole list of faster layouts under
+    other pipeline options, the precisions `tune --allow precision` and the option sets `tune --allow
+    pipeline` tried (each search run again); and the report against a fresh render by this primus.
+    Each difference names the file and field or the candidate (seq and layout); exit 1 if there
     is any.
 
     Example: primus audit verify primus-tune

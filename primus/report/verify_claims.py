@@ -10,10 +10,12 @@ source of truth and no second enumerator:
   log's scored lines; `faster_with_changed_options` (a yes/no there) follows the list below;
 - `faster_with_changed_options` is `primus.tuning.variants.faster_variants` of the recorded question
   (recorded job and rules, no pins), profile and timer, with the re-simulated best as the bar and the
-  reference's nearest legal fix as recorded (itself re-checked: legal under its options at its peak, and
-  re-simulated). The fixes come from `primus.solver.fit.free_pipeline_fixes`, which enumerates only the
-  pipeline sizes the job's options cannot split, each with PP pinned: the cost of one `primus fit` of
-  a free job, not of the whole candidate set per variant;
+  reference's nearest legal fix recomputed: `primus.tuning.reference.reference_fit` of the recorded
+  `reference.pins` under the recorded rules and profile, as `tune` asked it (its verdict and fix compared
+  with `reference`, the fix re-simulated), so no catalog of the verifying machine is read. The fixes come
+  from `primus.solver.fit.free_pipeline_fixes`, which enumerates only the pipeline sizes the job's options
+  cannot split, each with PP pinned: the cost of one `primus fit` of a free job, not of the whole candidate
+  set per variant;
 - `allowed_changes.pipeline` (the option sets `--allow pipeline` tried and their best tokens/s/GPU) is
   re-run with `primus.tuning.run.pipeline_trials`, each trial a `Tuner` on the recorded job with the
   recorded requested options and that set, the recorded profile and rules, and the recorded
@@ -142,7 +144,7 @@ def check_variants(run: RunDir, projector: Projector, best_tokens: float | None
                    ) -> tuple[list[Difference], list[dict[str, Any]] | None]:
     """`result.json: faster_with_changed_options` against the list `tune` computes from the recorded
     inputs: the same entries in the same order, each with the same options, peak and numbers. Returns the
-    differences and the recomputed list (None when the recorded reference's fix is not usable)."""
+    differences and the recomputed list (None when the reference's fit cannot be recomputed)."""
     from primus.tuning.variants import faster_variants
 
     where = "result.json: faster_with_changed_options"
@@ -216,41 +218,83 @@ def _compare_variant(where: str, old: Any, new: dict[str, Any]) -> list[Differen
 
 def _nearest_fix(run: RunDir, projector: Projector
                  ) -> tuple[list[Difference], bool, tuple[Layout, int, dict[str, Any]] | None]:
-    """The reference's nearest legal fix as recorded (`reference.nearest_legal`), when it sets options:
-    legal for the job with them at its recorded peak, and re-simulated to its recorded numbers. Returns
-    (differences, usable, fix): fix None when there is none; usable False when the recorded one is not a
-    legal fix (the list it feeds cannot then be recomputed)."""
+    """The reference's fit recomputed from the run directory alone: `fit` of the recorded pins
+    (`reference.pins`: the job's, or the published recipe's layout as `tune` found it in its catalog) under
+    the recorded rules and profile (`primus.tuning.reference.reference_fit`, as `tune` ran it). Its verdict
+    (`fits`, `violated_rules`) and its nearest legal fix (`nearest_legal`: layout, options, pins changed,
+    peak) must be the recorded ones, and the fix re-simulates to its recorded numbers. Returns
+    (differences, usable, fix): fix is the recomputed fix when it sets options (the list of faster variants
+    takes it), else None; usable False when the recorded pins cannot be asked about."""
+    from primus.tuning.reference import NO_REFERENCE, reference_fit
+
+    where = "result.json: reference"
+    ref = run.result.get("reference")
+    ref = ref if isinstance(ref, dict) else {}
+    origin, pins = ref.get("origin"), ref.get("pins")
+    if not isinstance(pins, dict) or not isinstance(origin, str):
+        return [Difference(f"{where}: pins recorded {pins!r} and origin {origin!r}, not a mapping and a text (a run "
+                           "written before primus recorded the pins: the nearest legal fix cannot be recomputed)")], \
+            False, None
+    diffs = []
+    own = dict(run.job.spec.parallel.pinned())
+    if not origin.startswith("recipe: ") and pins != own:
+        diffs.append(Difference(f"{where}.pins recorded {pins!r}, but the job pins {own!r} (origin {origin!r})"))
+    try:
+        result = reference_fit(run.question(), pins, run.profile)
+    except (InputError, ValueError, TypeError, KeyError) as exc:
+        return [*diffs, Difference(f"{where}.pins recorded {pins!r}, not pins of the job: {exc}")], False, None
+    compared = origin != NO_REFERENCE
+    fits = result.fits if compared else None
+    if ref.get("fits") is not fits:
+        diffs.append(Difference(f"{where}.fits recorded {ref.get('fits')!r}, recomputed {fits!r}"))
+    if compared and not result.fits and ref.get("violated_rules") != list(result.violated_rules):
+        diffs.append(Difference(f"{where}.violated_rules recorded {ref.get('violated_rules')!r}, recomputed "
+                                f"{list(result.violated_rules)!r}"))
+    alt = result.alternatives[0] if compared and not result.fits and result.alternatives else None
+    near = ref.get("nearest_legal")
+    where = f"{where}.nearest_legal"
+    if alt is None:
+        if near is not None:
+            shown = _text(near.get("parallel")) if isinstance(near, dict) else repr(near)
+            diffs.append(Difference(f"{where}: recorded {shown}, but the reference's fit recomputed has none"))
+        return diffs, True, None
+    expected: dict[str, Any] = {"parallel": alt.layout.as_parallel(), "options": dict(alt.options),
+                                "changed": list(alt.changed), "peak_bytes": alt.peak_bytes}
+    if not isinstance(near, dict):
+        return [*diffs, Difference(f"{where}: recorded {near!r}, recomputed {layout_text(alt.layout.as_parallel())} "
+                                   f"changing {', '.join(alt.changed)}")], True, _fix(alt)
+    for name, value in expected.items():
+        if near.get(name) != value:
+            diffs.append(Difference(f"{where}: {name} recorded {_shown(name, near.get(name))}, recomputed "
+                                    f"{_shown(name, value)}"))
+    diffs += _resimulated(run, projector, where, near, alt.layout, alt.peak_bytes, dict(alt.options))
+    return diffs, True, _fix(alt)
+
+
+def _fix(alt: Any) -> tuple[Layout, int, dict[str, Any]] | None:
+    """The nearest fix as the list of faster variants takes it: only one that sets job options."""
+    return (alt.layout, alt.peak_bytes, dict(alt.options)) if alt.options else None
+
+
+def _shown(name: str, value: Any) -> str:
+    return _text(value) if name == "parallel" else repr(value)
+
+
+def _resimulated(run: RunDir, projector: Projector, where: str, near: dict[str, Any], layout: Layout, peak: int,
+                 options: dict[str, Any]) -> list[Difference]:
+    """The recorded numbers of the nearest fix against its simulation under its own job (options applied)."""
     from primus.projection.project import projector_for
     from primus.solver.options import apply_options
 
-    ref = run.result.get("reference")
-    near = ref.get("nearest_legal") if isinstance(ref, dict) else None
-    if near is None:
-        return [], True, None
-    where = "result.json: reference.nearest_legal"
-    try:
-        layout = normalise(layout_of(near.get("parallel")), is_moe=run.job.model.is_moe)
-        options = dict(near["options"])
-        if not options:
-            return [], True, None
-        job = apply_options(run.job, options)
-    except (ValueError, KeyError, TypeError, AttributeError, InputError) as exc:
-        return [Difference(f"{where}: not a layout with options: {exc}")], False, None
-    pinned = run.question().with_job(job).with_pins(layout.as_parallel())
-    c = pinned.candidates
-    peak = {c.layout(i): int(c.cols["peak_bytes"][i]) for i in range(c.n)}.get(layout)
-    if peak is None or near.get("peak_bytes") != peak:
-        return [Difference(f"{where}: {layout_text(layout.as_parallel())} with its options is " +
-                           ("not legal" if peak is None else f"legal at peak_bytes {peak}, recorded "
-                            f"{near.get('peak_bytes')!r}"))], False, None
+    job = apply_options(run.job, options) if options else run.job
     p = projector_for(job, projector.profile, projector.timer).project(layout, "simulate", peak=(peak, True),
                                                                         explain=False)
     diffs = []
     for name, new in (("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu), ("step_time_s", p.step_time_s)):
         old = near.get(name)
-        if not isinstance(old, (int, float)) or not close(float(old), new):
+        if not isinstance(old, (int, float)) or isinstance(old, bool) or not close(float(old), new):
             diffs.append(Difference(f"{where}: {name} recorded {old!r}, re-simulated {new!r}"))
-    return diffs, True, (layout, peak, options)
+    return diffs
 
 
 def check_allowed_pipeline(run: RunDir, workers: int) -> list[Difference]:

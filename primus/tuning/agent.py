@@ -243,7 +243,7 @@ class Tuner:
 
         self.say(f"{self.space.count:,} legal layouts for {self.job.model.name} on {self.job.num_gpus} x "
                  f"{self.job.cluster.name}")
-        reference = find_reference(self.job)
+        reference = find_reference(self.job, self.base_space.question, self.profile)  # the run's rules, profile
         baseline = reference.layout if reference.fit.fits else _nearest(reference)
         self.log.round = 0
         self.seeds(baseline)

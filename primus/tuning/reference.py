@@ -9,7 +9,7 @@ claim beside the gain primus projects."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -19,6 +19,7 @@ from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout, normalise
 from primus.paths import data_dir
 from primus.projection.complete import speed_of
+from primus.projection.profile import Profile
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, fit
 from primus.yamlio import load_mapping
@@ -30,6 +31,9 @@ class Reference:
     origin: str  # "job", "job = recipe: <source>", "recipe: <source>", or NO_REFERENCE
     fit: FitResult
     claim: dict[str, Any] | None = None  # {"gain_pct": ..., "source": ...} of a published recipe
+    #: the pins `fit` was asked about (the job's, or the recipe's layout): recorded, so that `primus audit
+    #: verify` recomputes the fit (its nearest legal fix) from the run directory alone, without the catalog
+    pins: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compared(self) -> bool:
@@ -62,7 +66,11 @@ def recipe_entry(job: Job) -> dict[str, Any] | None:
     return None
 
 
-def find_reference(job: Job) -> Reference:
+def find_reference(job: Job, question: Question | None = None, profile: Profile | None = None) -> Reference:
+    """The reference of `job`, its pins asked of `fit` under the rules of `question` (the job without pins;
+    the tuner's, with the run's rules) and ranked with `profile` (the run's): the same fit `primus audit
+    verify` recomputes from the recorded pins, rules and profile (`reference_fit`). Defaults: the job's
+    rules and its stack's profile."""
     try:
         layout: Layout | None = pinned_layout(job)
         origin = "job"
@@ -79,7 +87,13 @@ def find_reference(job: Job) -> Reference:
     elif layout is not None and entry is not None and pins == dict(entry["parallel"]):
         origin = f"job = recipe: {entry['source']}"
         claim = entry.get("claim")
-    result = fit(Question(job, pins=pins), speed=speed_of(job))
+    result = reference_fit(question or Question(job, pins={}), pins, profile)
     if layout is None and result.layout is not None and (result.fits or origin.startswith("recipe")):
         layout = normalise(result.layout, is_moe=job.model.is_moe)
-    return Reference(layout, origin, result, claim)
+    return Reference(layout, origin, result, claim, pins)
+
+
+def reference_fit(question: Question, pins: dict[str, Any], profile: Profile | None = None) -> FitResult:
+    """`fit` of the reference's pins under the rules of `question` (its job without pins), its completions
+    ranked by projected throughput under `profile`: `tune` and `audit verify` both call this."""
+    return fit(question.with_pins(pins), speed=speed_of(question.job, profile))

@@ -141,6 +141,7 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
             ref_entry["nearest_legal"] = {**_entry(ref_p, None, True, []), "changed": list(near.changed),
                                           "options": dict(near.options)}
     ref_entry["origin"] = reference.origin
+    ref_entry["pins"] = dict(reference.pins)  # what `audit verify` recomputes the fit from
     if reference.claim is not None:
         ref_entry["claim"] = dict(reference.claim)
     doc["reference"] = ref_entry
