@@ -27,13 +27,13 @@ from tests.test_audit_verify_claims import L8_FIRST_LAST_3, forged, verify
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
 
 
-def _tune(root: Path, job: dict[str, Any], *extra: str) -> Path:
+def _tune(root: Path, job: dict[str, Any] | str, *extra: str) -> Path:
     from click.testing import CliRunner
 
     from primus.cli.main import cli
 
     path = root / "job.yaml"
-    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    path.write_text(job if isinstance(job, str) else yaml.safe_dump(job, sort_keys=False))
     out = root / "run"
     result = CliRunner().invoke(cli, ["tune", str(path), "--llm", "none", "--out", str(out), "--format", "json",
                                       "--workers", "1", *extra], catch_exceptions=False)
@@ -150,4 +150,15 @@ def test_precision_and_pipeline_changes_both_keep_their_note_and_verify(tmp_path
     assert allowed["precision"]["chosen"] == "fp8"
     assert [round(t["tokens_per_s_per_gpu"]) for t in allowed["pipeline"]["per_option_set"]] == [8149, 12384, 12384]
     code, out = verify(run)
+    assert code == 0, out
+
+
+def test_a_job_file_taken_from_a_run_drops_that_runs_notes(precision: Path, tmp_path: Path) -> None:
+    # tuning the fp8 job file the run wrote, without --allow precision: nothing was changed this time, so the
+    # note is not carried over (audit verify would ask for the record of trials that never ran)
+    text = (precision / "inputs" / "job.yaml").read_text()
+    assert text.startswith(PRECISION_CHANGED_NOTE)
+    again = _tune(tmp_path, text)
+    assert (again / "inputs" / "job.yaml").read_text() == text.removeprefix(PRECISION_CHANGED_NOTE)
+    code, out = verify(again)
     assert code == 0, out

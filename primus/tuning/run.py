@@ -99,7 +99,11 @@ def check_options(options: dict[str, Any], where: str) -> dict[str, Any]:
 
 def job_text_with_stack(text: str, stack: str | None) -> str:
     """The job file as the run records it (`inputs/job.yaml`): with `--stack`, the file's `stack:`
-    replaced, so that the report, `--resume` and `primus report --verify` read the stack tuning used."""
+    replaced, so that the report, `--resume` and `primus report --verify` read the stack tuning used. A
+    job file that is an earlier run's `inputs/job.yaml` drops that run's notes (`tune_notes`): they say
+    what that run changed, and `audit verify` would hold this run to them (a precision note without the
+    record of the trials is a difference)."""
+    text = "".join(text.splitlines(keepends=True)[len(tune_notes(text)):])
     if stack is None:
         return text
     data = yaml.safe_load(text)
