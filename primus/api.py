@@ -328,7 +328,8 @@ def project(job: JobLike, *, profile: str | PathLike[str] | None = None,
     j = load_job(job)
     calib, timer, measured = resolve_profile_option(j.cluster, None if profile is None else str(profile),
                                                     allow_device_mismatch)
-    bar = error_bar(j.cluster.name, j.model.is_moe, precision=j.spec.precision)
+    bar = error_bar(j.cluster.name, j.model.is_moe, precision=j.spec.precision, profile=calib,
+                    measured=None if measured is None else measured.bar_note(j.cluster))
     try:
         p = complete_and_project(j, calib, timer=timer)
     except NothingFits as exc:

@@ -129,9 +129,13 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
             "MosaicML's held-out runs.) A group whose held-out runs come from fewer than 3 "
             "sources is widened to the pooled bar of its kind (never narrowed by it). An accelerator with no "
             "runs of its own whose profile carries a same-die sibling's factors gets the bar of the held-out runs "
-            "predicted that way (`transferred`, widened alike). Accelerators without a fitted or transferred "
+            "that sibling's factors predicted, of its kind (widened alike; the `transferred` row below pools every "
+            "sibling); with none, the widest bar below for its kind. Accelerators without a fitted or transferred "
             "profile (AMD's) get the spec-derived bar: the same percentile of the uncalibrated projection's error "
-            "over every complete run.", 110),
+            "over every complete run. The bar follows the profile a projection used: `--profile` with a "
+            "spec-derived profile gets the spec-derived bar; a calibration of the user's own or a measured profile, "
+            "which no held-out run measures, gets the widest bar with evidence behind it for its accelerator and "
+            "kind, and its basis says so.", 110),
         *_precision_split_lines(bars.get("precision_split")),
         "",
         "| accelerator | kind | ± % | runs | sources | note |",

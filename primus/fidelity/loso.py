@@ -218,18 +218,7 @@ def error_bar_table(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> 
         pooled_pct = {"dense": only, "moe": only}
 
     def entry(rows: list[HeldOut], kind: str, what: str) -> dict[str, Any]:
-        n_src = len({h.source for h in rows})
-        own = _source_weighted(rows, quantile, rho)
-        basis = (f"leave-one-source-out p{quantile:.0f} of |error| ({WEIGHTING}) on {len(rows)} {what} "
-                 f"from {n_src} source(s)")
-        out: dict[str, Any] = {"pct": round(own, 1), "n": len(rows), "sources": n_src, "basis": basis}
-        if n_src < MIN_SOURCES and kind in pooled_pct and not own >= pooled_pct[kind]:
-            out["pct"] = round(pooled_pct[kind], 1)
-            out["own_pct"] = round(own, 1)
-            out["widened"] = True
-            out["basis"] = (basis + f"; widened to the pooled {kind} bar: fewer than {MIN_SOURCES} sources "
-                            "are too few to trust a narrower one")
-        return out
+        return bar_entry(rows, kind, what, quantile, rho, pooled_pct)
 
     return {
         "quantile": quantile,
@@ -243,6 +232,42 @@ def error_bar_table(held: Sequence[HeldOut], quantile: float = BAR_QUANTILE) -> 
         "transferred": {k: entry(v, k, f"{k} runs predicted by a same-die sibling's factors")
                         for k, v in sorted(moved.items())},
     }
+
+
+def bar_entry(rows: Sequence[HeldOut], kind: str, what: str, quantile: float, rho: float,
+              pooled_pct: Mapping[str, float]) -> dict[str, Any]:
+    """One group's bar: the `quantile` of its |held-out error| (`_source_weighted` at correlation `rho`),
+    how many runs and sources it rests on, widened to `pooled_pct[kind]` when the runs come from fewer
+    than MIN_SOURCES sources (never narrowed by it); `what` names the runs in the basis."""
+    n_src = len({h.source for h in rows})
+    own = _source_weighted(rows, quantile, rho)
+    basis = (f"leave-one-source-out p{quantile:.0f} of |error| ({WEIGHTING}) on {len(rows)} {what} "
+             f"from {n_src} source(s)")
+    out: dict[str, Any] = {"pct": round(own, 1), "n": len(rows), "sources": n_src, "basis": basis}
+    if n_src < MIN_SOURCES and kind in pooled_pct and not own >= pooled_pct[kind]:
+        out["pct"] = round(pooled_pct[kind], 1)
+        out["own_pct"] = round(own, 1)
+        out["widened"] = True
+        out["basis"] = (basis + f"; widened to the pooled {kind} bar: fewer than {MIN_SOURCES} sources "
+                        "are too few to trust a narrower one")
+    return out
+
+
+def sibling_bar(held: Sequence[HeldOut], sibling: str, moe: bool,
+                quantile: float = BAR_QUANTILE) -> dict[str, Any] | None:
+    """The bar of a profile carrying `sibling`'s fitted factors (`primus.fidelity.sibling`): the held-out
+    errors of the runs that `sibling`'s factors predicted, of this kind only (B200's MoE runs, predicted
+    by GB200's factors, say nothing of H100's), weighted and widened as every group in
+    `error_bar_table` (same correlation and pooled bar, from all of `held`). None: no such run."""
+    kind = "moe" if moe else "dense"
+    rows = [h for h in held if h.transferred_from == sibling and h.moe == moe]
+    if not rows:
+        return None
+    rho = source_correlation(held)
+    pooled_pct = {kind: _source_weighted([h for h in held if h.moe == moe], quantile, rho)}
+    on = ", ".join(sorted({h.accelerator for h in rows}))
+    return bar_entry(rows, kind, f"{kind} runs on {on} predicted by {sibling}'s fitted factors", quantile, rho,
+                     pooled_pct)
 
 
 def bar_for(table: dict[str, Any], accelerator: str, moe: bool) -> float:

@@ -214,7 +214,9 @@ def fits_published(jobs: RowJobs) -> bool:
 
 
 def result_of(p: Prepared, projection: Projection, fits_as_typed: bool | None,
-              completions: Completions | None = None) -> RowResult:
+              completions: Completions | None = None, profile: Profile | None = None) -> RowResult:
+    """The row's result; its error bar is the one `profile` (the profile it was projected with; None:
+    the shipped one) gets from `error_bar`, as `primus project --profile` would print it."""
     row, jobs = p.row, p.jobs
     measured = row.measured_tokens
     assert measured is not None
@@ -230,7 +232,7 @@ def result_of(p: Prepared, projection: Projection, fits_as_typed: bool | None,
         fits=p.fits_at_stack if fits_as_typed is not None else None, fits_as_typed=fits_as_typed,
         layout=projection.layout.as_parallel(), stack=jobs.rule.name, assumed=assumed,
         escalated=jobs.escalated, error_bar_pct=error_bar(jobs.project.cluster.name, jobs.project.model.is_moe,
-                                                              precision=row["precision"]).pct,
+                                                              precision=row["precision"], profile=profile).pct,
         completions=completions, num_microbatches=projection.num_microbatches)
 
 
@@ -252,7 +254,7 @@ def validate(rows: Sequence[RunRow], runs_file: str = "", *, profile_for: Profil
             question = Question(p.jobs.fit)
             fits = question.most_headroom() is not None
             completions = project_completions(p, question, profile)
-        results.append(result_of(p, projection, fits, completions))
+        results.append(result_of(p, projection, fits, completions, profile))
     complete = sum(1 for r in rows if r.complete)
     summary = summarise(results, complete, len(unprojected))
     return ValidationReport(runs_file, complete, tuple(results), tuple(unprojected), summary)

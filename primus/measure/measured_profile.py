@@ -227,6 +227,13 @@ class MeasuredProfile:
         return (f"measured profile is from {self.device.name} ({self.device.hardware}) but the job runs on {want}: "
                 "its measured times describe the other device")
 
+    def bar_note(self, cluster: ClusterSpec) -> str:
+        """What the error bar's basis says of this profile (`primus.fidelity.errorbars`): the device it
+        stands for, and that it is another than the job's when it is."""
+        want = base_hardware(cluster.name)
+        other = "" if self.device.hardware == want else f", not the job's {want}: its times describe the other device"
+        return f"measured on {self.device.kind} as {self.device.hardware}{other}"
+
     def describe(self) -> str:
         s = self.summary()
         d = self.device

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 
 
 def error_bar(tuner: Tuner) -> dict[str, Any]:
-    """The projection's uncertainty for this accelerator and model kind (from the fidelity data)."""
+    """The projection's uncertainty for this accelerator, model kind and the profile the tuner projects
+    with (`primus.fidelity.error_bar`, the one rule project and validate follow too)."""
     import importlib
 
     try:
         fidelity_error_bar = importlib.import_module("primus.fidelity").error_bar
     except (ImportError, AttributeError):
         return {"pct": None, "basis": "no error bars available", "fitted": False}
-    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe, precision=tuner.job.spec.precision)
+    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe, precision=tuner.job.spec.precision,
+                             profile=tuner.profile)
     return {"pct": bar.pct, "basis": bar.basis, "fitted": bar.fitted}
 
 
