@@ -23,12 +23,15 @@ from primus.fidelity import error_bar
 from primus.fidelity.calibrate import load_spec_profile
 from primus.fidelity.errorbars import DATA
 from primus.fidelity.loso import held_from_rows, sibling_bar
-from primus.fidelity.validate import validate
 from primus.fidelity.runs import bundled_runs_path, read_runs
+from primus.fidelity.validate import validate
+from primus.job import job_from_mapping
 from primus.measure.measured_profile import DeviceInfo, Entry, MeasuredProfile
 from primus.projection import load_profile
 from primus.projection.profile import profile_path
 from primus.projection.timer import GemmCall
+from primus.tuning.agent import Tuner, TuneSettings
+from primus.tuning.result import error_bar as tune_error_bar
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = {"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 4096, "global_batch_size": 32,
@@ -111,3 +114,11 @@ def test_validate_rows_carry_the_bar_of_the_profile_they_were_projected_with() -
     shipped = validate(rows, check_fit=False)
     assert spec.rows and {r.error_bar_pct for r in spec.rows} == {29.4}
     assert {r.error_bar_pct for r in shipped.rows} == {_data()["accelerators"]["a100-80gb"]["dense"]["pct"]} == {9.7}
+
+
+def test_tune_reports_the_bar_of_the_profile_it_tunes_with() -> None:
+    job = job_from_mapping({k: v for k, v in JOB.items() if k != "parallel"}, "job")
+    shipped = tune_error_bar(Tuner(job, TuneSettings()))  # the shipped fit, seen through the job's stack
+    assert shipped["fitted"] and shipped["pct"] == error_bar("h100-80gb", False, precision="bf16").pct
+    spec = tune_error_bar(Tuner(job, TuneSettings(), profile=load_spec_profile("h100-80gb")))
+    assert (spec["pct"], spec["fitted"]) == (29.4, False)
