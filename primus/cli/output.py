@@ -172,6 +172,11 @@ def gib(n: int | float) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
+def tight_text(headroom_bytes: int, band_bytes: int) -> str:
+    """The tight verdict's words, as `fit`, `project` and `tune` print them (docs/memory.md)."""
+    return f"headroom {gib(headroom_bytes)} is less than the allocator reserve {gib(band_bytes)}"
+
+
 def human_params(n: int) -> str:
     for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
         if n >= div:

@@ -9,7 +9,7 @@ import click
 from primus import api
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
-from primus.cli.output import emit_json, gib, lit, stdout_console, table
+from primus.cli.output import emit_json, gib, lit, stdout_console, table, tight_text
 from primus.fidelity.errorbars import ErrorBar
 from primus.measure.measured_profile import MeasuredProfile
 from primus.projection import BREAKDOWN_ORDER, Projection
@@ -40,8 +40,10 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None, not
         con.print(f"uncertainty {bar.text()}: {bar.basis}")
     for line in notes:
         con.print(line)
-    con.print(f"peak memory {gib(p.peak_bytes)} of {gib(p.capacity_bytes)} capacity: "
-              f"{'fits' if p.fits else 'DOES NOT FIT'}")
+    verdict = "fits" if p.fits else "DOES NOT FIT"
+    if p.tight and p.reserves is not None:
+        verdict = "fits, but TIGHT: " + tight_text(p.capacity_bytes - p.peak_bytes, p.reserves.tight_band_bytes)
+    con.print(f"peak memory {gib(p.peak_bytes)} of {gib(p.capacity_bytes)} capacity: {verdict}")
     rows = []
     for name in BREAKDOWN_ORDER:
         exposed = p.breakdown[name]

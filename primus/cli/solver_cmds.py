@@ -11,7 +11,17 @@ from primus import api
 from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.memory_cmd import print_memory_table
-from primus.cli.output import emit_csv, emit_json, emit_jsonl, gib, lit, stderr_console, stdout_console, table
+from primus.cli.output import (
+    emit_csv,
+    emit_json,
+    emit_jsonl,
+    gib,
+    lit,
+    stderr_console,
+    stdout_console,
+    table,
+    tight_text,
+)
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, sizes_text
@@ -42,9 +52,9 @@ def _print_fit(q: Question, result: FitResult) -> None:
         con.print(f"[bold green]FITS[/]: {lit(result.layout.text())}", markup=True)
         headroom = capacity - result.report.peak_bytes
         if reserves.verdict(result.report.peak_bytes) == "tight":
-            con.print("[bold yellow]TIGHT[/]: " + lit(f"headroom {gib(headroom)} is less than the allocator reserve "
-                      f"{gib(reserves.tight_band_bytes)} ({reserves.allocator} allocator, bounded by runs that ran, "
-                      "not measured for this job)"), markup=True)
+            con.print("[bold yellow]TIGHT[/]: " + lit(tight_text(headroom, reserves.tight_band_bytes)
+                                                      + f" ({reserves.allocator} allocator, bounded by runs that "
+                                                      "ran, not measured for this job)"), markup=True)
         if result.completed_axes:
             con.print(f"free axes completed with the most headroom: {', '.join(result.completed_axes)}")
         for note in result.notes:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
-from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table
+from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table, tight_text
 from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
 from primus.parallel import parallel_text
@@ -52,8 +52,12 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     piped = (doc.get("allowed_changes") or {}).get("pipeline")
     if piped:
         con.print(f"  with pipeline options changed by --allow pipeline: {changes_text(piped['chosen'])}")
+    verdict = "fits"
+    if best.get("tight"):  # headroom short of the allocator reserve by tight_by_bytes
+        band = best["allocator_reserve_bytes"]
+        verdict = "fits, but TIGHT: " + tight_text(band - best["tight_by_bytes"], band)
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
-              f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} (fits: proved by the ledger)")
+              f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} ({verdict}: proved by the ledger)")
     con.print(f"  uncertainty: {doc['uncertainty_basis']}")
     ref = doc["reference"]
     if "note" in ref:  # no reference: nothing is compared with the best

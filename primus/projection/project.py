@@ -356,7 +356,7 @@ class Projector:
             sources={k: sources[k] for k in BREAKDOWN_ORDER},
             assumptions=assumptions(self, layout, timing.method, split_ok, m, crit, parts.rank) if explain else (),
             timing=timing.method, critical_rank=crit, breakdown_rank=parts.rank, num_microbatches=m,
-            completion=completion,
+            completion=completion, reserves=self.memory.reserves,
         )
 
 

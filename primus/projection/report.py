@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from primus.memory.ledger import Reserves
 from primus.memory.offload import offload_applies
 from primus.parallel import Layout
 from primus.projection.profile import PEAK_DTYPE, Profile
@@ -48,6 +49,20 @@ class Projection:
     breakdown_rank: int
     num_microbatches: int
     completion: str | None = field(default=None)
+    reserves: Reserves | None = field(default=None)
+
+    @property
+    def verdict_fields(self) -> dict[str, Any]:
+        """The memory verdict as `fit` and `memory` state it (`Reserves.verdict_fields`, one definition):
+        `verdict` (fits, tight or does not fit), `tight`, `tight_by_bytes` when tight, `allocator_reserve_bytes`,
+        `over_hbm`. Empty without the
+        device's reserves."""
+        return {} if self.reserves is None else self.reserves.verdict_fields(self.peak_bytes, self.fits)
+
+    @property
+    def tight(self) -> bool:
+        """Fits with less headroom than the allocator reserve (docs/memory.md, the tight verdict)."""
+        return bool(self.verdict_fields.get("tight"))
 
     def with_completion(self, text: str) -> Projection:
         return Projection(**{**self.__dict__, "completion": text})
@@ -64,6 +79,7 @@ class Projection:
             "peak_bytes": self.peak_bytes,
             "capacity_bytes": self.capacity_bytes,
             "fits": self.fits,
+            **self.verdict_fields,
             "breakdown": dict(self.breakdown),
             "hidden": dict(self.hidden),
             "sources": dict(self.sources),

@@ -86,6 +86,14 @@ def build_context(run: RunDir) -> dict[str, Any]:
     return ctx
 
 
+def _tight(best: dict[str, Any]) -> str | None:
+    """The tight verdict in `fit`'s words when result.json records one (docs/memory.md), else None."""
+    band, short = best.get("allocator_reserve_bytes"), best.get("tight_by_bytes")
+    if best.get("tight") is not True or not isinstance(band, int) or not isinstance(short, int):
+        return None
+    return f"headroom {gib(band - short)} is less than the allocator reserve {gib(band)}"
+
+
 def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
     best = doc["best"]
     pct = doc.get("uncertainty_pct")
@@ -97,7 +105,7 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
         "mfu": num(best["mfu"] * 100, 1), "tflops": num(best["model_tflops_per_gpu"], 0),
         "peak": gib(best["peak_bytes"]), "capacity": gib(capacity), "headroom": gib(capacity - best["peak_bytes"]),
         "speedup": f"{doc['speedup_vs_reference']:.2f}×" if "speedup_vs_reference" in doc else None,
-        "certificate": None, "claim": _claim(doc),
+        "certificate": None, "claim": _claim(doc), "tight": _tight(best),
     }
     if cert:
         margin = cert.get("margin_to_runner_up_pct")

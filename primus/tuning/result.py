@@ -48,6 +48,8 @@ def _entry(p: Projection | None, scored: Scored | None, fits: bool, violated: li
     if p is not None:
         out.update(mfu=p.mfu, model_tflops_per_gpu=p.model_tflops_per_gpu, breakdown=dict(p.breakdown),
                    hidden=dict(p.hidden))
+        if fits:  # fit's verdict fields: a tight layout says so (docs/memory.md)
+            out.update(p.verdict_fields)
     return out
 
 
