@@ -23,18 +23,24 @@ def report_cmd(run_dir: str) -> None:
     """Re-render report.html, report.md and charts/*.svg of a `primus tune --out DIR` directory from
     the files in it (result.json, audit.jsonl, inputs/, llm/, versions.json); the other files are
     not touched. DIR must carry the marker `primus tune` writes (primus-run.json): a directory it
-    did not write is refused.
+    did not write is refused, and so is one whose result, log, inputs or versions differ from the
+    sha256 its SHA256SUMS records (edited since the run): nothing is written (exit 2).
 
     Example: primus report primus-tune
     """
-    from primus.report.manifest import update_manifest
+    from primus.report.manifest import MANIFEST, edited_sources, update_manifest
     from primus.report.owned import MARKER, owned_files, read_marker, write_marker
-    from primus.report.render import write_report
+    from primus.report.render import is_rendered, write_report
 
     root = Path(run_dir)
     if root.is_dir() and read_marker(root, "run") is None:
         raise InputError(run_dir, None, f"not a run directory written by `primus tune` ({MARKER} is missing "
                          "or not its marker); nothing was written")
+    edited = edited_sources(root, lambda rel: is_rendered(rel) or rel == MARKER)
+    if edited:
+        raise InputError(run_dir, None, f"{edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")
+                         + f"; the report is rendered only from the files {MANIFEST} records, so nothing was "
+                         f"written (`primus audit verify {run_dir}` lists every difference)")
     written = write_report(root)
     write_marker(root, "run", set(owned_files(root, "run")) | {p.relative_to(root).as_posix() for p in written})
     update_manifest(root, [MARKER])

@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 MANIFEST = "SHA256SUMS"
@@ -111,6 +111,25 @@ def read_manifest(root: Path) -> tuple[dict[str, str], list[str]]:
         else:
             sums[m.group(2)] = m.group(1)
     return sums, problems
+
+
+def edited_sources(root: Path, rendered: Callable[[str], bool]) -> list[str]:
+    """The listed files a re-render reads that are missing or whose sha256 differs from the list: every
+    listed file but the ones `rendered` says the report writes. Empty when there is no list (a run
+    written by a primus older than it) or when its lines do not parse (`audit verify` names those)."""
+    if not (root / MANIFEST).is_file():
+        return []
+    sums, _ = read_manifest(root)
+    out = []
+    for rel, recorded in sorted(sums.items()):
+        path = root / rel
+        if rendered(rel):
+            continue
+        if path.is_symlink() or not path.is_file():
+            out.append(f"{shown(rel)} is missing or not a plain file")
+        elif file_sha256(path) != recorded:
+            out.append(f"{shown(rel)} differs from its sha256 in {MANIFEST} (edited since the run)")
+    return out
 
 
 def check_manifest(root: Path) -> tuple[list[str], list[str]]:

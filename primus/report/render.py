@@ -83,6 +83,11 @@ def render(run: RunDir) -> dict[str, str]:
     return out
 
 
+def is_rendered(rel: str) -> bool:
+    """A file `render` writes (the report and its charts), as opposed to one it reads."""
+    return rel in ("report.html", "report.md") or (rel.startswith("charts/") and rel.endswith(".svg"))
+
+
 def write_report(root: Path, entries: list[dict[str, Any]] | None = None) -> list[Path]:
     """Render the report of the run directory `root` into it. Each file is written to a temporary name
     and renamed, so a reader never sees half a file; returns the paths written. `entries`, when given,
