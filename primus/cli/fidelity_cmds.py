@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import click
 
 from primus.cli.common import format_option, guarded
 from primus.cli.output import emit_csv, emit_json, stderr_console, stdout_console, table
-from primus.errors import InputError
+from primus.errors import InputError, did_you_mean, shown
 from primus.processes import WORKERS_RANGE, default_workers
 from primus.report.owned import check_replaceable, replace_file
 
@@ -143,6 +145,17 @@ def validate_cmd(runs_file: str, fmt: str, no_fit_check: bool, loso: bool, worke
         print_validation(doc)
 
 
+def _iso_date(text: str) -> bool:
+    """A real calendar day written YYYY-MM-DD (what the provenance's `date` records)."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
 @click.command("calibrate")
 @click.option("--runs", "runs_file", required=True, type=click.Path(dir_okay=False),
               help="Published runs (the runs_dev.csv schema).")
@@ -172,16 +185,26 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
     from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml
     from primus.fidelity.validate import prepare
 
-    if hardware not in catalog_hardware():
-        raise InputError("--hardware", None, f"unknown hardware {hardware!r}; see `primus hardware list`")
+    names = catalog_hardware()
+    if hardware not in names:
+        raise InputError("--hardware", None, f"unknown hardware {hardware!r}{did_you_mean(hardware, names)}; see "
+                         "`primus hardware list`")
+    if date is not None and not _iso_date(date):
+        raise InputError("--date", None, f"{shown(date)} is not a calendar date in ISO form (YYYY-MM-DD)")
     target = Path(out or f"{hardware}.yaml")
     inputs = (runs_file, *([start] if start else []))  # a --start profile is an input, never replaced
     check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=inputs)
-    rows = [r for r in read_runs(runs_file) if r.source not in exclude]
-    prepared, _ = prepare(rows)
-    mine = [p for p in prepared if p.jobs.project.cluster.name == hardware]
+    every = read_runs(runs_file)
+    known = {r.source for r in every if r.source}
+    for name in exclude:
+        if name not in known:
+            raise InputError("--exclude-source", None, f"no run of {runs_file} has source {shown(name)}"
+                             f"{did_you_mean(name, known)}; its sources: {', '.join(sorted(known))}")
+    # this accelerator's rows (`gpu`, as the job builder reads it); the ones that cannot be used are listed
+    mine, unused = prepare(r for r in every if r.source not in exclude and r["gpu"].lower() == hardware)
     initial = load_spec_profile(hardware, start)  # read before any progress line: a refusal is the only line
-    stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file} ...")
+    skipped = f" ({len(unused)} not usable: listed with the reason)" if unused else ""
+    stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file}{skipped} ...")
     result = calibrate(initial, mine, runs_file=Path(runs_file).name, date=date)
     header = (CALIBRATED_HEADER.removeprefix("# ") + f"{hardware}, fitted by `primus calibrate` (see "
               "calibration: for the runs, date and residuals).\n"
@@ -192,9 +215,13 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
     assert rec is not None
     if fmt == "json":
         emit_json({"hardware": hardware, "out": str(target), "factors": result.factors, "runs": rec.runs,
-                   "residuals_pct": rec.residuals_pct, "summary": rec.summary, "date": rec.date})
+                   "residuals_pct": rec.residuals_pct, "summary": rec.summary, "date": rec.date,
+                   "unused": [u.to_json() for u in unused]})
         return
     con = stdout_console()
+    if unused:  # as `validate` lists its unprojected rows
+        con.print(table(f"not used ({len(unused)}): complete {hardware} rows that cannot be fitted",
+                        ["run", "source", "reason"], [(u.run_id, u.source, u.reason) for u in unused]))
     con.print(table(f"{hardware}: fitted parameter groups (factor on the spec-derived value)", ["group", "factor"],
                     [(k, f"x{v:.3f}") for k, v in result.factors.items()]))
     con.print(table("residuals", ["run", "error"], [(k, _pct(v)) for k, v in rec.residuals_pct.items()],

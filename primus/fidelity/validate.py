@@ -37,6 +37,10 @@ from primus.projection.report import Projection
 from primus.solver.api import Question
 
 GIB = 2**30
+# A measured rate whose model FLOPs (Megatron's convention, as `project` counts them) exceed this share
+# of the accelerator's dense peak for the run's precision cannot have been measured: the peak is the
+# ceiling by definition. The development set's highest is 0.64 (MPT 7B on A100, seq 2048).
+MAX_IMPLIED_MFU = 1.0
 
 
 @dataclass(frozen=True)
@@ -202,10 +206,28 @@ def prepare(rows: Iterable[RunRow]) -> tuple[list[Prepared], list[Unprojected]]:
             bad.append(Unprojected(row.run_id, row.source, "no measured tokens/s/GPU (nor step time to derive it)"))
             continue
         try:
-            ok.append(Prepared(row, build(row)))
+            jobs = build(row)
         except Unprojectable as exc:
             bad.append(Unprojected(row.run_id, row.source, exc.reason))
+            continue
+        ceiling = MAX_IMPLIED_MFU * peak_tokens(jobs)
+        if measured > ceiling:
+            bad.append(Unprojected(row.run_id, row.source, f"measured {measured:,.6g} tokens/s/GPU is more than the "
+                                   f"{ceiling:,.0f} the accelerator's dense peak allows (MFU 100%): not a measurement"))
+            continue
+        ok.append(Prepared(row, jobs))
     return ok, bad
+
+
+def peak_tokens(jobs: RowJobs) -> float:
+    """Tokens/s/GPU at 100% MFU: the dense peak of the run's precision over the model FLOPs per token
+    (Megatron's convention), as `project` computes MFU."""
+    from primus.projection.report import peak_dtype
+    from primus.specs.flops import flops_per_token
+
+    job = jobs.project
+    peak = job.cluster.accelerator.peak_flops(peak_dtype(job.spec.precision))
+    return peak / flops_per_token(job.model, job.spec.seq_len).training
 
 
 def fits_published(jobs: RowJobs) -> bool:
