@@ -40,7 +40,8 @@ class _IntTooLong(ValueError):
     pass
 
 
-def _bounded_json_int(text: str) -> int:
+def bounded_json_int(text: str) -> int:
+    """`json.loads(parse_int=...)`: a ValueError for an integer of more than MAX_INT_DIGITS digits."""
     reason = int_too_long(text)
     if reason is not None:
         raise _IntTooLong(reason)
@@ -185,7 +186,7 @@ def loads_yaml(text: str, where: str, shipped: bool = False) -> Any:
 
 def loads_json(text: str, where: str) -> Any:
     try:
-        data = json.loads(text, parse_int=_bounded_json_int)
+        data = json.loads(text, parse_int=bounded_json_int)
     except json.JSONDecodeError as exc:
         raise InputError(where, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except _IntTooLong as exc:

@@ -48,6 +48,7 @@ from primus.projection.timer import (
     MemoryCall,
 )
 from primus.specs.hardware import ClusterSpec
+from primus.yamlio import bounded_json_int
 
 FORMAT = "primus-measured-profile"
 VERSION = 1
@@ -272,8 +273,8 @@ def _read_json(path: Path) -> Any:
     if path.stat().st_size > MAX_BYTES:
         raise InputError(str(path), None, f"profile is larger than {MAX_BYTES // 2**20} MiB")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:  # bad UTF-8, bad JSON, or an integer too long to convert
+        return json.loads(path.read_text(encoding="utf-8"), parse_int=bounded_json_int)
+    except ValueError as exc:  # bad UTF-8, bad JSON, or an integer of more than MAX_INT_DIGITS digits
         raise InputError(str(path), None, f"not a JSON measured profile ({exc})") from None
 
 
@@ -288,7 +289,9 @@ def is_measured_profile(path: str | Path) -> bool:
             head = fh.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return False
-    return FORMAT in head and head.lstrip().startswith("{")
+    # a JSON file with a `format` key is read as a measured profile, so a wrong format value is named as
+    # such (a calibration profile has no `format` key)
+    return head.lstrip().startswith("{") and (FORMAT in head or '"format"' in head)
 
 
 def load_measured_profile(path: str | Path) -> MeasuredProfile:
@@ -310,6 +313,8 @@ def load_measured_profile(path: str | Path) -> MeasuredProfile:
         if not isinstance(raw, Mapping):
             raise InputError(where, at, "must be a mapping")
         call = call_from_dict(raw.get("call") or {}, f"{where}: {at}")
+        if key != call_key(call, device.dtype):  # the timer looks calls up by key: a wrong one is never used
+            raise InputError(where, at, f"key does not match its call (expected {call_key(call, device.dtype)!r})")
         seconds = raw.get("seconds")
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e6:
             raise InputError(where, f"{at}.seconds", "must be a number of seconds in [0, 1e6)")
