@@ -208,3 +208,14 @@ def test_mi355x_scaleup_collectives_are_the_bus_bandwidths_amd_expects_on_one_no
     assert cluster.scaleup.bandwidth_gb_s == 537.6
     assert round(coll.value * cluster.scaleup.bandwidth_gb_s) == pytest.approx(bus_gb_s, abs=1.0)
     assert "ROCm/cvs" in coll.source
+
+
+def test_a_number_yaml_reads_as_text_gets_the_way_to_write_it() -> None:
+    """`1.25e9` is text to YAML 1.1 (no sign in the exponent): the field is named as the file spells it
+    (no union-member tag such as `.float`) and the message says to write `1.25e+9`."""
+    data = yaml.safe_load(profile_path("h100-80gb").read_text())
+    data["gemm"]["bf16"]["half_flops"]["value"] = "1.25e9"
+    with pytest.raises(InputError) as err:
+        profile_from_mapping(data, "p.yaml")
+    assert err.value.line() == ("p.yaml: gemm.bf16.half_flops.value: must be a number or an integer, got '1.25e9' "
+                                "(YAML reads 1.25e9 as text: write 1.25e+9)")

@@ -98,7 +98,7 @@ def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where:
         # every member of a union refused the value: say what the field accepts, not each member's tag
         kinds = " or ".join(dict.fromkeys(_KINDS[e["type"]] for e in siblings))
         return InputError(where, f"{prefix}.{field}" if prefix else field,
-                          f"must be {kinds}, got {_kind_of(err.get('input'))}")
+                          f"must be {kinds}, got {_kind_of(err.get('input'))}{_yaml_number_hint(err.get('input'))}")
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
     if err["type"] == "extra_forbidden":
@@ -113,6 +113,15 @@ def validation_to_input_error(exc: ValidationError, cls: type[BaseModel], where:
 #: pydantic's type errors, as what the field accepts
 _KINDS = {"string_type": "a string", "dict_type": "a mapping", "int_type": "an integer", "bool_type": "true or false",
           "list_type": "a list", "float_type": "a number", "model_type": "a mapping", "tuple_type": "a list"}
+
+
+def _yaml_number_hint(value: Any) -> str:
+    """For text YAML 1.1 read from a number written without a sign in its exponent (`1.25e9`, which
+    YAML 1.2 and Python read as a number): how to write it so it is one."""
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]+(\.[0-9]*)?[eE][0-9]+", value.strip()):
+        return ""
+    mantissa, exponent = re.split("[eE]", value.strip())
+    return f" (YAML reads {value.strip()} as text: write {mantissa}e+{exponent})"
 
 
 def _kind_of(value: Any) -> str:
@@ -142,6 +151,10 @@ def _user_loc(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
         members = _union_members(fields[part].annotation)
         current = _inner_model(fields[part].annotation)
         nxt = parts[i + 1] if i + 1 < len(parts) else None
+        if nxt is not None and any(get_origin(m) is dict for m in members):  # `gemm: {bf16: ...}`: a key
+            out.append(nxt)
+            i += 2
+            continue
         if len(members) > 1 and isinstance(nxt, str) and not any(
                 nxt in getattr(m, "model_fields", {}) for m in members):
             current = next((m for m in members if getattr(m, "__name__", None) == nxt), None)
