@@ -440,3 +440,27 @@ def test_every_gpu_states_its_compute_capability_and_the_cpu_none() -> None:
     for slug in catalog_hardware():
         acc = resolve_hardware(slug, "test").accelerator
         assert (acc.compute_capability is None) == (acc.vendor == "cpu"), slug
+
+
+def test_a_calibration_profile_given_as_hardware_is_named_as_one() -> None:
+    """Review 48 low 12: `hardware show hardware/profiles/a100-80gb.yaml` said `hardware: unknown key`."""
+    from primus.catalog.hardware import PROFILE_KEYS
+    from primus.projection.profile import Profile, profile_path
+
+    assert {k for k, f in Profile.model_fields.items() if f.is_required()} >= PROFILE_KEYS
+    path = profile_path("a100-80gb")
+    with pytest.raises(InputError) as err:
+        resolve_hardware(str(path), "job.yaml")
+    assert err.value.line() == f"{path}: this is a calibration profile (for `--profile`), not a hardware entry " \
+                               "(hardware/*.yaml)"
+
+
+def test_a_measured_profile_given_as_hardware_is_named_as_one(tmp_path: Path) -> None:
+    from primus.catalog.hardware import MEASURED_FORMAT
+    from primus.measure.measured_profile import FORMAT
+
+    assert MEASURED_FORMAT == FORMAT
+    path = tmp_path / "prof.json"
+    path.write_text('{"format": "primus-measured-profile", "version": 1, "entries": {}}')
+    with pytest.raises(InputError, match="this is a measured profile"):
+        resolve_hardware(str(path), "job.yaml")

@@ -78,6 +78,22 @@ def apply_overrides(spec: ClusterSpec, overrides: Mapping[str, Any], where: str,
     return parse_spec(ClusterSpec, data, where, field)
 
 
+# Keys every calibration profile has and no hardware entry does (primus.projection.profile.Profile).
+PROFILE_KEYS = frozenset({"gemm", "attention", "hbm", "collectives", "overlap"})
+# primus.measure.measured_profile.FORMAT (not imported: the measure package imports this catalog)
+MEASURED_FORMAT = "primus-measured-profile"
+
+
+def _other_file_kind(data: Mapping[str, Any]) -> str | None:
+    """What a file given as hardware is when it is one of primus's other files: a calibration profile
+    or a measured profile (`--profile` reads both); None otherwise."""
+    if data.get("format") == MEASURED_FORMAT:
+        return "a measured profile (for `primus project --profile`)"
+    if set(data) >= PROFILE_KEYS:
+        return "a calibration profile (for `--profile`)"
+    return None
+
+
 def resolve_hardware(ref: Any, where: str, field: str = "hardware", base_dir: Path | None = None) -> ClusterSpec:
     if isinstance(ref, Mapping):
         if "base" not in ref:
@@ -93,7 +109,11 @@ def resolve_hardware(ref: Any, where: str, field: str = "hardware", base_dir: Pa
             path = base_dir / path
         if not path.exists():
             raise InputError(where, field, f"hardware file {str(path)!r} does not exist")
-        return parse_spec(ClusterSpec, load_mapping(path), str(path))
+        data = load_mapping(path)
+        kind = _other_file_kind(data)
+        if kind is not None:
+            raise InputError(str(path), None, f"this is {kind}, not a hardware entry (hardware/*.yaml)")
+        return parse_spec(ClusterSpec, data, str(path))
     slugs = catalog_hardware()
     if text not in slugs:
         raise InputError(where, field,
