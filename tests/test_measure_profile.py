@@ -219,3 +219,21 @@ def test_measure_imports_without_ortools_or_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported at module level'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_beside_a_measured_profile_the_calibration_profile_says_what_it_still_times(tmp_path: Path) -> None:
+    """Review 48 low 12: the assumption read only "profile cpu (spec-derived, not fitted)" when every
+    kernel the measured profile holds was timed from it."""
+    from primus import api
+
+    path = tmp_path / "p.json"
+    prof = MeasuredProfile(cpu_device(), "2026-01-01")
+    prof.add(Entry(CALLS[0], 1e-3, (), "now"))
+    prof.save(path)
+    p = api.project(tiny_job(tmp_path), profile=path).projection
+    assert p is not None
+    line = next(a for a in p.assumptions if a.startswith("profile cpu"))
+    assert "(spec-derived, not fitted; times only the calls the measured profile does not hold)" in line
+    plain = api.project(tiny_job(tmp_path)).projection
+    assert plain is not None and "(spec-derived, not fitted):" in next(
+        a for a in plain.assumptions if a.startswith("profile cpu"))

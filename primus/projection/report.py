@@ -112,7 +112,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out = [
         f"stack {stack.label}" + (f" ({stack.note})" if stack.note else "")
         + (f", kernels {stack.kernel_profile}" if stack.kernel_profile else ""),
-        f"profile {prof.hardware} ({_profile_kind(prof)}): {prof.source}",
+        f"profile {prof.hardware} ({_profile_kind(prof)}{_measured_use(p)}): {prof.source}",
         f"linear layers in {p.fmt}: plateau {eff:.2f} of the dense {tflops_text(peak)} TFLOP/s, half-efficiency at "
         f"{half:.3g} FLOPs; router and output layer in {p.high_fmt}",
     ]
@@ -168,6 +168,13 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
                f"{tflops_text(p.peak_flops / 1e12)} TFLOP/s")
     out.append("peak memory from the byte ledger (primus memory)")
     return tuple(out)
+
+
+def _measured_use(p: Projector) -> str:
+    """Beside a measured profile the calibration profile times only the calls it does not hold."""
+    from primus.projection.timer import MeasuredTimer
+
+    return "; times only the calls the measured profile does not hold" if isinstance(p.timer, MeasuredTimer) else ""
 
 
 def _profile_kind(prof: Profile) -> str:
