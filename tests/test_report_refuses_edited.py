@@ -44,3 +44,11 @@ def test_an_unedited_run_is_rendered(fresh: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(report_cmd, [str(run)])
     assert result.exit_code == 0, result.output
     assert str(run / "report.html") in result.stdout
+
+
+def test_a_layout_with_room_renders_the_proof_of_fit_as_before(fresh: Path) -> None:
+    """The tight sentence (review 48, finding 2) is absent and takes no line with it: a run's report.md
+    from before it still matches a fresh render."""
+    text = (fresh / "report.md").read_text()
+    assert "TIGHT" not in text
+    assert "(it is a member of the enumerated legal set).\n\n![Memory per pipeline stage](charts/memory.svg)" in text
