@@ -151,7 +151,7 @@ def _user_loc(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
         members = _union_members(fields[part].annotation)
         current = _inner_model(fields[part].annotation)
         nxt = parts[i + 1] if i + 1 < len(parts) else None
-        if nxt is not None and any(get_origin(m) is dict for m in members):  # `gemm: {bf16: ...}`: a key
+        if nxt is not None and len(members) == 1 and get_origin(members[0]) is dict:  # `gemm: {bf16: ...}`
             out.append(nxt)
             i += 2
             continue
