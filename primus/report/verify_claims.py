@@ -297,21 +297,32 @@ def _resimulated(run: RunDir, projector: Projector, where: str, near: dict[str, 
     return diffs
 
 
+def _allowed_record(run: RunDir, kind: str) -> Any:
+    """`result.json: allowed_changes.<kind>` as recorded, or None."""
+    allowed = run.result.get("allowed_changes")
+    return allowed.get(kind) if isinstance(allowed, dict) else None
+
+
+def _missing_record(run: RunDir, where: str, note: str, kind: str, what: str) -> list[Difference]:
+    """No record of an `--allow` change: a difference only when inputs/job.yaml says the change was made."""
+    from primus.tuning.run import tune_notes
+
+    if note in tune_notes(run.input_text("job.yaml")):
+        return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow {kind}` changed its {what}")]
+    return []
+
+
 def check_allowed_pipeline(run: RunDir, workers: int) -> list[Difference]:
     """`result.json: allowed_changes.pipeline` re-run: the recorded job must be the requested options with
     the chosen changes, the option sets tried must be those `pipeline_trials` tries, each with the best
     tokens/s/GPU its search gives, and the chosen set the fastest. A job file that says `--allow
     pipeline` changed it needs the record."""
-    from primus.tuning.run import PIPELINE_CHANGED_NOTE, tune_notes
+    from primus.tuning.run import PIPELINE_CHANGED_NOTE
 
     where = "result.json: allowed_changes.pipeline"
-    allowed = run.result.get("allowed_changes")
-    record = allowed.get("pipeline") if isinstance(allowed, dict) else None
+    record = _allowed_record(run, "pipeline")
     if record is None:
-        if PIPELINE_CHANGED_NOTE in tune_notes(run.input_text("job.yaml")):
-            return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow pipeline` changed its "
-                               "pipeline options")]
-        return []
+        return _missing_record(run, where, PIPELINE_CHANGED_NOTE, "pipeline", "pipeline options")
     try:
         requested, chosen, limit, recorded = _record(record)
     except ValueError as exc:
@@ -395,21 +406,17 @@ def check_allowed_precision(run: RunDir, workers: int) -> list[Difference]:
     with the chosen change; the precisions tried must be those `precision_trials` tries, each with the best
     tokens/s/GPU and legal count its search gives, and the chosen one the fastest. A job file that says
     `--allow precision` changed it needs the record."""
-    from primus.tuning.run import PRECISION_CHANGED_NOTE, tune_notes
+    from primus.tuning.run import PRECISION_CHANGED_NOTE
 
     where = "result.json: allowed_changes.precision"
-    allowed = run.result.get("allowed_changes")
-    record = allowed.get("precision") if isinstance(allowed, dict) else None
+    record = _allowed_record(run, "precision")
     if record is None:
-        if PRECISION_CHANGED_NOTE in tune_notes(run.input_text("job.yaml")):
-            return [Difference(f"{where}: missing, though inputs/job.yaml says `--allow precision` changed its "
-                               "precision")]
-        return []
+        return _missing_record(run, where, PRECISION_CHANGED_NOTE, "precision", "precision")
     try:
         fields = _precision_record(record)
     except ValueError as exc:
         return [Difference(f"{where}: {exc}")]
-    pipeline = allowed.get("pipeline") if isinstance(allowed, dict) else None
+    pipeline = _allowed_record(run, "pipeline")
     data = run.job_mapping  # the file the precision change wrote: inputs/job.yaml before a pipeline change
     if isinstance(pipeline, dict) and isinstance(pipeline.get("requested"), dict):
         data = _with_requested_pipeline(data, pipeline["requested"])
