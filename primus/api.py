@@ -307,8 +307,9 @@ class ProjectionAnswer:
         bar = self.uncertainty
         doc: dict[str, Any] = {}
         if self.projection is not None:
+            lo, hi = bar.measured_range(self.projection.tokens_per_s_per_gpu)
             doc = {**self.projection.to_json(), "uncertainty_pct": bar.pct, "uncertainty_basis": bar.basis,
-                   "uncertainty_fitted": bar.fitted}
+                   "uncertainty_fitted": bar.fitted, "uncertainty_tokens_per_s_per_gpu": [lo, hi]}
         if self.measured is not None:
             doc["measured_profile"] = self.measured_note
         if not self.fits:

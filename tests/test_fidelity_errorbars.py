@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from primus.cli.project_cmd import project_cmd
 from primus.cli.solver_cmds import enumerate_cmd
 from primus.fidelity import ErrorBar, error_bar
-from primus.fidelity.errorbars import DATA
+from primus.fidelity.errorbars import DATA, measured_range, range_text
 from primus.fidelity.loso import (
     BAR_QUANTILE,
     MIN_SOURCES,
@@ -147,6 +147,28 @@ def test_project_shows_the_error_bar(tmp_path: Path) -> None:
     assert doc["uncertainty_pct"] == bar.pct and doc["uncertainty_basis"] == bar.basis
     text = CliRunner().invoke(project_cmd, [job]).output
     assert f"tokens/s/GPU {bar.text()}" in text
+
+
+def test_a_bar_reads_as_the_measured_values_it_covers() -> None:
+    # error = projected / measured - 1 (validate's convention): ± 10% on 1,100 covers 1,000 to 1,222.2
+    assert measured_range(1100.0, 10.0) == pytest.approx((1000.0, 1222.2222))
+    assert range_text(1100.0, 10.0) == "1,000 to 1,222 tokens/s/GPU"
+
+
+def test_a_bar_of_100_percent_or_more_sets_no_upper_end() -> None:
+    # the B200 MoE bar (147.9%, docs/accuracy.md) on 1,377 tokens/s/GPU: at least 555, never a negative low end
+    lo, hi = measured_range(1377.0, 147.9)
+    assert lo == pytest.approx(1377.0 / 2.479) and hi is None
+    assert range_text(1377.0, 147.9) == "555 tokens/s/GPU or more"
+
+
+def test_project_states_the_measured_range_its_bar_covers(tmp_path: Path) -> None:
+    job = _write(tmp_path, JOB)
+    doc = json.loads(CliRunner().invoke(project_cmd, [job, "--format", "json"]).output)
+    lo, hi = measured_range(doc["tokens_per_s_per_gpu"], doc["uncertainty_pct"])
+    assert doc["uncertainty_tokens_per_s_per_gpu"] == [lo, hi] and lo < doc["tokens_per_s_per_gpu"] < hi
+    text = CliRunner().invoke(project_cmd, [job]).output
+    assert f"(a measured {range_text(doc['tokens_per_s_per_gpu'], doc['uncertainty_pct'])})" in text
 
 
 def test_enumerate_rank_shows_the_error_bar(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from primus import api
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
 from primus.cli.output import emit_json, gib, lit, stdout_console, table, tight_text
-from primus.fidelity.errorbars import ErrorBar
+from primus.fidelity.errorbars import ErrorBar, range_text
 from primus.measure.measured_profile import MeasuredProfile
 from primus.projection import BREAKDOWN_ORDER, Projection
 from primus.projection.report import FLOP_CONVENTION, tflops_text
@@ -37,7 +37,7 @@ def print_projection(p: Projection, title: str, bar: ErrorBar | None = None, not
     con.print(f"step time {p.step_time_s:,.3f} s | {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU{pm} | "
               f"{tflops_text(p.model_tflops_per_gpu)} model TFLOP/s/GPU | MFU {p.mfu * 100:.1f}%")
     if bar is not None:
-        con.print(f"uncertainty {bar.text()}: {bar.basis}")
+        con.print(f"uncertainty {bar.text()} (a measured {range_text(p.tokens_per_s_per_gpu, bar.pct)}): {bar.basis}")
     for line in notes:
         con.print(line)
     verdict = "fits" if p.fits else "DOES NOT FIT"

@@ -12,6 +12,7 @@ from primus.cli.common import Negative, format_option, guarded, read_job, stack_
 from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table, tight_text
 from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
+from primus.fidelity.errorbars import range_text
 from primus.parallel import parallel_text
 from primus.paths import data_dir
 from primus.processes import WORKERS_RANGE, default_workers
@@ -58,7 +59,9 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
         verdict = "fits, but TIGHT: " + tight_text(band - best["tight_by_bytes"], band)
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
               f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} ({verdict}: proved by the ledger)")
-    con.print(f"  uncertainty: {doc['uncertainty_basis']}")
+    pct = doc.get("uncertainty_pct")
+    within = f"a measured {range_text(best['tokens_per_s_per_gpu'], pct)}: " if pct is not None else ""
+    con.print(f"  uncertainty: {within}{doc['uncertainty_basis']}")
     ref = doc["reference"]
     if "note" in ref:  # no reference: nothing is compared with the best
         con.print(f"reference: none ({ref['note']})")

@@ -59,6 +59,29 @@ class ErrorBar:
     def text(self) -> str:
         return f"± {self.pct:.0f}%"
 
+    def measured_range(self, projected: float) -> tuple[float, float | None]:
+        """The measured values whose error lies within the bar (see `measured_range`)."""
+        return measured_range(projected, self.pct)
+
+
+def measured_range(projected: float, pct: float) -> tuple[float, float | None]:
+    """The measured values a projection of `projected` errs by at most `pct` percent against.
+
+    The error is projected / measured − 1 (as `primus validate` counts it), so |error| ≤ b puts the
+    measured value between projected / (1 + b) and projected / (1 − b): not symmetric about the
+    projection, and with no upper end once b reaches 100% (an under-projection can err by at most
+    −100%, so a bar that wide says nothing of how much faster a run may be). Read as a range of
+    tokens/s/GPU, "1,377 ± 148%" is "555 or more", not the negative lower end the ± suggests.
+    """
+    b = pct / 100.0
+    return projected / (1.0 + b), (projected / (1.0 - b) if b < 1.0 else None)
+
+
+def range_text(projected: float, pct: float, unit: str = "tokens/s/GPU") -> str:
+    """`measured_range` in words: "9,962 to 11,233 tokens/s/GPU", or "555 tokens/s/GPU or more"."""
+    lo, hi = measured_range(projected, pct)
+    return f"{lo:,.0f} {unit} or more" if hi is None else f"{lo:,.0f} to {hi:,.0f} {unit}"
+
 
 @lru_cache(maxsize=4)
 def _load(path: str) -> dict[str, Any]:

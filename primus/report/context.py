@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus.fidelity.errorbars import range_text
 from primus.memory.evaluate import MemoryModel
 from primus.parallel import Layout, normalise
 from primus.parallel import parallel_text as layout_text
@@ -101,7 +102,9 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
     out = {
         "layout": layout_text(best["parallel"]), "parallel": _axes(best["parallel"]),
         "tokens": num(best["tokens_per_s_per_gpu"]), "pm": f" ± {pct:.0f}%" if pct is not None else "",
-        "basis": doc.get("uncertainty_basis") or "", "step": num(best["step_time_s"], 3),
+        "basis": doc.get("uncertainty_basis") or "",
+        "range": range_text(best["tokens_per_s_per_gpu"], pct) if pct is not None else None,
+        "step": num(best["step_time_s"], 3),
         "mfu": num(best["mfu"] * 100, 1), "tflops": num(best["model_tflops_per_gpu"], 0),
         "peak": gib(best["peak_bytes"]), "capacity": gib(capacity), "headroom": gib(capacity - best["peak_bytes"]),
         "speedup": f"{doc['speedup_vs_reference']:.2f}×" if "speedup_vs_reference" in doc else None,
