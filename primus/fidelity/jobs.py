@@ -228,6 +228,9 @@ def build(row: RunRow) -> RowJobs:
     if etp is None:
         etp = tp if rule.etp_is_tp else 1
         assumed.append(f"etp {etp} (stack default)")
+    if is_moe and (gpus % pp or (gpus // pp) % (ep * etp)):  # Megatron-Core: world = pp × ep × etp × edp
+        raise Unprojectable(f"ep {ep} × etp {etp} does not divide the {gpus // pp} GPUs of each of the pp {pp} "
+                            "stages: the layout cannot run")
     shipped = rule.stack.recipe_for(row["model"].lower(), hardware, row["precision"].lower())
     vp = _int(row, "vp")
     unstated: list[str] = ["etp"] if is_moe and _int(row, "etp") is None else []
