@@ -12,6 +12,8 @@ Run: python benchmarks/accuracy_tables.py [--runs RUNS.csv] [--date YYYY-MM-DD] 
    (primus/fidelity/data/error_bars.yaml; with --skip-loso the stored held-out errors are reused);
 3b. validate AMD's published runs (primus/fidelity/data/amd_runs_dev.csv), reported apart, with the check of
     whether a fitted AMD profile would predict an unseen AMD source better (`primus.fidelity.amd_fit`);
+3c. validate the held-out Megatron-Bridge rows (primus/fidelity/data/heldout_bridge.csv, assembled by
+    benchmarks/heldout_bridge.py; never fitted), reported apart (`primus.fidelity.heldout_bridge`);
 4. write docs/accuracy.md, keeping whatever sits between its `<!-- measured:start -->` and
    `<!-- measured:end -->` markers.
 """
@@ -35,6 +37,7 @@ from primus.fidelity.accuracy_doc import render  # noqa: E402
 from primus.fidelity.amd_fit import fit_check, ships_fitted  # noqa: E402
 from primus.fidelity.calibrate import calibrate, load_spec_profile, profile_yaml, spec_profile_path  # noqa: E402
 from primus.fidelity.errorbars import DATA as ERROR_BARS  # noqa: E402
+from primus.fidelity.heldout_bridge import bundled_heldout_bridge_path  # noqa: E402
 from primus.fidelity.loso import (  # noqa: E402
     WEIGHTING,
     HeldOut,
@@ -172,8 +175,13 @@ def main() -> None:
     amd_fit = fit_check(prepare(amd_rows)[0])
     log(f"AMD fit check: held-out median {amd_fit['held_out_summary']['median_abs_pct']:.1f}% vs spec-derived "
         f"{amd_fit['spec_summary']['median_abs_pct']:.1f}%: {'ship fitted' if ships_fitted(amd_fit) else 'keep spec'}")
+    heldout_path = bundled_heldout_bridge_path()  # never fitted: the shipped profiles, as for the dev rows
+    heldout_report = validate(read_runs(heldout_path), heldout_path.name)
+    log(f"held-out Megatron-Bridge rows: {len(heldout_report.rows)} runs, median "
+        f"{heldout_report.summary['tokens_per_s_per_gpu']['median_abs_pct']:.1f}%")
     old = DOC.read_text() if DOC.is_file() else ""
-    DOC.write_text(render(report, spec_report, bars, held_rows, fitted, args.date, old, amd_report, amd_fit))
+    DOC.write_text(render(report, spec_report, bars, held_rows, fitted, args.date, old, amd_report, amd_fit,
+                          heldout_report))
     s = report.summary
     t = s["tokens_per_s_per_gpu"]
     log(f"median {t['median_abs_pct']:.1f}% p90 {t['p90_abs_pct']:.1f}% max {t['max_abs_pct']:.1f}% | LOSO median "

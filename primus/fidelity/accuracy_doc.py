@@ -18,6 +18,7 @@ from primus.fidelity.accuracy_sections import (
     unstated_section,
 )
 from primus.fidelity.defaults import all_rules
+from primus.fidelity.heldout_bridge import heldout_section
 from primus.fidelity.loso import SPLIT_MIN_RUNS, is_large_group
 from primus.fidelity.validate import ValidationReport
 
@@ -55,7 +56,8 @@ def _group_table(groups: Mapping[str, Mapping[str, Any]], label: str) -> list[st
 
 def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, Any],
            held: Sequence[Mapping[str, Any]], fitted: Mapping[str, Mapping[str, Any]], date: str, old: str,
-           amd: ValidationReport | None = None, amd_fit: Mapping[str, Any] | None = None) -> str:
+           amd: ValidationReport | None = None, amd_fit: Mapping[str, Any] | None = None,
+           heldout: ValidationReport | None = None) -> str:
     s = report.summary
     t = s["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
@@ -153,7 +155,8 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *conflict_section(report, bars), "",
         *unstated_section(report), "",
         *gpt_oss_section(), "",
-        *amd_section(amd, bars, amd_fit),
+        *amd_section(amd, bars, amd_fit), "",
+        *heldout_section(heldout),
     ]
     lines += ["", "## Fitted profiles", "",
               "| accelerator | runs | fitted groups (factor on the spec-derived value) | in-sample median % |",
