@@ -241,7 +241,7 @@ def build(row: TableRow, variant: bool, split: bool, templates: dict[str, dict[s
     if sp:
         flags.append("sp_assumed")
     flags += [f for f in t["flags"].split(";") if f]
-    if tag in ("tokendrop",):
+    if tag == "tokendrop":
         flags.append("tokendrop")
     if tag == "w/ MTP":
         flags.append("mtp")
@@ -298,7 +298,8 @@ def assemble(mirror: Path, dev_path: Path) -> tuple[list[str], list[dict[str, st
         dev = list(reader)
     templates = dev_templates(dev)
     dev_keys = {key(r): r["run_id"] for r in dev}
-    dev_ids = {r["run_id"] for r in dev}
+    dev_by_id = {r["run_id"]: r for r in dev}
+    dev_ids = set(dev_by_id)
     report: list[str] = []
     rows: list[dict[str, str]] = []
     seen: set[tuple[str, ...]] = set()
@@ -327,7 +328,11 @@ def assemble(mirror: Path, dev_path: Path) -> tuple[list[str], list[dict[str, st
             for variant in (False, True) if has_variant else (False,):
                 r = build(t, variant, has_variant, templates, notes_of[(commit, path)])
                 if key(r) in dev_keys:
-                    report.append(f"  DEV  {where}{' (variant)' if variant else ''} -- is dev row {dev_keys[key(r)]}")
+                    d = dev_by_id[dev_keys[key(r)]]
+                    same = d["tokens_per_s_per_gpu"] == r["tokens_per_s_per_gpu"]
+                    report.append(f"  DEV  {where}{' (variant)' if variant else ''} -- is dev row {d['run_id']}"
+                                  + ("" if same else f" (dev tokens/s/GPU {d['tokens_per_s_per_gpu'] or '-'}, "
+                                                     f"table {r['tokens_per_s_per_gpu'] or '-'})"))
                 elif key(r) in seen:
                     report.append(f"  DUP  {where} -- already written")
                 else:
