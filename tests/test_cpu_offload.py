@@ -125,11 +125,17 @@ def test_megatron_core_offloads_fewer_layers_than_the_model_has_and_only_at_pp_1
     assert layouts and {(d["pp"], d["recompute"]) for d in layouts} == {(1, "none")}  # rule cpu-offload
 
 
-def test_the_25_11_presets_are_carried_for_that_release_only() -> None:
-    recipe = resolve_stack("megatron-bridge@25.11").recipe_for("llama3-70b", "gb200", "fp8")
-    assert recipe is not None and recipe.settings.cpu_offloading_num_layers == 40
-    assert resolve_stack("megatron-bridge@25.09").recipe_for("llama3-70b", "gb200", "fp8") is None
-    assert resolve_stack("megatron-bridge@26.02").recipe_for("llama3-70b", "gb200", "fp8") is None  # V1 and V2
+@pytest.mark.parametrize(("release", "gbs", "preset"), [
+    ("25.09", 128, "perf_matrix.gb200.num_gpus_64.fp8_cs"),  # v0.1.0rc3 llama3_70b_llm_pretrain.yaml
+    ("25.11", 128, "LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG"),  # v0.2.0 workload_base_configs.py
+    ("26.02", 128, "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V1"),  # v0.3.0: V1 GBS 128, V2 GBS 256 at 64 GPUs
+    ("26.04", 256, "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"),
+])
+def test_the_70b_gb200_fp8_preset_offloads_40_layers_under_megatron_fsdp(release: str, gbs: int, preset: str) -> None:
+    layout = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "mbs": 2, "gpus": 64, "gbs": gbs}
+    recipe = resolve_stack(f"megatron-bridge@{release}").recipe_for("llama3-70b", "gb200", "fp8", layout)
+    assert recipe is not None and preset in recipe.source
+    assert (recipe.settings.cpu_offloading_num_layers, recipe.settings.sharding) == (40, "fsdp")
 
 
 def test_the_gb300_preset_fits_with_its_20_offloaded_layers() -> None:

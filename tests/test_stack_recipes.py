@@ -73,13 +73,14 @@ def test_a_run_without_recompute_in_its_table_takes_its_presets_recompute(run_id
 
 
 def test_a_preset_that_changed_in_a_release_is_picked_only_from_that_release(tmp_path: Path) -> None:
-    # Megatron-Bridge v0.4.0 (26.04) recomputed ['mlp'] for DeepSeek-V3 GB200 MXFP8, v0.5.0 (26.06)
-    # ['mla_up_proj']: the recipe carries `since: "26.06"`, so a 26.04 run does not take it
+    # Megatron-Bridge v0.4.0 (26.04) DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (GBS 4096 at 256 GPUs, as the
+    # row) recomputes ['mlp'], v0.5.0
+    # (26.06) ['mla_up_proj']: a 26.04 run of the same layout takes the 26.04 preset
     fields, row = row_of(bundled_runs_path(), "MB26.06-DGX-GB200-DeepSeek-V3-MXFP8")
     path = write_rows(tmp_path / "runs.csv", fields, [{**row, "run_id": "older", "source": "megatron-bridge-26.04"}])
     jobs = build(read_runs(path)[0])
-    assert jobs.project.spec.parallel.recompute_modules is None
-    assert not any("the stack's recipe" in a for a in jobs.assumed)
+    assert jobs.project.spec.parallel.recompute_modules == ("mlp",)
+    assert any("v0.4.0" in a and "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2" in a for a in jobs.assumed)
 
 
 def test_the_dgx_cloud_deepseek_recipes_hold_for_the_release_read_only() -> None:

@@ -231,8 +231,10 @@ def build(row: RunRow) -> RowJobs:
     if is_moe and (gpus % pp or (gpus // pp) % (ep * etp)):  # Megatron-Core: world = pp × ep × etp × edp
         raise Unprojectable(f"ep {ep} × etp {etp} does not divide the {gpus // pp} GPUs of each of the pp {pp} "
                             "stages: the layout cannot run")
-    shipped = rule.stack.recipe_for(row["model"].lower(), hardware, row["precision"].lower())
     vp = _int(row, "vp")
+    stated = {"tp": tp, "pp": pp, "vp": vp if pp > 1 else 1, "cp": cp, "ep": ep if is_moe else None,
+              "etp": _int(row, "etp") if is_moe else None, "mbs": mbs, "gpus": gpus, "gbs": gbs}
+    shipped = rule.stack.recipe_for(row["model"].lower(), hardware, row["precision"].lower(), stated)
     unstated: list[str] = ["etp"] if is_moe and _int(row, "etp") is None else []
     if vp is None and pp > 1 and shipped is not None and shipped.settings.vp:
         vp = shipped.settings.vp

@@ -9,6 +9,7 @@ resolves to the newest release not after it, and the resolved stack says so (`no
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from primus.errors import InputError, did_you_mean
 from primus.paths import data_dir
 from primus.specs.base import parse_spec
-from primus.stacks.schema import Recipe, StackFile
+from primus.stacks.schema import LAYOUT_AXES, Recipe, RecipeLayout, StackFile
 from primus.yamlio import load_mapping
 
 DEFAULT_STACK = "megatron-lm"
@@ -108,10 +109,19 @@ class Stack:
         mine, other = _key(self.requested or self.release), _key(label)
         return mine is not None and other is not None and mine < other
 
-    def recipe_for(self, model: str, gpu: str, precision: str) -> Recipe | None:
+    def recipe_for(self, model: str, gpu: str, precision: str,
+                   layout: Mapping[str, int | None] | None = None) -> Recipe | None:
         """The framework's recipe for this model, GPU and precision, if it ships one for this release (the
-        release asked for: presets change in releases whose stack-wide settings do not)."""
+        release asked for: presets change in releases whose stack-wide settings do not).
+
+        `layout` is what the run or job states (`LAYOUT_AXES`, and `gpus`, `gbs`; None or a missing key:
+        not stated). Where the framework ships several variants of one preset (each recipe with its
+        `layout`), the run gets the variant whose layout its stated axes contradict least, then the one at
+        the run's global batch per GPU, then the first listed (the framework's default variant). A preset
+        with one variant holds whatever the run states: published runs scale a preset (more GPUs, another
+        EP) without becoming another preset."""
         mine = _key(self.requested or self.release)
+        found: list[Recipe] = []
         for r in self.recipes:
             if (r.model, r.gpu, r.precision) != (model, gpu, precision):
                 continue
@@ -121,8 +131,26 @@ class Stack:
             until = _key(r.until) if r.until else None
             if until is not None and mine is not None and mine > until:
                 continue
-            return r
-        return None
+            found.append(r)
+        if layout is None or len(found) < 2:
+            return found[0] if found else None
+        stated = layout
+        return min(found, key=lambda r: (_contradictions(r.layout, stated), not _same_batch(r.layout, stated),
+                                         found.index(r)))
+
+
+def _contradictions(preset: RecipeLayout | None, stated: Mapping[str, int | None]) -> int:
+    """How many axes the run states otherwise than the preset (an axis either leaves open agrees)."""
+    if preset is None:
+        return 0
+    return sum(1 for axis in LAYOUT_AXES if stated.get(axis) is not None and getattr(preset, axis) is not None
+               and stated[axis] != getattr(preset, axis))
+
+
+def _same_batch(preset: RecipeLayout | None, stated: Mapping[str, int | None]) -> bool:
+    """Whether the run's global batch per GPU is the preset's (both stated)."""
+    gpus, gbs = stated.get("gpus"), stated.get("gbs")
+    return preset is not None and gpus is not None and gbs is not None and gbs * preset.gpus == preset.gbs * gpus
 
 
 @lru_cache(maxsize=256)

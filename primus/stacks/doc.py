@@ -51,7 +51,9 @@ def render() -> str:
         for r in spec.recipes:
             span = (f" (releases {r.since or '…'} to {r.until or '…'})" if r.until
                     else f" (releases {r.since} on)" if r.since else "")
-            lines.append(f"- recipe {_cell(f'{r.model} / {r.gpu} / {r.precision}{span}')}: "
+            at = (" at " + ", ".join(f"{k} {v}" for k, v in r.layout.model_dump(exclude_none=True).items())
+                  if r.layout else "")
+            lines.append(f"- recipe {_cell(f'{r.model} / {r.gpu} / {r.precision}{span}{at}')}: "
                          f"{md_code(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
         if spec.recipes:
             lines.append("")

@@ -99,14 +99,39 @@ class RecipeSettings(Spec):
     cross_entropy: CrossEntropy | None = None  # where a preset's loss differs from the stack's
 
 
+#: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`).
+LAYOUT_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs")
+
+
+class RecipeLayout(Spec):
+    """The layout a workload preset runs at: what tells apart the variants (V1/V2, LARGE_SCALE) a framework
+    ships for one model, GPU, precision and release. `vp` 1 is no interleaving; `etp` null where the preset
+    leaves it to the framework. `gpus` and `gbs` are the preset's own scale: the presets scale the global
+    batch with the GPU count (Megatron-Bridge scripts/performance/utils/utils.py
+    WorkloadBaseConfig.gbs_scaling_factor), so a run matches on GBS per GPU."""
+
+    tp: PosInt
+    pp: PosInt
+    vp: PosInt
+    cp: PosInt
+    ep: PosInt
+    etp: PosInt | None = None
+    mbs: PosInt
+    gpus: PosInt
+    gbs: PosInt
+
+
 class Recipe(Spec):
-    """A framework's shipped per-model recipe, keyed by model, GPU and precision."""
+    """A framework's shipped per-model recipe, keyed by model, GPU and precision (and, where the framework
+    ships several variants of one, by the layout each runs at)."""
 
     model: Annotated[str, Field(min_length=1, max_length=200)]
     gpu: Annotated[str, Field(min_length=1, max_length=200)]
     precision: Literal["bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
     since: Label | None = None
     until: Label | None = None  # the last release whose preset this is (a later one changed or split it)
+    #: the preset's layout: a run whose stated layout contradicts it is not this preset's run
+    layout: RecipeLayout | None = None
     settings: RecipeSettings
     source: Source
 
