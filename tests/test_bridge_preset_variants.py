@@ -4,6 +4,7 @@ and release: a run gets the variant whose layout it ran (`Stack.recipe_for`, sta
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,26 @@ def test_a_26_04_b300_deepseek_v3_run_recomputes_as_its_preset() -> None:
     pins = jobs.project.spec.parallel
     assert (pins.recompute, pins.recompute_modules) == ("selective", ("mla_up_proj",))
     assert any("DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX" in a for a in jobs.assumed)
+
+
+def _releases(recipe) -> tuple[tuple[int, ...], tuple[int, ...]]:  # type: ignore[no-untyped-def]
+    key = lambda label: tuple(int(p) for p in label.split("."))  # noqa: E731
+    return key(recipe.since or "0"), key(recipe.until or "99")
+
+
+def test_every_megatron_bridge_recipe_cites_a_tag_a_commit_and_its_preset() -> None:
+    for r in resolve_stack("megatron-bridge").recipes:
+        assert r.source.startswith("NVIDIA-NeMo/Megatron-Bridge v0."), r.source
+        assert re.search(r"\b[0-9a-f]{40}\b", r.source) and re.search(r"(CONFIG\w*|_config|perf_matrix\.\S+)", r.source)
+
+
+def test_no_two_variants_of_a_preset_share_a_layout_in_one_release() -> None:
+    # else the layout could not tell them apart and the listing order would decide
+    recipes = resolve_stack("megatron-bridge").recipes
+    for i, a in enumerate(recipes):
+        for b in recipes[i + 1:]:
+            if (a.model, a.gpu, a.precision) != (b.model, b.gpu, b.precision) or a.layout is None:
+                continue
+            (a0, a1), (b0, b1) = _releases(a), _releases(b)
+            if a0 <= b1 and b0 <= a1:
+                assert a.layout != b.layout, (a.source, b.source)
