@@ -97,3 +97,19 @@ def test_no_two_variants_of_a_preset_share_a_layout_in_one_release() -> None:
             (a0, a1), (b0, b1) = _releases(a), _releases(b)
             if a0 <= b1 and b0 <= a1:
                 assert a.layout != b.layout, (a.source, b.source)
+
+
+def test_a_run_that_splits_the_model_otherwise_than_every_variant_takes_none() -> None:
+    # NVIDIA's 26.02.01 table: Llama 3.1 405B FP8 on 256 GB300 at TP 2, PP 8, CP 2; v0.3.1's presets are
+    # TP 2 PP 1 (V1, Megatron-FSDP, offloading) and TP 4 PP 8 (V2): the run ran neither, so the stack's
+    # defaults hold rather than settings chosen for another split
+    layout = {"tp": 2, "pp": 8, "vp": 4, "cp": 2, "mbs": 1, "gpus": 256, "gbs": 1536}
+    assert resolve_stack("megatron-bridge@26.02.01").recipe_for("llama3.1-405b", "gb300", "fp8", layout) is None
+
+
+def test_a_preset_holds_for_a_run_at_another_expert_parallel_size() -> None:
+    # v0.2.0 GPT_OSS_120B_B200_BF16_BASE_CONFIG is EP 64; NVIDIA's 25.11 table prints its run at EP 8 with the
+    # same TP, PP and CP: scaled, not another preset
+    layout = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 8, "mbs": 4, "gpus": 64, "gbs": 512}
+    recipe = resolve_stack("megatron-bridge@25.11").recipe_for("gpt-oss-120b", "b200", "bf16", layout)
+    assert recipe is not None and recipe.settings.recompute_modules == ("layernorm", "moe_act")

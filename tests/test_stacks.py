@@ -204,13 +204,14 @@ def test_import_sets_the_stack_the_file_implies(kind: str, name: str, stack: str
 
 
 def test_a_run_that_omits_recompute_resolves_to_its_recipe(tmp_path: Path) -> None:
-    # Megatron-Bridge's Llama 3 8B H100 FP8 preset sets recompute_num_layers 5 (full, block method);
-    # a published run of that recipe whose table leaves recompute empty is projected with it.
+    # Megatron-Bridge's Llama 3 8B H100 FP8 preset (v0.5.0 LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1: TP 1,
+    # PP 1, CP 1, MBS 1, GBS 128 on 8 GPUs) sets recompute_num_layers 5 (full, block method); a published run
+    # of that recipe whose table leaves recompute empty is projected with it.
     from primus.fidelity.jobs import build
 
     fields, row = row_of(bundled_runs_path(), "DGXC25.04.01-H100-Llama3-8B-FP8-8")
     path = write_rows(tmp_path / "runs.csv", fields, [{**row, "run_id": "mb-8b", "source": "megatron-bridge-26.06",
-                                                       "model": "llama3-8b", "recompute": ""}])
+                                                       "model": "llama3-8b", "recompute": "", "cp": "1"}])
     jobs = build(read_runs(path)[0])
     pins = jobs.project.spec.parallel
     assert (pins.recompute, pins.recompute_num_layers, pins.recompute_method) == ("full", 5, "block")

@@ -17,7 +17,7 @@ from typing import Any
 from primus.errors import InputError, did_you_mean
 from primus.paths import data_dir
 from primus.specs.base import parse_spec
-from primus.stacks.schema import LAYOUT_AXES, Recipe, RecipeLayout, StackFile
+from primus.stacks.schema import LAYOUT_AXES, PARTITION_AXES, Recipe, RecipeLayout, StackFile
 from primus.yamlio import load_mapping
 
 DEFAULT_STACK = "megatron-lm"
@@ -115,11 +115,11 @@ class Stack:
         release asked for: presets change in releases whose stack-wide settings do not).
 
         `layout` is what the run or job states (`LAYOUT_AXES`, and `gpus`, `gbs`; None or a missing key:
-        not stated). Where the framework ships several variants of one preset (each recipe with its
-        `layout`), the run gets the variant whose layout its stated axes contradict least, then the one at
-        the run's global batch per GPU, then the first listed (the framework's default variant). A preset
-        with one variant holds whatever the run states: published runs scale a preset (more GPUs, another
-        EP) without becoming another preset."""
+        not stated). A recipe with a `layout` holds only for a run that splits the model as it does
+        (`PARTITION_AXES`: TP, PP, CP, where both state them); published runs scale a preset (more GPUs,
+        another EP or batch) without becoming another one. Of several that hold (a preset's variants), the
+        run gets the one whose other axes it contradicts least, then the one at its global batch per GPU,
+        then the first listed (the framework's default variant)."""
         mine = _key(self.requested or self.release)
         found: list[Recipe] = []
         for r in self.recipes:
@@ -132,18 +132,19 @@ class Stack:
             if until is not None and mine is not None and mine > until:
                 continue
             found.append(r)
-        if layout is None or len(found) < 2:
+        if layout is None:
             return found[0] if found else None
         stated = layout
-        return min(found, key=lambda r: (_contradictions(r.layout, stated), not _same_batch(r.layout, stated),
-                                         found.index(r)))
+        holding = [r for r in found if _contradicted(r.layout, stated, PARTITION_AXES) == 0]
+        return min(holding, key=lambda r: (_contradicted(r.layout, stated, LAYOUT_AXES),
+                                           not _same_batch(r.layout, stated), holding.index(r)), default=None)
 
 
-def _contradictions(preset: RecipeLayout | None, stated: Mapping[str, int | None]) -> int:
-    """How many axes the run states otherwise than the preset (an axis either leaves open agrees)."""
+def _contradicted(preset: RecipeLayout | None, stated: Mapping[str, int | None], axes: tuple[str, ...]) -> int:
+    """How many of `axes` the run states otherwise than the preset (an axis either leaves open agrees)."""
     if preset is None:
         return 0
-    return sum(1 for axis in LAYOUT_AXES if stated.get(axis) is not None and getattr(preset, axis) is not None
+    return sum(1 for axis in axes if stated.get(axis) is not None and getattr(preset, axis) is not None
                and stated[axis] != getattr(preset, axis))
 
 

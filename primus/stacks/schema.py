@@ -99,8 +99,11 @@ class RecipeSettings(Spec):
     cross_entropy: CrossEntropy | None = None  # where a preset's loss differs from the stack's
 
 
-#: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`).
-LAYOUT_AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs")
+#: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):
+#: a run that splits the model otherwise (TP, PP, CP) ran another configuration than the preset, whose
+#: recompute and offloading were chosen for its split; the others tell a preset's variants apart.
+PARTITION_AXES = ("tp", "pp", "cp")
+LAYOUT_AXES = (*PARTITION_AXES, "vp", "ep", "etp", "mbs")
 
 
 class RecipeLayout(Spec):
