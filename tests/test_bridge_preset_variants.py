@@ -113,3 +113,8 @@ def test_a_preset_holds_for_a_run_at_another_expert_parallel_size() -> None:
     layout = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 8, "mbs": 4, "gpus": 64, "gbs": 512}
     recipe = resolve_stack("megatron-bridge@25.11").recipe_for("gpt-oss-120b", "b200", "bf16", layout)
     assert recipe is not None and recipe.settings.recompute_modules == ("layernorm", "moe_act")
+
+
+def test_stacks_show_lists_each_variant_with_its_layout(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("stacks", "show", "megatron-bridge@26.04")
+    assert code == 0 and "layout" in out and '"gbs": 1536' in out  # LLAMA31_405B_..._GB300_FP8_CS_V2's

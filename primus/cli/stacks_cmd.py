@@ -58,6 +58,9 @@ def stacks_show(ref: str, fmt: str) -> None:
     con.print(table(f"{stack.label}: {stack.title}", ["setting", "value", "source"], rows))
     con.print(f"release source: {stack.release_source}")
     if stack.recipes:
-        con.print(table("per-model recipes", ["model", "gpu", "precision", "since", "settings", "source"],
-                        [(r.model, r.gpu, r.precision, r.since or "-",
+        # a preset's variants differ by their layout (Stack.recipe_for), so it is shown beside the releases
+        con.print(table("per-model recipes", ["model", "gpu", "precision", "since", "until", "layout", "settings",
+                                              "source"],
+                        [(r.model, r.gpu, r.precision, r.since or "-", r.until or "-",
+                          json.dumps(r.layout.model_dump(exclude_none=True)) if r.layout else "-",
                           json.dumps(r.settings.model_dump(exclude_none=True)), r.source) for r in stack.recipes]))
