@@ -95,11 +95,20 @@ def test_a_megatron_launch_line_with_the_te_loss_imports_it(run_cli, tmp_path: P
 
 
 def test_megatron_lm_export_writes_the_native_loss_it_accepts_and_checks_that_job(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    # Megatron-LM d98e8a6 arguments.py lines 1697-1702 refuse te with --cross-entropy-loss-fusion
-    path = write_job({**JOB, "stack": "megatron-bridge@26.06"})
+    # Megatron-LM core_v0.18.2 arguments.py lines 1528-1532 refuse te with --cross-entropy-loss-fusion (#5115)
+    path = write_job({**JOB, "stack": "megatron-lm@core_v0.18.2",
+                      "kernels": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"}})
     code, out, err = run_cli("export", path, "--to", "megatron")
     assert code == 0 and "--cross-entropy-loss-fusion" in out and "--cross-entropy-fusion-impl" not in out
-    assert "native fused kernel" in err and "1697-1702" in err
+    assert "native fused kernel" in err and "core_v0.18.2" in err and "1528-1532" in err
+
+
+def test_a_megatron_lm_release_before_the_refusal_keeps_transformer_engines_loss(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # #5115 (168cb15d70) is first tagged core_v0.18.2: core_v0.18.0, the Megatron Core of NeMo 26.06's
+    # Megatron-Bridge 0.5.0, has no such assert and runs the user's loss
+    path = write_job({**JOB, "stack": "megatron-bridge@26.06"})
+    code, out, err = run_cli("export", path, "--to", "megatron")
+    assert code == 0 and "--cross-entropy-fusion-impl te" in out and "native fused kernel" not in err
 
 
 def test_primus_export_keeps_transformer_engines_loss(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
@@ -118,7 +127,7 @@ def test_an_export_refused_only_as_megatron_lm_runs_it_says_so(run_cli, write_jo
     # Llama 3 8B at MBS 2, sequence 1,856, DP 8: 73.21 GiB with Transformer Engine's loss fits the H100's
     # 73.50 GiB; Megatron-LM's native loss adds a bf16 logit tensor (73.87 GiB) and does not
     job = {"model": "llama3-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 1856, "global_batch_size": 64,
-           "stack": "megatron-lm@2026.06", "kernels": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"},
+           "stack": "megatron-lm@core_v0.18.2", "kernels": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"},
            "parallel": {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 1, "etp": 1, "dp": 8, "mbs": 2, "sp": False,
                         "recompute": "none", "sharding": "dist_opt"}}
     path = write_job(job)

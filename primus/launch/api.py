@@ -22,7 +22,7 @@ from primus.memory.evaluate import pinned_layout
 from primus.parallel import Layout
 from primus.solver.pins import normalisation_notes
 from primus.stacks.core import DEFAULT_STACK, resolve_stack
-from primus.stacks.megatron_release import megatron_target
+from primus.stacks.megatron_release import TE_LOSS_REFUSED_FROM, megatron_target
 from primus.yamlio import load_mapping, read_text
 
 _IMPORTERS: dict[str, Callable[..., LaunchConfig]] = {
@@ -104,27 +104,29 @@ def load_launch_job(kind: str, path: str | Path, hardware: str | None = None, no
     return job_from_mapping(config.job, str(p), p.parent), config
 
 
-#: Megatron-LM's own launcher refuses Transformer Engine's fused cross-entropy; Megatron-Core (which
-#: Megatron-Bridge and NeMo drive) only warns, and AMD Primus's Megatron accepts it.
-TE_LOSS_REFUSED = ("NVIDIA/Megatron-LM d98e8a6 megatron/training/arguments.py lines 1697-1702 refuse "
-                   "--cross-entropy-fusion-impl te with --cross-entropy-loss-fusion ('stability issues')")
+#: Megatron-LM's own launcher refuses Transformer Engine's fused cross-entropy from `TE_LOSS_REFUSED_FROM` on;
+#: Megatron-Core (which Megatron-Bridge and NeMo drive) only warns, and AMD Primus's Megatron accepts it.
+TE_LOSS_REFUSED = (f"NVIDIA/Megatron-LM {TE_LOSS_REFUSED_FROM} megatron/training/arguments.py lines 1528-1532 refuse "
+                   "--cross-entropy-fusion-impl te with --cross-entropy-loss-fusion ('stability issues'; #5115)")
 
 
 def launchable(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
     """The job as the target launches it, and why it differs: on the target's stack without the settings
-    its framework lacks (`primus.launch.target`); and Megatron-LM runs a fused loss only with its
-    native kernel, which keeps one more bf16 logit tensor in the loss's backward than Transformer Engine's
-    in-place one, so the export is checked (and written) as that job."""
+    its framework lacks (`primus.launch.target`); and a Megatron-LM release that refuses Transformer
+    Engine's fused loss (`TE_LOSS_REFUSED_FROM` on) runs it with its native kernel, which keeps one more
+    bf16 logit tensor in the loss's backward than Transformer Engine's in-place one, so the export is
+    checked (and written) as that job. An earlier release runs the user's loss as given."""
     job, moved = on_target_stack(job, _kind(kind))
-    if kind == "megatron":  # a release the line cannot be written for is refused before fit is asked
-        megatron_target(job.resolved_stack, job.where)
+    if kind != "megatron":
+        return job, moved
+    target = megatron_target(job.resolved_stack, job.where)  # a release the line cannot be written for is refused
     k = job.spec.kernels
-    if kind != "megatron" or not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te"):
+    if not (k.cross_entropy_fusion and k.cross_entropy_fusion_impl == "te") or target.before(TE_LOSS_REFUSED_FROM):
         return job, moved
     native = job.with_spec(kernels={**k.model_dump(), "cross_entropy_fusion_impl": "native"})
-    return native, (*moved, f"cross-entropy written as Megatron-Core's native fused kernel, not Transformer Engine's: "
-                    f"{TE_LOSS_REFUSED}; the native kernel keeps one more bf16 logit tensor in the loss's "
-                    "backward, and the export is checked as written",)
+    return native, (*moved, f"cross-entropy written as Megatron-Core's native fused kernel, not Transformer Engine's, "
+                    f"for {target.tag}: {TE_LOSS_REFUSED}; the native kernel keeps one more bf16 logit tensor in the "
+                    "loss's backward, and the export is checked as written",)
 
 
 def export_job(job: Job, kind: str, layout: Layout | None = None) -> Exported:

@@ -281,12 +281,14 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
     modules = r.ns.get("recompute_modules")
     if modules is not None and granularity == "selective":
         listed = [str(m) for m in r.get("recompute_modules")]
-        modelled = [m for m in listed if m in RECOMPUTE_MODULES]
-        if len(modelled) < len(listed):
-            out.note("recompute_modules not modelled (no sourced bytes): "
-                     + ", ".join(m for m in listed if m not in modelled))
-        if modelled:
-            par["recompute_modules"] = modelled
+        unmodelled = [m for m in listed if m not in RECOMPUTE_MODULES]
+        if unmodelled:  # dropping one would change the job, and an export would write another list
+            raise InputError(ctx.where, ctx.label("recompute_modules"),
+                             f"{', '.join(unmodelled)} not modelled (primus models "
+                             f"{', '.join(RECOMPUTE_MODULES)}; Megatron-Core also has moe and shared_experts): "
+                             "primus would prove and export another job")
+        if listed:
+            par["recompute_modules"] = listed
     elif modules is not None:
         r.get("recompute_modules")
     if ctx.recompute_layer_ids is not None:
@@ -295,8 +297,10 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
         method = r.get("recompute_method")
         if method is not None:
             par["recompute_method"] = method
-        else:
-            out.note("full recompute without a recompute method (Megatron-LM refuses it): modelled as uniform")
+        else:  # core_v0.18.0 transformer_config.py lines 1551-1560 raise on it
+            raise InputError(ctx.where, ctx.label("recompute_granularity"),
+                             f"full needs {ctx.label('recompute_method')} block or uniform (Megatron-Core's "
+                             "TransformerConfig raises 'recompute_method must be \"block\" or \"uniform\"')")
         if r.get("recompute_num_layers") == 0 and method == "block":
             # Megatron-LM's block method checkpoints the first N layers of each chunk: N = 0 is none
             out.note("full recompute with the block method and recompute_num_layers 0 recomputes no layer: "
@@ -370,7 +374,7 @@ def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int
         if stages % pp:
             raise InputError(ctx.where, ctx.label("pipeline_model_parallel_layout"),
                              f"{stages} stages are not a multiple of PP {pp}")
-        return stages // pp
+        return _interleaved(ctx, pp, stages // pp, "pipeline_model_parallel_layout")
     if per_stage is not None:
         sizes = [d for d in STAGE_SIZE_OPTIONS if r.get(d)]
         if sizes:  # Megatron-LM 000c4ac arguments.py lines 558-560 (d98e8a6 lines 954-956) asserts this
@@ -382,10 +386,21 @@ def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int
         if layers % pp or (layers // pp) % per_stage:
             raise InputError(ctx.where, ctx.label("num_layers_per_virtual_pipeline_stage"),
                              f"{per_stage} does not divide the {layers // pp} layers of a pipeline stage")
-        return 1 if pp == 1 else layers // pp // per_stage
+        return _interleaved(ctx, pp, layers // pp // per_stage, "num_layers_per_virtual_pipeline_stage")
     if per_rank is not None:
-        return 1 if pp == 1 else per_rank
+        return _interleaved(ctx, pp, per_rank, "num_virtual_stages_per_pipeline_rank")
     return None
+
+
+def _interleaved(ctx: ImportContext, pp: int, vp: int, dest: str) -> int:
+    """The VP size an option derives, refused above 1 at PP 1: Megatron-LM derives it first and then
+    asserts 'When interleaved schedule is used, pipeline-model-parallel size should be greater than 1'
+    (core_v0.18.0 megatron/training/arguments.py lines 980-983; a derived VP of 1 is dropped before it)."""
+    if pp == 1 and vp > 1:
+        raise InputError(ctx.where, ctx.label(dest),
+                         f"gives {vp} virtual stages per rank at pipeline-parallel size 1 (Megatron-LM asserts "
+                         "'When interleaved schedule is used, pipeline-model-parallel size should be greater than 1')")
+    return vp
 
 
 def _sharding(r: ArgReader, ctx: ImportContext) -> str:
@@ -419,8 +434,12 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
         if r.ns.get("fp4_recipe") in (None, "nvfp4"):
             r.get("fp4_recipe")
         return {"precision": "nvfp4"}
-    if r.get("fp8"):
+    fp8_format = r.get("fp8")
+    if fp8_format:
         doc: dict[str, Any] = {"precision": "fp8"}
+        if fp8_format != "hybrid":  # the job has no format: an export writes Megatron's hybrid
+            out.note(f"{r.ctx.label('fp8')} {fp8_format} read as precision fp8 (the same bytes); the job has no "
+                     "FP8 format, and an export writes --fp8-format hybrid (e4m3 forward, e5m2 gradients)")
         recipe = r.ns.get("fp8_recipe")
         if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
             doc["fp8_recipe"] = r.get("fp8_recipe")

@@ -103,6 +103,11 @@ LEGACY_GEMM_FLAG: Final = "--moe-use-legacy-grouped-gemm"
 #: release branch) megatron/training/arguments.py lines 877 and 1042 still assert "Currently GroupedGEMM for MoE
 #: only supports bf16 dtype." and "Expert parallelism is not supported with fp16 training."
 FP16_MOE_FROM: Final = "core_v0.16.0"
+#: The first release whose validate_args refuses Transformer Engine's fused cross-entropy
+#: (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``): NVIDIA/Megatron-LM 168cb15d70 "Disable TE
+#: cross entropy loss fusion (#5115)", 2026-06-03, first tagged core_v0.18.2 (arguments.py lines 1528-1532, 'stability
+#: issues'); core_v0.12.0 (which added the option) to core_v0.18.0 have no such assert.
+TE_LOSS_REFUSED_FROM: Final = "core_v0.18.2"
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""
 #: The stacks whose jobs run Megatron-Core's own modules as that release has them (AMD Primus does not:
