@@ -34,6 +34,7 @@ from primus.launch.launch_env import LAUNCH_ENV, allocator_env, expandable_segme
 from primus.launch.megatron_args import ARGS, BY_DEST, BY_FLAG, MEGATRON_DEFAULTS, MEGATRON_RELEASE, coerce
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args, model_from_args
 from primus.launch.megatron_release_check import for_release
+from primus.launch.option_names import check_option
 from primus.launch.shell import Command, Script, read_script
 from primus.parallel import Layout
 from primus.stacks.megatron_release import GROUPED_MLP_REMOVED_IN, LEGACY_GEMM_FLAG, megatron_target, newest_with
@@ -170,6 +171,7 @@ def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = No
         if arg is not None:
             _not_substituted(script, name, values, where)
         if arg is None:
+            check_option(name, where)
             parsed.order.append(("other", script.restore(" ".join([name, *values]))))
         elif arg.kind in ("true", "false"):
             if eq:

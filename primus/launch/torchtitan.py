@@ -34,6 +34,7 @@ from primus.launch.common import (
     residual,
     resolve_cluster,
 )
+from primus.launch.option_names import check_field
 from primus.launch.torchtitan_2024 import KEYS_2024, LAUNCH_2024, UNTIL_MONTH, tables_2024
 from primus.launch.torchtitan_cli import CLI_COMMIT, NO_ETP, registry_line
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
@@ -219,6 +220,7 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         out.note("loss not compiled: eager PyTorch cross-entropy (its backward holds two more fp32 logit tensors)")
     for key, value in t.flat.items():
         if key not in t.used:
+            check_field(key, where)
             out.skip(f"{key} = {json.dumps(value)}")
     out.note(f"model {slug if isinstance(slug, str) else slug['name']} from torchtitan flavor {name} {flavor}")
     return finish("torchtitan", TORCHTITAN_RELEASE, where, job, header, cluster, out, base_dir)
