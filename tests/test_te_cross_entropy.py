@@ -127,7 +127,8 @@ def test_an_export_refused_only_as_megatron_lm_runs_it_says_so(run_cli, write_jo
     # Llama 3 8B at MBS 2, sequence 1,856, DP 8: 73.21 GiB with Transformer Engine's loss fits the H100's
     # 73.50 GiB; Megatron-LM's native loss adds a bf16 logit tensor (73.87 GiB) and does not
     job = {"model": "llama3-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 1856, "global_batch_size": 64,
-           "stack": "megatron-lm@core_v0.18.2", "kernels": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"},
+           "stack": "megatron-lm@core_v0.18.2",
+           "kernels": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"},
            "parallel": {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 1, "etp": 1, "dp": 8, "mbs": 2, "sp": False,
                         "recompute": "none", "sharding": "dist_opt"}}
     path = write_job(job)

@@ -167,10 +167,12 @@ def _iso_date(text: str) -> bool:
 @click.option("--exclude-source", "exclude", multiple=True, metavar="SOURCE",
               help="Leave a source's runs out of the fit (repeatable).")
 @click.option("--date", "date", default=None, help="Date recorded in the provenance (default: today, UTC).")
+@click.option("--force", is_flag=True, help="Replace the --out profile even if it was edited since primus wrote "
+              "it (without it, an edited profile is refused and kept).")
 @format_option("table", "json")
 @guarded
 def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | None, exclude: tuple[str, ...],
-                  date: str | None, fmt: str) -> None:
+                  date: str | None, force: bool, fmt: str) -> None:
     """Fit the named parameters of one accelerator's profile to published runs and write it.
 
     Fits a few parameter groups the runs can identify (GEMM plateau per format, attention, MoE host and
@@ -193,7 +195,7 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
         raise InputError("--date", None, f"{shown(date)} is not a calendar date in ISO form (YYYY-MM-DD)")
     target = Path(out or f"{hardware}.yaml")
     inputs = (runs_file, *([start] if start else []))  # a --start profile is an input, never replaced
-    check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=inputs)
+    check_replaceable(target, written_by=_calibrated, command="calibrate", inputs=inputs, force=force)
     every = read_runs(runs_file)
     known = {r.source for r in every if r.source}
     for name in exclude:
@@ -210,7 +212,7 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
               "calibration: for the runs, date and residuals).\n"
               "Every number not fitted keeps its spec-derived value and source.")
     replace_file(target, profile_yaml(result.profile, header), written_by=_calibrated, command="calibrate",
-                 inputs=inputs)
+                 inputs=inputs, force=force)
     rec = result.profile.calibration
     assert rec is not None
     if fmt == "json":

@@ -33,19 +33,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 
-def write_atomically(path: str, text: str, command: str, inputs: tuple[str | None, ...]) -> None:
-    """Write `--out` atomically. An existing file is replaced only when primus wrote it (the header its
-    command puts on the first lines), never when it is one of the inputs: anything else is refused."""
+def write_atomically(path: str, text: str, command: str, inputs: tuple[str | None, ...], force: bool = False) -> None:
+    """Write `--out` atomically, sealed (`primus.report.owned.seal`). An existing file is replaced only when
+    primus wrote it (the header its command puts on the first lines) and it was not edited since (its
+    seal; `force` replaces an edited one), never when it is one of the inputs: anything else is refused."""
     replace_file(Path(path), text, written_by=_WRITTEN_BY[command], command=command,
-                 inputs=[i for i in inputs if i])
+                 inputs=[i for i in inputs if i], force=force)
 
 
-def check_out(path: str | None, command: str, inputs: tuple[str | None, ...]) -> None:
+def check_out(path: str | None, command: str, inputs: tuple[str | None, ...], force: bool = False) -> None:
     """Refuse a `--out` that `write_atomically` would refuse, before anything is read or said: the refusal
     is then the only line on stderr."""
     if path:
         check_replaceable(Path(path), written_by=_WRITTEN_BY[command], command=command,
-                          inputs=[i for i in inputs if i])
+                          inputs=[i for i in inputs if i], force=force)
+
+
+#: `--force` on the commands that write a file primus may replace later (import, export, calibrate).
+FORCE_HELP = ("Replace the --out file even if it was edited since primus wrote it (without it, an edited "
+              "file is refused and kept).")
 
 
 def _exported(head: str) -> bool:
@@ -102,10 +108,11 @@ def job_yaml(config: LaunchConfig) -> str:
 @click.option("--stack", "stack", default=None, metavar="NAME[@RELEASE]",
               help="The framework and release the imported job runs on (replaces the stack the import chooses; "
                    "see `primus stacks list`).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @guarded
 def import_cmd(kind: str, file: str | None, registry: str | None, config_name: str | None, hardware: str | None,
                nodes: int | None, gpus: int | None, primus_root: str | None, out_file: str | None, fmt: str,
-               stack: str | None) -> None:
+               stack: str | None, force: bool) -> None:
     """Read a launch config as a primus job: the job YAML on stdout, unmodelled options on stderr
     (or, with --format json, a document with the job, `unmodelled`, `notes` and `release`).
 
@@ -113,7 +120,7 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
     """
     if (file is None) == (registry is None):
         raise InputError("command line", None, "give a FILE or --config-registry PATH --config NAME (exactly one)")
-    check_out(out_file, "import", (file, registry))
+    check_out(out_file, "import", (file, registry), force)
     if registry is not None:
         if kind != "torchtitan" or not config_name:
             raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
@@ -131,14 +138,14 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
         if out_file:
-            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file, registry))
+            write_atomically(out_file, json.dumps(doc, indent=2) + "\n", "import", (file, registry), force)
         else:
             emit_json(doc)
         return
     report(config)
     text = job_yaml(config)
     if out_file:
-        write_atomically(out_file, text, "import", (file, registry))
+        write_atomically(out_file, text, "import", (file, registry), force)
     else:
         click.echo(text, nl=False)
 
@@ -239,9 +246,10 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
 @click.option("--recompute-method", "recompute_method", type=click.Choice(["uniform", "block"]), default=None)
 @click.option("--sharding", type=click.Choice(list(get_args(Sharding))), default=None)
 @stack_option
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @guarded
 def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file: str | None, complete: bool,
-               fix: int | None, stack: str | None, **fields: Any) -> None:
+               fix: int | None, stack: str | None, force: bool, **fields: Any) -> None:
     """Write a launch config: Megatron-LM arguments (--to megatron), an AMD Primus experiment YAML
     (--to primus) or a torchtitan TOML (--to torchtitan), for a job file, a tune result, or axes given
     here. Every parallel axis must be pinned (or use --complete). Notes on what the target cannot
@@ -252,7 +260,7 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     """
     if job_file is not None and tune_file is not None:
         raise InputError("command line", None, "give a job file or --from-tune, not both")
-    check_out(out_file, "export", (job_file, tune_file))
+    check_out(out_file, "export", (job_file, tune_file), force)
     base = read_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     job, changed = launchable(job, kind)  # what the target runs is what fit checks
@@ -286,6 +294,6 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     for note in exported.notes:
         echo(f"primus: note: {note}", err=True)
     if out_file:
-        write_atomically(out_file, text, "export", (job_file, tune_file))
+        write_atomically(out_file, text, "export", (job_file, tune_file), force)
     else:
         click.echo(text, nl=False)

@@ -16,8 +16,10 @@ so an edited marker cannot make `tune` delete anything outside its directory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
@@ -167,13 +169,53 @@ def relative_files(root: Path) -> list[str]:
 
 # How much of an existing file is read to tell whether primus wrote it (its header is at the top).
 HEAD_BYTES = 4096
+# The most of an existing file read to check its seal: primus's outputs are a few kilobytes; a larger file
+# was not written as it is by primus and is refused as edited.
+MAX_SEALED_BYTES = 1 << 24
+# The seal primus puts on a file it writes with --out: the SHA-256 of the text without it. A comment line at
+# the end of a shell, YAML or TOML file; a last key of a JSON document (whose hash is taken with it empty).
+SEAL_LINE = "# primus-sha256: "
+SEAL_KEY = '"primus_sha256": '
+_SEAL_LINE_RE = re.compile(r"^# primus-sha256: ([0-9a-f]{64})$", re.M)
+_SEAL_KEY_RE = re.compile(r'"primus_sha256": "([0-9a-f]{64})"')
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal(text: str) -> str:
+    """`text` with its seal, so that a later --out can tell the file was edited since (`edited`)."""
+    if text.lstrip().startswith("{"):
+        body = text.rstrip()
+        if not body.endswith("}"):
+            return text
+        blank = body[:-1].rstrip() + f',\n  {SEAL_KEY}""\n}}\n'
+        return blank.replace(f'{SEAL_KEY}""', f'{SEAL_KEY}"{_sha(blank)}"')
+    body = text if text.endswith("\n") else text + "\n"
+    return f"{body}{SEAL_LINE}{_sha(body)}\n"
+
+
+def edited(content: str) -> bool:
+    """Whether a file primus wrote was changed since: its seal does not match, something follows it, or it
+    has none (removed, or written by a primus before the seal; refused too, since an edit cannot be ruled
+    out)."""
+    lines = list(_SEAL_LINE_RE.finditer(content))
+    if lines:
+        last = lines[-1]
+        return _sha(content[:last.start()]) != last.group(1) or content[last.end():] not in ("", "\n")
+    key = _SEAL_KEY_RE.search(content)
+    if key is not None:
+        return _sha(content[:key.start()] + f'{SEAL_KEY}""' + content[key.end():]) != key.group(1)
+    return True
 
 
 def replace_file(path: Path, text: str, *, written_by: Callable[[str], bool], command: str,
-                 inputs: Iterable[str | Path] = (), option: str = "--out") -> None:
-    """Write `text` to `path` through a temporary file beside it and a rename (a reader never sees half
-    a file), after `check_replaceable`."""
-    check_replaceable(path, written_by=written_by, command=command, inputs=inputs, option=option)
+                 inputs: Iterable[str | Path] = (), option: str = "--out", force: bool = False) -> None:
+    """Write `text` (sealed) to `path` through a temporary file beside it and a rename (a reader never sees
+    half a file), after `check_replaceable`."""
+    check_replaceable(path, written_by=written_by, command=command, inputs=inputs, option=option, force=force)
+    text = seal(text)
     folder = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
@@ -192,10 +234,11 @@ def replace_file(path: Path, text: str, *, written_by: Callable[[str], bool], co
 
 
 def check_replaceable(path: Path, *, written_by: Callable[[str], bool], command: str,
-                      inputs: Iterable[str | Path] = (), option: str = "--out") -> None:
+                      inputs: Iterable[str | Path] = (), option: str = "--out", force: bool = False) -> None:
     """An existing `path` may be replaced only when `written_by` recognises its head as this command's
-    own output, and never when it is one of the command's `inputs`; otherwise InputError (exit 2) and
-    nothing is touched."""
+    own output and its seal says it is as primus wrote it (an edit, such as the options the header invites
+    the user to add, would be lost; `force` replaces it anyway), and never when it is one of the command's
+    `inputs`; otherwise InputError (exit 2) and nothing is touched."""
     if not (path.exists() or path.is_symlink()):
         return
     if not path.is_file():
@@ -216,6 +259,16 @@ def check_replaceable(path: Path, *, written_by: Callable[[str], bool], command:
     if not written_by(head):
         raise InputError(str(path), option, f"exists and was not written by `primus {command}`; nothing was "
                          "touched: remove it yourself or choose another --out")
+    if force:
+        return
+    try:
+        with path.open("rb") as fh:
+            content = fh.read(MAX_SEALED_BYTES + 1).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(str(path), option, f"cannot read the existing file ({exc.strerror or exc})") from None
+    if len(content) > MAX_SEALED_BYTES or edited(content):
+        raise InputError(str(path), option, f"was edited since `primus {command}` wrote it; nothing was touched: "
+                         "give --force to replace it, or choose another --out")
 
 
 def _umask() -> int:
