@@ -163,9 +163,7 @@ def _check_fits(job: Job, as_launched: bool = False, say: Callable[[], None] = l
     job is the target's form of the user's (`launchable` changed it), and the refusal says so rather than
     blaming the job file; `say` prints the notes on what the target changed, before a refusal."""
     check = check_for_export(job)
-    if check.split_added:
-        click.echo(f"primus: note: {SPLIT_NOTE}", err=True)
-    result = check.result
+    result = check.refused if check.split_added else check.result  # the job's pipeline options are the user's
     if result is None or result.fits:
         return check.job
     say()
@@ -178,6 +176,9 @@ def _check_fits(job: Job, as_launched: bool = False, say: Callable[[], None] = l
         echo(f"  fits instead: {alt.layout.text()} (changed: {changed_text(alt)})", err=True)
     for note in result.notes:
         echo(f"  note: {note}", err=True)
+    if check.split_added:
+        click.echo(f"  note: {SPLIT_NOTE}: the job does not set them; add them to its `pipeline:` or export "
+                   "--fix N with fit's suggestion N that sets them", err=True)
     raise Negative()
 
 

@@ -3,7 +3,9 @@
 A launch that the framework refuses (a pipeline split Megatron-LM asserts on) or that runs out of
 memory is worse than none. When the pipeline split is the only structural refusal and Megatron's
 embedding/loss accounting (``--account-for-embedding/loss-in-pipeline-split``) makes it legal, the
-job with those options is the one to export.
+check says so (`ExportCheck.split_added`, the job with those options, and fit's refusal of the job as
+written): `primus export` refuses the job as written and names the fix (`--fix` writes it when asked);
+the import sweep (benchmarks/megatron_validate.py) writes the amended job and counts it apart.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS
 #: --account-for-embedding/loss-in-pipeline-split): tried when fit's only structural refusal is the split.
 SPLIT_OPTIONS = ACCOUNTING_OPTIONS
 SPLIT_NOTE = ("the pipeline split is legal only with the embedding and the loss counted as layers "
-              "(--account-for-embedding/loss-in-pipeline-split): written")
+              "(--account-for-embedding/loss-in-pipeline-split)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class ExportCheck:
     result: FitResult | None
     split_added: bool = False
     split_ok: bool = True  # False: Megatron cannot split the layers over PP x VP, with or without the options
+    refused: FitResult | None = None  # with split_added: fit's answer on the job as written (it does not fit)
 
     @property
     def fits(self) -> bool:
@@ -58,7 +61,7 @@ def check_for_export(job: Job) -> ExportCheck:
         with_split = job_from_mapping(data, job.where, job.base_dir)
         split_result = fit(Question(with_split))
         if split_result.fits:
-            return ExportCheck(with_split, split_result, split_added=True)
+            return ExportCheck(with_split, split_result, split_added=True, refused=result)
     return ExportCheck(job, result)
 
 

@@ -105,6 +105,7 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         ("account_for_embedding_in_pipeline_split", r.get("account_for_embedding_in_pipeline_split") or None),
         ("account_for_loss_in_pipeline_split", r.get("account_for_loss_in_pipeline_split") or None)) if v}
     _one_split_mechanism(pipeline, ctx)
+    _even_split_note(r, model, parallel, pipeline, out)
     if pipeline:
         job["pipeline"] = pipeline
     optimizer = _optimizer(r, out)
@@ -364,6 +365,24 @@ def _virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int) -> int
                          f"{legacy} contradicts the {vp} virtual stages per rank its other pipeline option gives "
                          "(Megatron-LM takes the other option's)")
     return vp
+
+
+def _even_split_note(r: ArgReader, model: ModelSpec, parallel: Mapping[str, Any], pipeline: Mapping[str, Any],
+                     out: Collector) -> None:
+    """Without a layout, a virtual-pipeline option or first/last stage sizes, Megatron-LM asserts 'Number of
+    layers should be divisible by the pipeline-model-parallel size', counting the embedding and the loss
+    when they are accounted (core_v0.18.0 megatron/training/arguments.py lines 957-976). The import keeps
+    the job as written and says so: `primus fit` refuses it (rule pipeline-split) and lists the fixes."""
+    pp = int(parallel["pp"])
+    if pp == 1 or any(r.has(d) for d in ("pipeline_model_parallel_layout", "num_layers_per_virtual_pipeline_stage",
+                                         "num_virtual_stages_per_pipeline_rank", *STAGE_SIZE_OPTIONS)):
+        return
+    layers = model.num_layers + sum(bool(pipeline.get(k)) for k in ("account_for_embedding_in_pipeline_split",
+                                                                     "account_for_loss_in_pipeline_split"))
+    if layers % pp:
+        out.note(f"{layers} layers do not divide over {r.ctx.label('pipeline_model_parallel_size')} {pp}: "
+                 "Megatron-LM asserts 'Number of layers should be divisible by the pipeline-model-parallel size'; "
+                 "`primus fit` refuses the split (pipeline-split) and lists the pipeline options that fix it")
 
 
 def _derived_virtual(r: ArgReader, ctx: ImportContext, model: ModelSpec, pp: int, layout: Any,
