@@ -371,7 +371,7 @@ def _even_split_note(r: ArgReader, model: ModelSpec, parallel: Mapping[str, Any]
                      out: Collector) -> None:
     """Without a layout, a virtual-pipeline option or first/last stage sizes, Megatron-LM asserts 'Number of
     layers should be divisible by the pipeline-model-parallel size', counting the embedding and the loss
-    when they are accounted (core_v0.18.0 megatron/training/arguments.py lines 957-976). The import keeps
+    when they are accounted (core_v0.18.0 megatron/training/arguments.py lines 958-977). The import keeps
     the job as written and says so: `primus fit` refuses it (rule pipeline-split) and lists the fixes."""
     pp = int(parallel["pp"])
     if pp == 1 or any(r.has(d) for d in ("pipeline_model_parallel_layout", "num_layers_per_virtual_pipeline_stage",
