@@ -106,16 +106,18 @@ def test_recompute_and_fp8_recipe_survive_a_torchtitan_round_trip(tmp_path: Path
     assert (par["recompute"], par["recompute_method"], par["recompute_num_layers"]) == ("full", "block", 16)
 
 
-def test_export_writes_the_pipeline_options_that_make_the_split_legal() -> None:
+def test_export_names_the_pipeline_options_that_make_the_split_legal_and_does_not_add_them() -> None:
     # 126 layers + embedding + loss = 128 = 16 chunks of 8 at PP 8 x VP 2: legal with Megatron-LM's
-    # --account-for-embedding/loss-in-pipeline-split, and the job fits on 64 nodes of H200
+    # --account-for-embedding/loss-in-pipeline-split, and the job fits on 64 nodes of H200 with them; the job
+    # does not set them, so the export refuses it (exit 1) and names them rather than changing the job
     args = ["--model", "llama3.1-405b", "--hardware", "h200", "--nodes", "64", "--seq-len", "8192",
             "--global-batch-size", "512", "--tp", "8", "--pp", "8", "--vp", "2", "--cp", "1", "--mbs", "1", "--sp",
             "--recompute", "full", "--sharding", "dist_opt", "--to", "megatron"]
     result = CliRunner().invoke(export_cmd, args)
-    assert result.exit_code == 0, result.output
-    assert "--account-for-embedding-in-pipeline-split" in result.output
-    assert "--account-for-loss-in-pipeline-split" in result.output
+    assert result.exit_code == 1, result.output
+    assert "--account-for-embedding/loss-in-pipeline-split" in result.stderr and "the job does not set them" in \
+        result.stderr
+    assert "--account-for-loss-in-pipeline-split \\" not in result.stdout
 
 
 def test_blackwell_export_leaves_cuda_device_max_connections_alone() -> None:
