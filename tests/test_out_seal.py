@@ -72,3 +72,21 @@ def test_an_import_over_an_edited_job_file_is_refused(run_cli, write_job, tmp_pa
 def test_force_is_documented_in_help(run_cli) -> None:  # type: ignore[no-untyped-def]
     for command in ("export", "import", "calibrate"):
         assert "--force" in run_cli(command, "--help")[1]
+
+
+def test_an_edited_calibration_profile_is_refused_and_force_allows_it(tmp_path: Path) -> None:
+    import pytest
+
+    from primus.cli.fidelity_cmds import CALIBRATED_HEADER, _calibrated
+    from primus.errors import InputError
+    from primus.report.owned import check_replaceable, replace_file
+
+    target = tmp_path / "a100-80gb.yaml"
+    replace_file(target, CALIBRATED_HEADER + "a100-80gb\nname: a100-80gb\n", written_by=_calibrated,
+                 command="calibrate")
+    check_replaceable(target, written_by=_calibrated, command="calibrate")  # unedited: replaceable
+    target.write_text(target.read_text() + "# my note\n")
+    with pytest.raises(InputError) as exc:
+        check_replaceable(target, written_by=_calibrated, command="calibrate")
+    assert "was edited since `primus calibrate` wrote it" in exc.value.reason
+    check_replaceable(target, written_by=_calibrated, command="calibrate", force=True)
