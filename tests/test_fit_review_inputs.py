@@ -93,3 +93,22 @@ def test_a_hugging_face_config_value_is_refused_under_the_files_own_key(run_cli,
     code, _, err = run_cli("fit", job)
     assert code == 2
     assert _line(err) == f"primus: {config}: num_hidden_layers: Input should be greater than or equal to 1 (got 0)"
+
+
+def test_a_vp_of_a_million_is_refused_by_the_split_without_building_its_schedule(run_cli, tmp_path, monkeypatch):
+    # review 49, H1: `parallel: {vp: 1048576}` built a pipeline schedule of PP x VP x M operations (7.8 GB,
+    # MemoryError) before any rule refused it. Megatron needs at least one layer per virtual stage, so the
+    # ledger's estimate of a split Megatron refuses never has more chunks than layers.
+    import primus.schedule.pipeline as pipeline
+
+    built = pipeline._cached_schedule
+
+    def guarded(pp: int, vp: int, m: int, kind: str):  # type: ignore[no-untyped-def]
+        assert pp * vp <= 32, (pp, vp)  # llama3.1-8b has 32 layers
+        return built(pp, vp, m, kind)
+
+    monkeypatch.setattr(pipeline, "_cached_schedule", guarded)
+    job = _job(tmp_path, {**BASE, "parallel": {"vp": 1048576}}, "vp.yaml")
+    code, out, err = run_cli("fit", job, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["fits"] is False and doc["violated_rules"] == ["pipeline-split", "pin:vp"], err[:2000]

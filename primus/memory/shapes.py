@@ -122,11 +122,17 @@ def effective_microbatches(pp: int, vp: int, num_microbatches: int) -> int:
 @lru_cache(maxsize=4096)
 def split_layout(model: ModelSpec, options: PipelineOptions, pp: int, vp: int) -> tuple[PipelineLayout, bool]:
     """Megatron's layout and True, or — when Megatron's options cannot split the layers that way — the
-    most balanced split and False (the rule `pipeline-split` refuses it; memory stays meaningful)."""
+    most balanced split and False (the rule `pipeline-split` refuses it; memory stays meaningful).
+
+    The estimate never has more virtual stages per rank than layers per rank: a chunk without a layer
+    does not exist in Megatron (each virtual stage holds at least one layer), and a VP of a million
+    (a typo, or an untrusted LLM proposal) would otherwise build a pipeline schedule of PP × VP × M
+    operations before any rule refuses it (review 49, H1)."""
     try:
         return layout_for(model, options, pp, vp), True
     except InputError:
-        return balanced_layout(model.num_layers, pp, vp, model.mtp_num_layers), False
+        slots = max(1, model.num_layers // pp)
+        return balanced_layout(model.num_layers, pp, min(vp, slots), model.mtp_num_layers), False
 
 
 def pipeline_schedule(pp: int, vp: int, num_microbatches: int) -> tuple[Schedule, bool]:
