@@ -78,6 +78,9 @@ FACT_DOCS: dict[str, str] = {
     "capacity_bytes": "hbm_bytes - reserve_bytes",
     "cpu_offload_layers": "decoder layers whose activations are offloaded to host memory (cpu_offloading)",
     "flex_dispatcher": "MoE tokens go through Megatron's flex (DeepEP) dispatcher (bool)",
+    "allgather_dispatcher": "MoE tokens go through Megatron's allgather dispatcher (bool)",
+    "moe_a2a_overlap": "Megatron overlaps the MoE all-to-all with computation (overlap.moe_a2a, bool)",
+    "precision_aware_optimizer": "Megatron's precision-aware optimizer: an optimizer state not in fp32 (bool)",
 }
 
 
@@ -128,6 +131,13 @@ class Space:
             "capacity_bytes": self.reserves.capacity_bytes,
             "cpu_offload_layers": spec.cpu_offloading.offloaded_layers,
             "flex_dispatcher": m.is_moe and spec.moe.token_dispatcher == "flex",
+            "allgather_dispatcher": m.is_moe and spec.moe.token_dispatcher == "allgather",
+            "moe_a2a_overlap": m.is_moe and spec.overlap.moe_a2a,
+            # what makes the export write --use-precision-aware-optimizer (launch/megatron_export.py); other
+            # frameworks (torchtitan's FSDP2) keep their states in any dtype without it
+            "precision_aware_optimizer": spec.framework == "megatron" and any(
+                d != "fp32" for d in (spec.optimizer.main_params_dtype, spec.optimizer.exp_avg_dtype,
+                                      spec.optimizer.exp_avg_sq_dtype)),
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:
