@@ -57,3 +57,13 @@ def test_bf16_moments_without_a_sharded_optimizer_are_refused(run_cli, write_job
     assert doc["fits"] is False and doc["violated_rules"] == ["precision-aware-optimizer-needs-dist-opt",
                                                               "pin:sharding"]
     assert _fit(run_cli, write_job({**LLAMA, "parallel": {**pins, "sharding": "dist_opt"}}))["fits"] is True
+
+
+def test_a_primus_export_of_fsdp_with_bf16_moments_writes_megatron_fsdp_not_torch_fsdp2(run_cli, write_job):
+    # torch FSDP2 asserts no distributed optimizer (core_v0.18.0 arguments.py line 1017), which the
+    # precision-aware optimizer needs; Megatron FSDP turns it on (lines 1107-1119)
+    pins = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "mbs": 1, "sp": False, "recompute": "none", "sharding": "fsdp"}
+    code, out, err = run_cli("export", write_job({**LLAMA, "parallel": pins}), "--to", "primus")
+    assert code == 0, err
+    assert "use_torch_fsdp2: true" not in out and "use_megatron_fsdp: true" in out
+    assert "use_precision_aware_optimizer: true" in out

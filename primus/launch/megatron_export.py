@@ -247,6 +247,11 @@ def _sharding(job: Job, layout: Layout, fsdp: str) -> dict[str, Any]:
                              "fsdp: Megatron-LM's torch FSDP2 supports neither pipeline nor expert parallelism")
         if not job.model.untie_embeddings_and_output_weights:
             raise InputError(job.where, "parallel.sharding", "fsdp: Megatron-LM's torch FSDP2 needs untied embeddings")
+        if job.spec.optimizer.precision_aware:
+            # core_v0.18.0 arguments.py line 1017 (torch FSDP2 asserts no distributed optimizer) and
+            # optimizer_config.py lines 428-430 (the precision-aware optimizer asserts one)
+            raise InputError(job.where, "optimizer", "states below fp32 need the distributed optimizer, which "
+                             "Megatron-LM's torch FSDP2 refuses")
         ns.update(use_torch_fsdp2=True, gradient_accumulation_fusion=False)
     elif layout.sharding in ("fsdp", "zero2"):
         strategy = "optim_grads_params" if layout.sharding == "fsdp" else "optim_grads"
@@ -272,8 +277,7 @@ def _optimizer(job: Job) -> dict[str, Any]:
         if value not in allowed:
             raise InputError(where, f"optimizer.{name}", f"{value} is not a Megatron-LM choice ({', '.join(allowed)})")
     ns: dict[str, Any] = {"use_precision_aware_optimizer": False, "grad_reduce_in_bf16": False}
-    states = (o.main_params_dtype, o.exp_avg_dtype, o.exp_avg_sq_dtype)
-    if all(s == "fp32" for s in states):
+    if not o.precision_aware:
         ns["grad_reduce_in_bf16"] = o.main_grads_dtype == "bf16"
     else:
         ns.update(use_precision_aware_optimizer=True, main_grads_dtype=o.main_grads_dtype,

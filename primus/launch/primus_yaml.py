@@ -347,5 +347,7 @@ def _sync_free_overrides(job: Job, overrides: dict[str, Any], notes: list[str]) 
 
 def _torch_fsdp_ok(job: Job, layout: Layout) -> bool:
     """Primus's published FSDP configs use torch FSDP2 (use_torch_fsdp2: true); Megatron allows it only
-    without PP or EP and with untied embeddings, otherwise Megatron FSDP is written."""
-    return layout.pp == 1 and layout.ep == 1 and job.model.untie_embeddings_and_output_weights
+    without PP or EP, with untied embeddings and without the precision-aware optimizer (which needs the
+    distributed optimizer FSDP2 refuses), otherwise Megatron FSDP is written."""
+    return (layout.pp == 1 and layout.ep == 1 and job.model.untie_embeddings_and_output_weights
+            and not job.spec.optimizer.precision_aware)

@@ -135,9 +135,7 @@ class Space:
             "moe_a2a_overlap": m.is_moe and spec.overlap.moe_a2a,
             # what makes the export write --use-precision-aware-optimizer (launch/megatron_export.py); other
             # frameworks (torchtitan's FSDP2) keep their states in any dtype without it
-            "precision_aware_optimizer": spec.framework == "megatron" and any(
-                d != "fp32" for d in (spec.optimizer.main_params_dtype, spec.optimizer.exp_avg_dtype,
-                                      spec.optimizer.exp_avg_sq_dtype)),
+            "precision_aware_optimizer": spec.framework == "megatron" and spec.optimizer.precision_aware,
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:

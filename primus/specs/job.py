@@ -117,6 +117,12 @@ class OptimizerOptions(Spec):
     exp_avg_dtype: Dtype = "fp32"
     exp_avg_sq_dtype: Dtype = "fp32"
 
+    @property
+    def precision_aware(self) -> bool:
+        """Megatron's precision-aware optimizer: master weights or moments below fp32 (bf16 main gradients
+        alone are `--grad-reduce-in-bf16`, not this); it needs the distributed optimizer."""
+        return any(d != "fp32" for d in (self.main_params_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype))
+
 
 class MoeOptions(Spec):
     """Routed-token buffers: balanced by default (NVIDIA's published MoE benchmarks force balanced
