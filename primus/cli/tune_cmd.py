@@ -13,6 +13,7 @@ from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_consol
 from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
 from primus.fidelity.errorbars import range_text
+from primus.job import Job
 from primus.parallel import parallel_text
 from primus.paths import data_dir
 from primus.processes import WORKERS_RANGE, default_workers
@@ -194,5 +195,24 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         emit_json(answer.to_json())
     else:
         _print(answer.result, target)
+        if answer.result["best"]["parallel"] is None:
+            _print_why_not(job, opts)
     if answer.negative:
         raise Negative()
+
+
+def _print_why_not(job: Job, opts: dict[str, Any]) -> None:
+    """Why nothing is legal, in `primus fit`'s words (its minimal core and the nearest size that fits),
+    under the same rules the search ran with (review 49, M8: tune printed only "no legal layout")."""
+    from primus import api
+
+    found = api.fit(job, rules=opts["rule_texts"], rule_files=opts["rule_files"], without=opts["without"]).result
+    con = stdout_console()
+    if found.violated_rules:
+        con.print(f"  why: minimal conflicting rules and pins: {lit(', '.join(found.violated_rules))}")
+    for rid, detail in found.core_details.items():
+        con.print(f"    {lit(rid)}: {lit(detail)}")
+    if found.min_gpus is not None:
+        below = f"; below: {found.size_below:,} GPUs" if found.size_below is not None else ""
+        con.print(f"  nearest size at which a layout fits: {found.min_gpus:,} GPUs ({found.min_nodes:,} nodes){below}")
+    con.print("  (`primus fit` on the job gives the bytes over and the nearest layouts)")
