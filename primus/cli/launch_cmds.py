@@ -214,6 +214,25 @@ def _axis(name: str, help_text: str) -> Callable[[F], F]:
                         help=help_text)
 
 
+def _same_job_as_inputs(result: Path) -> None:
+    """A result.json in a tune run directory exports the job its recorded inputs give: one whose `job` or
+    `job_spec` differs from inputs/job.yaml is refused (`primus.report.verify_recorded.job_mismatch`)."""
+    from primus.report.rundir import RunDir
+    from primus.report.verify_recorded import job_mismatch
+
+    root = result.parent
+    if result.name != "result.json" or not (root / "inputs" / "job.yaml").is_file():
+        return  # a result written elsewhere: only its own job_spec to go by
+    try:
+        run = RunDir.open(root)
+    except InputError:
+        return
+    why = job_mismatch(run)
+    if why is not None:
+        raise InputError(str(result), "job_spec", f"differs from the run's recorded inputs ({why}); "
+                         "`primus audit verify` lists every difference")
+
+
 @click.command("export")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--to", "kind", type=click.Choice(KINDS), required=True, help="The launch config format to write.")
@@ -262,6 +281,8 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     if job_file is not None and tune_file is not None:
         raise InputError("command line", None, "give a job file or --from-tune, not both")
     check_out(out_file, "export", (job_file, tune_file), force)
+    if tune_file is not None:
+        _same_job_as_inputs(Path(tune_file))
     base = read_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
     job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
     job, changed = launchable(job, kind)  # what the target runs is what fit checks

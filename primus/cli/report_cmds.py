@@ -84,14 +84,18 @@ def audit_verify_cmd(run_dir: str, workers: int | None, fmt: str) -> None:
     if fmt == "json":
         emit_json({"ok": outcome.ok, "checked": outcome.checked, "seconds": round(elapsed, 1),
                    "differences": [{"seq": d.seq, "parallel": d.parallel, "what": d.what, "line": d.line()}
-                                   for d in outcome.differences], "notes": outcome.notes})
+                                   for d in outcome.differences], "notes": outcome.notes,
+                   "not_rechecked": outcome.not_rechecked})
     else:
         con = stdout_console()
         for note in outcome.notes:
             con.print(f"note: {note}", highlight=False, markup=False)  # notes name user files
+        for what in outcome.not_rechecked:
+            con.print(f"not re-checked: {what}", highlight=False, markup=False)
         if outcome.ok:
-            con.print(f"[bold green]verified[/]: {outcome.checked:,} candidates recomputed from the recorded inputs "
-                      f"with no difference ({elapsed:.1f} s)", highlight=False, markup=True)
+            con.print(f"[bold green]verified[/]: {outcome.checked:,} candidates and the claims of result.json "
+                      f"recomputed from the recorded inputs with no difference ({elapsed:.1f} s)",
+                      highlight=False, markup=True)
         else:
             n = len(outcome.differences)
             con.print(f"[bold red]{n:,} difference(s)[/] in {lit(run_dir)} ({outcome.checked:,} candidates checked):",

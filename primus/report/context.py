@@ -18,6 +18,7 @@ from primus.projection import Projector
 from primus.report import charts
 from primus.report.pipeline import simulate, timeline_data
 from primus.report.rundir import RunDir, layout_of
+from primus.tuning.result import job_summary
 from primus.tuning.variants import changes_text
 
 GIB = 1024**3
@@ -44,7 +45,7 @@ def build_context(run: RunDir) -> dict[str, Any]:
     doc = run.result
     entries = run.entries
     job = run.job
-    j = doc["job"]
+    j = job_summary(job)  # the question from the recorded inputs, not result.json (audit verify compares them)
     memory = MemoryModel(job)
     capacity = memory.reserves.capacity_bytes
     legal = [e for e in entries if e.get("legal")]

@@ -43,6 +43,14 @@ from primus.report.verify_claims import (
     check_leaders,
     check_variants,
 )
+from primus.report.verify_recorded import (
+    check_best_and_reference,
+    check_catalog,
+    check_error_bar,
+    check_job,
+    check_mode,
+    not_rechecked,
+)
 from primus.report.verify_types import Difference, Verification, close
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
@@ -95,6 +103,17 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
         return out
     entries = run.entries
     job = run.job
+    out.not_rechecked = not_rechecked(run)
+    out.differences += check_job(run)
+    catalog = check_catalog(run)
+    try:
+        same_version = run.versions.get("primus") == __version__
+    except InputError:
+        same_version = False  # versions.json unreadable: _check_report names it
+    if same_version:
+        out.differences += [Difference(c) for c in catalog]
+    else:
+        out.notes += catalog
     epochs = _Epochs(run)
     say(f"checking legality of {len(entries):,} candidates")
     todo: list[tuple[int, dict[str, Any], Layout, int]] = []
@@ -151,7 +170,11 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
         if run.result.get(name) != n:
             out.differences.append(Difference(f"result.json: {name} recorded {run.result.get(name)!r}, "
                                               f"recomputed {n}"))
-    out.differences += check_certificate(run, final, entries, variants, timed)
+    out.differences += check_best_and_reference(run, projector, timed[0] if timed else None, final)
+    out.differences += check_mode(run, len(epochs.at(-1)[1]), final, entries, out.notes)
+    bar_diffs, bar = check_error_bar(run)
+    out.differences += bar_diffs
+    out.differences += check_certificate(run, final, entries, variants, timed, bar)
     out.differences += check_allowed_precision(run, workers)
     out.differences += check_allowed_pipeline(run, workers)
     out.differences += _check_report(run, out.notes)

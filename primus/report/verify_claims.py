@@ -94,10 +94,12 @@ def _text(parallel: Any) -> str:
 
 
 def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[str, Any]],
-                      variants: list[dict[str, Any]] | None, timed: list[Projection]) -> list[Difference]:
+                      variants: list[dict[str, Any]] | None, timed: list[Projection], bar: float | None
+                      ) -> list[Difference]:
     """`result.json: certificate` against the recorded job (scope), the final legal set `legal` and the log
-    (counts), the re-timed leaders `timed` (the margin to the runner-up) and the recomputed list of faster
-    variants (`variants`; None when it could not be)."""
+    (counts), the re-timed leaders `timed` (the margin to the runner-up), the recomputed error bar `bar`
+    (`verify_recorded.check_error_bar`) and the recomputed list of faster variants (`variants`; None when it
+    could not be)."""
     from primus.tuning.variants import certificate_scope
 
     doc = run.result
@@ -114,10 +116,9 @@ def check_certificate(run: RunDir, legal: dict[Layout, int], entries: list[dict[
     scored = len({lay for e in entries if e.get("legal") is True and (lay := _logged(e, run)) in legal})
     expected: dict[str, Any] = {"scope": certificate_scope(run.job), "legal_layouts": len(legal), "scored": scored,
                                 "every_legal_layout_scored": scored == len(legal),
-                                "error_bar_pct": doc.get("uncertainty_pct")}
+                                "error_bar_pct": bar}
     if variants is not None:
         expected["faster_with_changed_options"] = bool(variants)
-    bar = doc.get("uncertainty_pct")
     margin = ((timed[0].tokens_per_s_per_gpu / timed[1].tokens_per_s_per_gpu - 1) * 100 if len(timed) > 1
               else None)
     expected["margin_exceeds_error_bar"] = margin is not None and isinstance(bar, (int, float)) and margin > bar

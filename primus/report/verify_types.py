@@ -29,6 +29,7 @@ class Verification:
     checked: int = 0
     differences: list[Difference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_rechecked: list[str] = field(default_factory=list)  # what verify takes as recorded, named
 
     @property
     def ok(self) -> bool:

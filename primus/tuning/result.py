@@ -23,18 +23,23 @@ if TYPE_CHECKING:
 def error_bar(tuner: Tuner) -> dict[str, Any]:
     """The projection's uncertainty for this accelerator, model kind and the profile the tuner projects
     with (`primus.fidelity.error_bar`, the one rule project and validate follow too)."""
+    return error_bar_of(tuner.job, tuner.profile)
+
+
+def error_bar_of(job: Job, profile: Any) -> dict[str, Any]:
+    """`error_bar` of a job and profile: `primus audit verify` recomputes the recorded bar with it."""
     import importlib
 
     try:
         fidelity_error_bar = importlib.import_module("primus.fidelity").error_bar
     except (ImportError, AttributeError):
         return {"pct": None, "basis": "no error bars available", "fitted": False}
-    bar = fidelity_error_bar(tuner.job.cluster.name, tuner.job.model.is_moe, precision=tuner.job.spec.precision,
-                             profile=tuner.profile)
+    bar = fidelity_error_bar(job.cluster.name, job.model.is_moe, precision=job.spec.precision, profile=profile)
     return {"pct": bar.pct, "basis": bar.basis, "fitted": bar.fitted}
 
 
 def _entry(p: Projection | None, scored: Scored | None, fits: bool, violated: list[str]) -> dict[str, Any]:
+    """A layout as result.json records it (`best`, `top`, `reference`; `audit verify` rebuilds them)."""
     if p is None and scored is None:
         return {"parallel": None, "fits": fits, "tokens_per_s_per_gpu": None, "step_time_s": None,
                 "peak_bytes": None, "violated_rules": violated}
@@ -60,6 +65,13 @@ def diff_breakdowns(best: Projection, ref: Projection) -> list[dict[str, Any]]:
     ordered = sorted((n for n in names if deltas[n] != 0), key=lambda n: (-abs(deltas[n]), n))
     return [{"term": n, "reference_s": ref.breakdown.get(n, 0.0), "best_s": best.breakdown.get(n, 0.0),
              "delta_s": deltas[n]} for n in ordered]
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    """result.json's `job`: what the report's question names (`audit verify` rebuilds it from inputs/)."""
+    return {"model": job.model.name, "hardware": job.cluster.name, "gpus": job.num_gpus, "nodes": job.num_nodes,
+            "seq_len": job.spec.seq_len, "global_batch_size": job.spec.global_batch_size,
+            "precision": job.spec.precision, "stack": job.resolved_stack.label}
 
 
 def job_spec(job: Job) -> dict[str, Any]:
@@ -102,12 +114,10 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
     timed = leaders(order, lambda s: space.explain(s.layout, "simulate"), tuner.settings.resimulate_top)
     bar = error_bar(tuner)
     doc: dict[str, Any] = {
-        "job": {"model": tuner.job.model.name, "hardware": tuner.job.cluster.name, "gpus": tuner.job.num_gpus,
-                "nodes": tuner.job.num_nodes, "seq_len": tuner.job.spec.seq_len,
-                "global_batch_size": tuner.job.spec.global_batch_size, "precision": tuner.job.spec.precision,
-                "stack": tuner.job.resolved_stack.label},
+        "job": job_summary(tuner.job),
         "job_spec": job_spec(tuner.job),
         "mode": mode,
+        "exhaustive_limit": tuner.settings.exhaustive_limit,  # with legal_count, what decided the mode
         "legal_count": tuner.base_space.count,
         "legal_count_after_adopted_rules": space.count,
         "scored_count": len(tuner.scores),
@@ -181,3 +191,6 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
                   "faults": investigation.faults, "stopped_early": investigation.stopped}
     doc["assumptions"] = list(best_p.assumptions) if best_p is not None else []
     return doc
+
+
+entry = _entry  # the public name `audit verify` rebuilds result.json's entries with
