@@ -145,3 +145,18 @@ def test_hardware_differing_from_the_catalog_entry_it_is_named_after_fails(run: 
     assert code == 1
     assert ("inputs/hardware.yaml: accelerator.hbm_bytes recorded 200000000000, the catalog's 'h100-80gb' has "
             "85029158912") in out
+
+
+def test_a_precision_changed_by_allow_precision_is_said_on_stdout_and_in_the_report(tmp_path: Path) -> None:
+    """Review 49, M7: bf16 → fp8 changes numerics (Megatron --fp8-format), so it is said in words, with the
+    best of each precision tried, and the question no longer says the precision is fixed."""
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({k: v for k, v in JOB.items() if k != "parallel"}, sort_keys=False))
+    result = CliRunner().invoke(cli, ["tune", str(job), "--llm", "none", "--allow", "precision", "--out",
+                                      str(tmp_path / "run"), "--workers", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    said = "precision changed by --allow precision: bf16 → fp8 (numerics change); best tokens/s/GPU of each"
+    assert said in result.stdout
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert said in report
+    assert "precision are fixed" not in report

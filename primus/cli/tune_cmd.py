@@ -54,6 +54,11 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     piped = (doc.get("allowed_changes") or {}).get("pipeline")
     if piped:
         con.print(f"  with pipeline options changed by --allow pipeline: {changes_text(piped['chosen'])}")
+    from primus.report.context import precision_change_text
+
+    changed = precision_change_text(doc)
+    if changed:
+        con.print(f"  {lit(changed)}", markup=True)
     verdict = "fits"
     if best.get("tight"):  # headroom short of the allocator reserve by tight_by_bytes
         band = best["allocator_reserve_bytes"]

@@ -65,6 +65,9 @@ def build_context(run: RunDir) -> dict[str, Any]:
     best = doc["best"]
     ctx["answer"] = _answer(doc, capacity) if best.get("parallel") else None
     ctx["variants"] = _variants(doc)
+    change = precision_change_text(doc)
+    ctx["fixed"] = (f"Sequence length and global batch are fixed; {change}."
+                    if change else "Sequence length, global batch and precision are fixed: only the layout changes.")
     ctx["reference"] = _reference(doc)
     ctx["top"] = [{"rank": i + 1, "layout": layout_text(t["parallel"]), "tokens": num(t["tokens_per_s_per_gpu"]),
                    "step": num(t["step_time_s"], 3), "peak": gib(t["peak_bytes"]),
@@ -86,6 +89,21 @@ def build_context(run: RunDir) -> dict[str, Any]:
                     "versions": sorted(run.versions.items())}
     ctx["charts"] = _charts(run, doc, entries, memory, capacity, ctx)
     return ctx
+
+
+def precision_change_text(doc: dict[str, Any]) -> str | None:
+    """What `--allow precision` did, one sentence (tune's stdout and the report): the precision requested
+    and the one chosen, and each trial's best. FP8 changes the training's numerics, so a change is said in
+    words. None without the record."""
+    rec = (doc.get("allowed_changes") or {}).get("precision")
+    if not isinstance(rec, dict):
+        return None
+    trials = ", ".join(f"{t.get('precision')} {num(t.get('tokens_per_s_per_gpu'))}"
+                       for t in rec.get("per_precision", []) if isinstance(t, dict))
+    requested, chosen = rec.get("requested"), rec.get("chosen")
+    how = (f"precision changed by --allow precision: {requested} → {chosen} (numerics change)" if chosen != requested
+           else f"precision kept by --allow precision: {chosen}")
+    return f"{how}; best tokens/s/GPU of each precision tried: {trials or 'none'}"
 
 
 def _tight(best: dict[str, Any]) -> str | None:
