@@ -16,7 +16,9 @@ job, profile and exact rule set are rebuilt from them (`RunDir`), and for every 
 Then `result.json` is checked against the log (its scored count; its best layout, re-simulated), its
 certificate (scope and counts), its list of layouts that need other pipeline options
 (`faster_with_changed_options`, recomputed whole) and the trials of `--allow precision` and `--allow
-pipeline` (`primus.report.verify_claims`), and the report files against a fresh render, whichever primus version
+pipeline` (`primus.report.verify_claims`), the job, error bar, the best's fields, the reference, the
+speed-up, why the best wins and the mode (`primus.report.verify_recorded`, which also names what is not
+re-checked), and the report files against a fresh render, whichever primus version
 wrote them: a directory from another version is rendered with this one and compared (`primus report DIR`
 re-renders it to this version's wording; its numbers are recomputed either way). Every difference names
 the candidate (seq and layout) and the field, or the file and its first differing line.
