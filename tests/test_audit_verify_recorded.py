@@ -84,6 +84,8 @@ def test_an_untouched_run_verifies_and_names_what_it_does_not_recheck(run: Path)
     (("job", "model"), "llama3.1-405b", "result.json: job.model recorded 'llama3.1-405b'"),
     (("job_spec", "global_batch_size"), 32, "result.json: job_spec.global_batch_size recorded 32"),
     (("mode",), "guided", "result.json: mode recorded 'guided', but 2,504 legal layouts"),
+    (("exhaustive_limit",), None, "result.json: exhaustive_limit recorded None, not an integer"),
+    (("llm", "calls"), 3, "result.json: llm.calls recorded 3, but llm/ holds 0"),
 ])
 def test_a_forged_claim_fails_naming_the_field(run: Path, tmp_path: Path, field: tuple[str, ...], value: Any,
                                                named: str) -> None:

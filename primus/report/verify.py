@@ -50,6 +50,7 @@ from primus.report.verify_recorded import (
     check_catalog,
     check_error_bar,
     check_job,
+    check_llm_usage,
     check_mode,
     not_rechecked,
 )
@@ -173,7 +174,8 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
             out.differences.append(Difference(f"result.json: {name} recorded {run.result.get(name)!r}, "
                                               f"recomputed {n}"))
     out.differences += check_best_and_reference(run, projector, timed[0] if timed else None, final)
-    out.differences += check_mode(run, len(epochs.at(-1)[1]), final, entries, out.notes)
+    out.differences += check_mode(run, len(epochs.at(-1)[1]), final, entries)
+    out.differences += check_llm_usage(run)
     bar_diffs, bar = check_error_bar(run)
     out.differences += bar_diffs
     out.differences += check_certificate(run, final, entries, variants, timed, bar)

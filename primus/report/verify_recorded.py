@@ -161,10 +161,29 @@ def not_rechecked(run: RunDir) -> list[str]:
     if run.llm_calls:
         out.append(f"the LLM transcripts ({len(run.llm_calls)} file(s) in llm/): what an endpoint said cannot be "
                    "recomputed")
-    out.append("the events' texts (proposals, reasons, faults) and the llm usage block (calls, tokens): records "
-               "of the search and of the endpoint; only the rules they adopted are re-checked, through the legal "
-               "counts")
+    out.append("the events' texts (proposals, reasons, faults): records of the search and of the endpoint; only "
+               "the rules they adopted are re-checked, through the legal counts, and the llm usage block against "
+               "the transcripts")
     return out
+
+
+def check_llm_usage(run: RunDir) -> list[Difference]:
+    """`result.json: llm.calls` and `llm.tokens` against the transcripts in llm/ (one file per call, each
+    with its tokens): the two records must agree, though neither can be recomputed."""
+    import json
+
+    llm = run.result.get("llm")
+    if not isinstance(llm, dict):
+        return [Difference(f"result.json: llm recorded {llm!r}, not a mapping")]
+    tokens = 0
+    for name in run.llm_calls:
+        try:
+            used = json.loads((run.root / "llm" / name).read_text(encoding="utf-8")).get("tokens") or 0
+        except (OSError, ValueError, AttributeError):
+            return [Difference(f"llm/{name}: not a JSON mapping")]
+        tokens += used if isinstance(used, int) else 0
+    return [Difference(f"result.json: llm.{k} recorded {llm.get(k)!r}, but llm/ holds {n:,}")
+            for k, n in (("calls", len(run.llm_calls)), ("tokens", tokens)) if llm.get(k) != n]
 
 
 def check_catalog(run: RunDir) -> list[str]:
@@ -208,8 +227,8 @@ def _leaf_differences(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
     return [] if a == b else [(path, a, b)]
 
 
-def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries: list[dict[str, Any]],
-               notes: list[str]) -> list[Difference]:
+def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries: list[dict[str, Any]]
+               ) -> list[Difference]:
     """`mode` against the recorded `exhaustive_limit` and the recomputed legal count (`Tuner.run`:
     exhaustive when the legal set is at most the limit), and an exhaustive log holding every legal layout."""
     from primus.parallel import normalise
@@ -218,11 +237,9 @@ def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries:
     doc = run.result
     mode, limit = doc.get("mode"), doc.get("exhaustive_limit")
     diffs = []
-    if limit is None:
-        notes.append("result.json records no exhaustive_limit (written before primus recorded it): the mode is "
-                     "not re-checked")
-    elif not isinstance(limit, int) or isinstance(limit, bool):
-        diffs.append(Difference(f"result.json: exhaustive_limit recorded {limit!r}, not an integer"))
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        diffs.append(Difference(f"result.json: exhaustive_limit recorded {limit!r}, not an integer (a run written "
+                                "before primus recorded it: the mode cannot be re-checked)"))
     else:
         want = "exhaustive" if legal_count <= limit else "guided"
         if mode != want:
