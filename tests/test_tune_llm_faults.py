@@ -114,3 +114,29 @@ def test_faults_in_a_row_stop_the_llm_part_early_and_the_report_says_so(tmp_path
     report = (out / "report.md").read_text()
     assert "Stopped: the LLM part early: 2 calls in a row failed" in report
     assert audit_verify(out) == 0
+
+
+def test_no_attempt_of_a_call_waits_past_the_wall_time_budget(monkeypatch: pytest.MonkeyPatch):
+    # review 49, M6: a call against a stalling endpoint took 305 s of a 180 s budget, each of its three
+    # attempts waiting the full --llm-timeout; an attempt now waits at most what is left of the budget
+    import primus.tuning.llm as llm_module
+    from primus.tuning.llm import LlmClient
+    from primus.tuning.llm_http import Fault, FaultError
+
+    clock = [1000.0]
+    waits: list[float] = []
+
+    def stalled(url: str, key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> Any:
+        waits.append(timeout_s)
+        clock[0] += timeout_s  # the endpoint never answers: the attempt takes its whole timeout
+        raise FaultError(Fault("timeout", f"no reply within {timeout_s:g} s", retry=True))
+
+    monkeypatch.setattr(llm_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(llm_module.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(llm_module, "chat_completion", stalled)
+    client = LlmClient(LlmSettings(base_url="http://127.0.0.1:9/v1", wall_s=180.0, timeout_s=100.0, retries=2,
+                                   backoff_s=1.0), started=clock[0])
+    clock[0] += 50.0  # the search spent 50 s before the call
+    out = client.complete([{"role": "user", "content": "x"}])
+    assert out.text is None and waits == [100.0, 29.0]  # 130 s left, then 130 - 100 - 1 s of backoff
+    assert clock[0] - client.started <= 180.0

@@ -141,6 +141,10 @@ class LlmClient:
             return f"wall-time budget of {s.wall_s:.0f} s spent"
         return None
 
+    def wall_left(self) -> float:
+        """Seconds of the wall-time budget not yet spent."""
+        return self.settings.wall_s - (time.monotonic() - self.started)
+
     def complete(self, messages: list[dict[str, str]]) -> CallOutcome:
         s = self.settings
         assert s.base_url is not None
@@ -149,9 +153,16 @@ class LlmClient:
         fault: Fault | None = None
         attempts = 0
         for attempt in range(s.retries + 1):
+            # the wall-time budget holds inside a call too (review 49, M6: one call against a stalling
+            # endpoint took 305 s of a 180 s budget): each attempt waits at most what is left of it
+            left = self.wall_left()
+            if left <= 0:
+                if fault is None:
+                    fault = Fault("wall-time budget", f"the {s.wall_s:.0f} s budget was spent before the call")
+                break
             attempts = attempt + 1
             try:
-                done = chat_completion(s.base_url, s.api_key, payload, s.timeout_s, s.max_body_bytes)
+                done = chat_completion(s.base_url, s.api_key, payload, min(s.timeout_s, left), s.max_body_bytes)
             except FaultError as exc:
                 fault = exc.fault
             else:
@@ -160,7 +171,7 @@ class LlmClient:
             if not fault.retry:
                 break
             if attempt < s.retries:
-                time.sleep(s.backoff_s * (2**attempt))
+                time.sleep(max(0.0, min(s.backoff_s * (2**attempt), self.wall_left())))
         assert fault is not None
         return CallOutcome(None, f"{fault.line()} after {attempts} attempt(s)", attempts=attempts,
                            fault=fault.to_json())
