@@ -140,3 +140,16 @@ def test_no_attempt_of_a_call_waits_past_the_wall_time_budget(monkeypatch: pytes
     out = client.complete([{"role": "user", "content": "x"}])
     assert out.text is None and waits == [100.0, 29.0]  # 130 s left, then 130 - 100 - 1 s of backoff
     assert clock[0] - client.started <= 180.0
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://host/v1", "http:///v1"])
+def test_an_endpoint_that_is_not_an_http_url_is_refused_before_the_search(url: str, tmp_path: Path):
+    # review 49, L1: 'not a url' was retried three times per call as a connection fault
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 4096,
+                                   "global_batch_size": 64}))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(tune_cmd, [str(job), "--llm-base-url", url, "--out", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr.strip() == f"primus: --llm-base-url: {url!r} is not an http(s) URL with a host " \
+                                    "(e.g. http://127.0.0.1:8000/v1)"

@@ -188,6 +188,7 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         opts["llm_base_url"] = None if llm_mode == "none" else (llm_base_url or os.environ.get("OPENAI_BASE_URL"))
     path = Path(opts["job_file"]) if opts["job_file"] else data_dir("examples") / DEFAULT_JOB
     job = read_job(path, opts["stack"])
+    _check_base_url(opts["llm_base_url"], "--llm-base-url" if llm_base_url else "OPENAI_BASE_URL")
     llm = LlmSettings(base_url=opts["llm_base_url"], model=opts["llm_model"], api_key=os.environ.get("OPENAI_API_KEY"),
                       max_calls=opts["llm_calls"], timeout_s=opts["llm_timeout"])
     err = stderr_console()
@@ -204,6 +205,22 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
             _print_why_not(job, opts)
     if answer.negative:
         raise Negative()
+
+
+def _check_base_url(url: str | None, where: str) -> None:
+    """An endpoint is an http(s) URL with a host: anything else is refused before the search (exit 2), not
+    retried call after call as a connection fault (review 49, L1)."""
+    if url is None:
+        return
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InputError(where, None, f"{url!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)")
 
 
 def _print_why_not(job: Job, opts: dict[str, Any]) -> None:
