@@ -54,17 +54,19 @@ def _print(doc: dict[str, Any], out_dir: Path) -> None:
     piped = (doc.get("allowed_changes") or {}).get("pipeline")
     if piped:
         con.print(f"  with pipeline options changed by --allow pipeline: {changes_text(piped['chosen'])}")
-    from primus.report.context import precision_change_text
+    from primus.report.context import OVER_CAPACITY, precision_change_text
 
     changed = precision_change_text(doc)
     if changed:
         con.print(f"  {lit(changed)}", markup=True)
-    verdict = "fits"
-    if best.get("tight"):  # headroom short of the allocator reserve by tight_by_bytes
+    verdict = "fits: proved by the ledger"
+    if best.get("verdict") == "does not fit":  # only the job's own rules let it through (review 49, M5)
+        verdict = f"OVER the usable capacity: {OVER_CAPACITY}"
+    elif best.get("tight"):  # headroom short of the allocator reserve by tight_by_bytes
         band = best["allocator_reserve_bytes"]
-        verdict = "fits, but TIGHT: " + tight_text(band - best["tight_by_bytes"], band)
+        verdict = "fits, but TIGHT: " + tight_text(band - best["tight_by_bytes"], band) + ": proved by the ledger"
     con.print(f"  {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{bar}, step {best['step_time_s']:.3f} s, "
-              f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} ({verdict}: proved by the ledger)")
+              f"MFU {best['mfu'] * 100:.1f}%, peak {gib(best['peak_bytes'])} ({verdict})")
     pct = doc.get("uncertainty_pct")
     within = f"a measured {range_text(best['tokens_per_s_per_gpu'], pct)}: " if pct is not None else ""
     con.print(f"  uncertainty: {within}{doc['uncertainty_basis']}")

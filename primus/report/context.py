@@ -114,6 +114,11 @@ def _tight(best: dict[str, Any]) -> str | None:
     return f"headroom {gib(band - short)} is less than the allocator reserve {gib(band)}"
 
 
+#: what a best layout over the usable capacity means: the memory rule the search ran with is not the
+#: built-in one (`--without memory`, or a job or rule file that replaces it); review 49, M5
+OVER_CAPACITY = "the run's rules allow it, not the built-in memory rule (removed or replaced)"
+
+
 def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
     best = doc["best"]
     pct = doc.get("uncertainty_pct")
@@ -126,6 +131,8 @@ def _answer(doc: dict[str, Any], capacity: int) -> dict[str, Any]:
         "step": num(best["step_time_s"], 3),
         "mfu": num(best["mfu"] * 100, 1), "tflops": num(best["model_tflops_per_gpu"], 0),
         "peak": gib(best["peak_bytes"]), "capacity": gib(capacity), "headroom": gib(capacity - best["peak_bytes"]),
+        "over": (f"{gib(best['peak_bytes'] - capacity)} OVER the usable capacity of {gib(capacity)}: {OVER_CAPACITY}"
+                 if best["peak_bytes"] > capacity else None),
         "speedup": f"{doc['speedup_vs_reference']:.2f}×" if "speedup_vs_reference" in doc else None,
         "certificate": None, "claim": _claim(doc), "tight": _tight(best),
     }
@@ -284,9 +291,10 @@ def _charts(run: RunDir, doc: dict[str, Any], entries: list[dict[str, Any]], mem
         stages = [(f"stage {s.stage}", {k: int(v) for k, v in s.breakdown.items()}) for s in report.stages]
         ctx["stages"] = [{"stage": str(s.stage), **{k: gib(s.breakdown[k]) for k, _ in charts.MEMORY_KINDS},
                           "total": gib(s.bytes)} for s in report.stages]
+        side = "OVER" if report.peak_bytes > capacity else "under"
         out["memory"] = {"svg": charts.memory_chart(stages, capacity, memory.reserves.hbm_bytes),
                          "caption": f"Per-stage bytes of the best layout at each stage's peak; the largest, "
-                                    f"{gib(report.peak_bytes)}, is under the capacity of {gib(capacity)} (HBM "
+                                    f"{gib(report.peak_bytes)}, is {side} the capacity of {gib(capacity)} (HBM "
                                     f"{gib(memory.reserves.hbm_bytes)} less the runtime and fragmentation reserves)."}
         p, timing = simulate(Projector(run.job, run.profile), layout, (best["peak_bytes"], True))
         svg = charts.timeline_chart(timeline_data(timing, p.step_time_s), layout_text(best["parallel"]))
