@@ -117,3 +117,21 @@ def test_an_e4m3_fp8_format_is_noted_as_exported_hybrid(run_cli, tmp_path: Path)
                              "tensorwise")
     assert code == 0 and "precision: fp8" in out
     assert "--fp8-format e4m3 read as precision fp8" in err and "writes --fp8-format hybrid" in err
+
+
+# ---- M6: torch FSDP2 (core_v0.18.0 arguments.py lines 1010-1027) ---------------------------------------------
+
+def test_torch_fsdp2_with_pipeline_parallelism_is_refused(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = _import(run_cli, tmp_path, "--pipeline-model-parallel-size 2 --use-torch-fsdp2 "
+                                        "--no-gradient-accumulation-fusion")
+    assert _refused(result, "train.sh: --use-torch-fsdp2:", "not supported with pipeline parallelism")
+
+
+def test_torch_fsdp2_with_gradient_accumulation_fusion_left_on_is_refused(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert _refused(_import(run_cli, tmp_path, "--use-torch-fsdp2"), "--use-torch-fsdp2:",
+                    "--no-gradient-accumulation-fusion")
+
+
+def test_torch_fsdp2_as_megatron_accepts_it_is_read_as_fsdp(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = _import(run_cli, tmp_path, "--use-torch-fsdp2 --no-gradient-accumulation-fusion")
+    assert code == 0 and "sharding: fsdp" in out

@@ -313,7 +313,33 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
             if layers is not None:
                 par["recompute_num_layers"] = layers
     par["sharding"] = _sharding(r, ctx)
+    if par["sharding"] == "fsdp" and r.get("use_torch_fsdp2"):
+        _torch_fsdp2_asserts(r, ctx, par, model)
     return par
+
+
+def _torch_fsdp2_asserts(r: ArgReader, ctx: ImportContext, par: dict[str, Any], model: ModelSpec) -> None:
+    """What Megatron-LM asserts of `--use-torch-fsdp2` (core_v0.18.0 megatron/training/arguments.py lines
+    1010-1027, the same in d98e8a6): no pipeline or expert parallelism, no gradient-accumulation fusion (on
+    by default: --no-gradient-accumulation-fusion turns it off), untied embeddings, no fp16. primus's
+    `fsdp` sharding would otherwise prove a launch line Megatron refuses at start-up (review 50, M6)."""
+    label = ctx.label("use_torch_fsdp2")
+    if par["pp"] > 1 or par["ep"] > 1:
+        axis = "pipeline" if par["pp"] > 1 else "expert"
+        raise InputError(ctx.where, label, f"is refused by Megatron-LM with {axis} parallelism "
+                         f"(pp {par['pp']}, ep {par['ep']}): '--use-torch-fsdp2 is not supported with {axis} "
+                         "parallelism'")
+    fusion = r.ns.get("gradient_accumulation_fusion")
+    if fusion is None:
+        fusion = ctx.defaults.get("gradient_accumulation_fusion", True)  # Megatron-LM's default: on
+    if fusion:
+        raise InputError(ctx.where, label, "is refused by Megatron-LM with gradient-accumulation fusion, which is on "
+                         "unless --no-gradient-accumulation-fusion is given")
+    if not model.untie_embeddings_and_output_weights:
+        raise InputError(ctx.where, label, "is refused by Megatron-LM with tied embeddings: it "
+                         "requires --untie-embeddings-and-output-weights")
+    if r.get("fp16"):
+        raise InputError(ctx.where, label, "is refused by Megatron-LM with fp16")
 
 
 def _listed_recompute(r: ArgReader, ctx: ImportContext, granularity: str | None, par: dict[str, Any]) -> None:
