@@ -135,3 +135,17 @@ def test_torch_fsdp2_with_gradient_accumulation_fusion_left_on_is_refused(run_cl
 def test_torch_fsdp2_as_megatron_accepts_it_is_read_as_fsdp(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = _import(run_cli, tmp_path, "--use-torch-fsdp2 --no-gradient-accumulation-fusion")
     assert code == 0 and "sharding: fsdp" in out
+
+
+# ---- L2: interleaving at PP 2 without the P2P overlap (core_v0.18.0 arguments.py lines 984-989) ------------
+
+def test_interleaving_at_pp_2_without_the_p2p_overlap_is_refused(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = _import(run_cli, tmp_path, "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                                        "--no-overlap-p2p-communication")
+    assert _refused(result, "--no-overlap-p2p-communication: with 2 virtual stages", "needs PP > 2")
+
+
+def test_interleaving_at_pp_4_without_the_p2p_overlap_is_read(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    options = "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 --no-overlap-p2p-communication"
+    code, out, err = _import(run_cli, tmp_path, options)
+    assert code == 0 and "vp: 2" in out and "--no-overlap-p2p-communication" in err

@@ -52,6 +52,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--use-distributed-optimizer", "true"), _a("--use-torch-fsdp2", "true"), _a("--use-megatron-fsdp", "true"),
     _a("--data-parallel-sharding-strategy", "str"), _a("--ckpt-format", "str"),
     _a("--no-gradient-accumulation-fusion", "false", "gradient_accumulation_fusion"),
+    _a("--no-overlap-p2p-communication", "false", "overlap_p2p_comm"),
     # precision
     _a("--bf16", "true"), _a("--fp16", "true"), _a("--fp8-format", "str", "fp8"), _a("--fp8-recipe", "str"),
     _a("--fp4-format", "str", "fp4"), _a("--fp4-recipe", "str"), _a("--fp8-param-gather", "true"),

@@ -263,6 +263,11 @@ def _parallel(r: ArgReader, ctx: ImportContext, model: ModelSpec, out: Collector
     cp = r.pos("context_parallel_size") or 1
     dp = data_parallel(ctx.world, tp, pp, cp, ctx.where, ctx.world_source, ctx.gpus_per_node)
     vp = _virtual(r, ctx, model, pp)
+    if vp > 1 and pp <= 2 and r.ns.get("overlap_p2p_comm") is False:
+        # core_v0.18.0 arguments.py lines 984-989 (review 50, L2): "When interleaved schedule is used and p2p
+        # communication overlap is disabled, pipeline-model-parallel size should be greater than 2"
+        raise InputError(ctx.where, ctx.label("overlap_p2p_comm"), f"with {vp} virtual stages at pipeline-parallel "
+                         "size 2 is refused by Megatron-LM: without the overlap the interleaved schedule needs PP > 2")
     ep, etp = r.pos("expert_model_parallel_size") or 1, r.pos("expert_tensor_parallel_size") or tp
     if not model.is_moe:
         if ep > 1:
