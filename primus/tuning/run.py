@@ -186,7 +186,7 @@ def run_tune(job: Job, job_text: str, target: Path, settings: TuneSettings, *, o
         doc = tuner.run()
     finally:
         checkpoint.close()
-    doc["log"] = str(target / "audit.jsonl")
+    doc["log"] = "audit.jsonl"  # relative to the run directory, so that a moved run stays right (review 49, L3)
     if allowed_changes is not None:
         doc["allowed_changes"] = allowed_changes
     write_run_dir(target, doc, tuner.log.entries, tuner.transcripts, inputs, tuner.log.lines)
