@@ -118,6 +118,27 @@ def test_a_rerun_into_its_own_run_directory_keeps_the_files_a_user_added(tmp_pat
     assert (out / "notes.txt").exists()
 
 
+def test_a_rerun_refuses_to_replace_a_file_of_the_users_under_a_name_it_writes(tmp_path: Path):
+    # review 49, M9: an LLM-enabled rerun replaced a user's llm/call-001.json that the marker did not list;
+    # here the user's own report.md, which the marker does not list, stands for any such name
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    out = tmp_path / "run"
+    assert tune(str(job), "--out", str(out))[0] == 0
+    marker = json.loads((out / MARKER).read_text())
+    marker["files"].remove("report.md")
+    (out / MARKER).write_text(json.dumps(marker))
+    (out / "report.md").write_text("my own notes on the run\n")
+    before = snapshot(out)
+
+    code, err = tune(str(job), "--out", str(out))
+    assert code == 2 and "Traceback" not in err  # the progress lines, then one line of refusal
+    assert err.strip().splitlines()[-1].startswith(
+        f"primus: --out: {out / 'report.md'}: exists and was not written by primus tune")
+    assert (out / "report.md").read_text() == "my own notes on the run\n"
+    assert {k: v for k, v in snapshot(out).items() if k != MARKER} == \
+        {k: v for k, v in before.items() if k != MARKER}
+
+
 def test_a_charts_folder_linked_out_of_the_run_directory_is_never_written_through(tmp_path: Path):
     # a run directory from elsewhere (an artifact, a pull request) whose charts/ links to the user's files
     job = user_dir(tmp_path / "jobs") / "small.yaml"

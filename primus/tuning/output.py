@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from primus import __version__
+from primus.errors import InputError
 from primus.report.audit import dumps_line
 from primus.report.owned import MARKER, check_inside, claimable, read_marker, relative_files, remove_owned, write_marker
 
@@ -79,6 +80,12 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
         _stage(staging, result, entries, transcripts, inputs, lines)
         new = relative_files(staging)
         check_inside(out_dir, new)  # a folder of the old run replaced by a link out of it is not followed
+        foreign = sorted(n for n in new if n != MARKER and n not in previous and (out_dir / n).exists())
+        if foreign:  # a file of the user's under a name this run writes (review 49, M9: llm/call-001.json)
+            raise InputError("--out", str(out_dir / foreign[0]),
+                             f"exists and was not written by primus tune (the run directory's {MARKER} does not "
+                             f"list it{' or ' + str(len(foreign) - 1) + ' more' if len(foreign) > 1 else ''}); "
+                             "nothing was changed: move it, or choose another --out")
         write_marker(out_dir, "run", set(previous) | set(new), staging=staging.name)
         for name in new:
             if name == MARKER:
