@@ -118,3 +118,25 @@ def test_from_the_command_line_a_refused_rule_gets_a_second_request_carrying_it(
     assert len(script.requests) >= 2
     assert "empties the legal set" in json.dumps(user_content(script.requests[1])["refused"])
     assert (tmp_path / "run" / "llm" / "call-002.json").is_file()
+
+
+def test_two_long_rule_ids_that_differ_only_at_the_end_stay_two_rules():
+    # review 49, L2: cut at 64 characters after the llm- prefix, "a"*64 and "a"*63 + "b" became one id and
+    # the second rule was refused as "already in force"
+    reply = {"rules": [{"id": "a" * 64, "why": "one", "require": "tp <= 4"},
+                       {"id": "a" * 63 + "b", "why": "two", "require": "tp <= 2"}]}
+    with fake_llm([("json", reply), ("json", NOTHING)]) as (url, _):
+        doc = Tuner(job_from_mapping(SMALL, "small"), settings(url)).run()
+    rules = [e for e in doc["events"] if e["kind"] == "rule" and e["proposer"] == "llm"]
+    assert len({e["id"] for e in rules}) == 2 and all(len(e["id"]) <= 64 for e in rules)
+    assert not any("already in force" in e.get("reason", "") for e in rules)
+
+
+def test_a_rule_that_removes_no_legal_layout_is_not_adopted():
+    # review 49, L2: `tp >= 1` holds for every layout, so it changes no answer
+    reply = {"rules": [{"id": "tp-ge-1", "why": "vacuous", "require": "tp >= 1"}]}
+    with fake_llm([("json", reply), ("json", NOTHING)]) as (url, _):
+        doc = Tuner(job_from_mapping(SMALL, "small"), settings(url)).run()
+    (event,) = [e for e in doc["events"] if e["kind"] == "rule" and e["proposer"] == "llm"]
+    assert event["status"] == "refused" and event["reason"].startswith("removes no legal layout")
+    assert doc["adopted_rules"] == [] or all(r["id"] != "llm-tp-ge-1" for r in doc["adopted_rules"])

@@ -206,7 +206,7 @@ class Investigation:
         """Parse, check and test one proposed rule; adopt it only if it keeps a legal layout at least as
         fast as the incumbent. Returns the verdict (logged and fed back)."""
         rid = rule_id.lower()
-        rid = (rid if rid.startswith(f"{proposer}-") else f"{proposer}-{rid}")[:64]  # one prefix, even when echoed
+        rid = _bounded_id(rid if rid.startswith(f"{proposer}-") else f"{proposer}-{rid}")  # one prefix, even echoed
         if any(r.id == rid for r in tuner.space.question.ruleset.rules):
             return self._refuse(tuner, rid, require, proposer, f"a rule with id {rid!r} is already in force")
         try:
@@ -222,6 +222,9 @@ class Investigation:
         sub = tuner.space.with_rules([rule.model_copy(update={"severity": "hard"})])
         if sub.count == 0:
             return self._refuse(tuner, rid, require, proposer, "empties the legal set")
+        if sub.count == tuner.space.count:  # `tp >= 1`: a rule that removes nothing changes no answer (review 49, L2)
+            return self._refuse(tuner, rid, require, proposer,
+                                f"removes no legal layout (all {sub.count:,} hold it): nothing to adopt")
         before = tuner.best()
         order = range(sub.count) if sub.count <= SUBSPACE_SCORE_LIMIT else sub.proxy_order()[:SUBSPACE_SCORE_LIMIT]
         best_sub = None
@@ -287,3 +290,18 @@ def _to_layout(c: ProposedLayout, tuner: Tuner) -> Layout | None:
     layout = Layout(tp=c.tp, pp=c.pp, vp=c.vp, cp=c.cp, ep=c.ep, etp=c.etp, dp=world // denom, mbs=c.mbs, sp=c.sp,
                     recompute=c.recompute, sharding=c.sharding)
     return normalise(layout, is_moe=tuner.job.model.is_moe)
+
+
+#: the longest rule id (the reply schema's bound on what the LLM writes, before the proposer's prefix)
+MAX_RULE_ID = 64
+
+
+def _bounded_id(rid: str) -> str:
+    """`rid` within MAX_RULE_ID characters, distinct ids kept distinct: a longer one keeps its start and
+    ends in 8 hex digits of its SHA-256 (cutting at 64 made "a"*64 and "a"*63 + "b" the same id, and
+    the second was refused as "already in force"; review 49, L2)."""
+    if len(rid) <= MAX_RULE_ID:
+        return rid
+    import hashlib
+
+    return f"{rid[:MAX_RULE_ID - 9]}-{hashlib.sha256(rid.encode()).hexdigest()[:8]}"
