@@ -140,3 +140,13 @@ def test_a_rule_that_removes_no_legal_layout_is_not_adopted():
     (event,) = [e for e in doc["events"] if e["kind"] == "rule" and e["proposer"] == "llm"]
     assert event["status"] == "refused" and event["reason"].startswith("removes no legal layout")
     assert doc["adopted_rules"] == [] or all(r["id"] != "llm-tp-ge-1" for r in doc["adopted_rules"])
+
+
+def test_an_exhaustive_search_with_an_endpoint_says_the_llm_is_not_consulted(tmp_path: Path):
+    # review 49, L4: the README's LLM example scored all 6,919 layouts and never called the endpoint, silently
+    job = tmp_path / "small.yaml"
+    job.write_text(yaml.safe_dump(SMALL))
+    with fake_llm([("json", NOTHING)]) as (url, script):
+        result = CliRunner().invoke(tune_cmd, [str(job), "--llm-base-url", url, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "the LLM is not consulted" in result.stderr and script.requests == []

@@ -165,6 +165,10 @@ class Tuner:
 
     def exhaustive(self) -> None:
         self.say(f"exhaustive: scoring all {self.space.count:,} legal layouts ({self.settings.workers} worker(s))")
+        if self.settings.llm.enabled:  # the LLM only joins a guided search that stalls (review 49, L4)
+            self.say(f"the LLM is not consulted: {self.space.count:,} legal layouts are within --exhaustive-limit "
+                     f"{self.settings.exhaustive_limit:,}, so every one is scored (--exhaustive-limit 0 for a guided "
+                     "search)")
         todo = [i for i in range(self.space.count) if layout_key(self.space.layouts[i]) not in self.scores]
         for block in self._scored_blocks(todo):
             for s in block:
