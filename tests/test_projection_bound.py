@@ -254,4 +254,7 @@ def test_a_layouts_bound_with_its_bubble_is_never_below_its_projection(name, met
         assert tokens <= own, layout
         seen_vp.add(layout.vp > 1)
         tighter += own < bounds.context_bound(layout)
-    assert seen_vp == {False, True} and tighter > 0
+    # with the MoE all-to-all overlap Megatron-Core refuses VP 1 at PP > 1 (rule moe-a2a-overlap-needs-vp,
+    # core_v0.18.0 transformer_config.py lines 2405-2409), so that job's pipelined layouts all interleave
+    expected = {True} if JOBS[name].get("overlap", {}).get("moe_a2a") else {False, True}
+    assert seen_vp == expected and tighter > 0

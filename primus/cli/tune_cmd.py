@@ -233,9 +233,9 @@ def _print_why_not(job: Job, opts: dict[str, Any]) -> None:
     found = api.fit(job, rules=opts["rule_texts"], rule_files=opts["rule_files"], without=opts["without"]).result
     con = stdout_console()
     if found.violated_rules:
-        con.print(f"  why: minimal conflicting rules and pins: {lit(', '.join(found.violated_rules))}")
+        con.print(f"  why: minimal conflicting rules and pins: {', '.join(found.violated_rules)}")
     for rid, detail in found.core_details.items():
-        con.print(f"    {lit(rid)}: {lit(detail)}")
+        con.print(f"    {rid}: {detail}")
     if found.min_gpus is not None:
         below = f"; below: {found.size_below:,} GPUs" if found.size_below is not None else ""
         con.print(f"  nearest size at which a layout fits: {found.min_gpus:,} GPUs ({found.min_nodes:,} nodes){below}")
