@@ -150,7 +150,7 @@ def test_recompute_layers_beyond_a_virtual_chunk_are_what_megatron_accepts() -> 
     # AMD's Grok-1 YAMLs (AMD-AGI/Primus fd1eeab examples/megatron/configs/MI300X/grok1-BF16-pretrain.yaml):
     # recompute_num_layers 8 at PP 4 x VP 4 over 64 layers (4 layers per chunk). Megatron-LM recomputes
     # min(8, 4) layers per chunk (megatron/core/recompute.py) and bounds the setting only by the 16 layers
-    # of a pipeline rank (transformer_config.py), so the rule `recompute-layers` accepts it.
+    # of a pipeline rank (transformer_config.py): primus has no rule on the count.
     from primus.launch import axes_job
 
     job = axes_job({"model": "grok-1-314b", "hardware": "mi300x", "nodes": 8, "seq_len": 8192,
@@ -158,8 +158,24 @@ def test_recompute_layers_beyond_a_virtual_chunk_are_what_megatron_accepts() -> 
                     "etp": 1, "mbs": 2, "sp": False, "recompute": "full", "recompute_method": "block",
                     "recompute_num_layers": 8, "sharding": "dist_opt"})
     result = fit(Question(job))
-    assert "recompute-layers" in result.satisfied_rules
-    assert "recompute-layers" not in result.violated_rules
+    assert result.fits, result.violated_rules
+
+
+def test_block_recompute_count_above_a_pipeline_rank_is_what_megatron_runs() -> None:
+    # review 50 M3 (hostile/rnl.yaml): full block recompute with --recompute-num-layers 32 at PP 4 over 32
+    # layers. core_v0.18.0 transformer_config.py lines 1562-1568 raise only when the count is None, and
+    # megatron/core/recompute.py lines 155-161 re-run the layers below the count: all 8 of each rank.
+    from primus.launch import axes_job
+
+    job = axes_job({"model": "llama3-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 8192,
+                    "global_batch_size": 64, "precision": "bf16", "tp": 2, "pp": 4, "vp": 1, "cp": 1, "ep": 1,
+                    "etp": 1, "mbs": 1, "sp": True, "recompute": "full", "recompute_method": "block",
+                    "recompute_num_layers": 32, "sharding": "dist_opt"})
+    every = job.with_spec(parallel={**job.spec.parallel.model_dump(), "recompute_num_layers": 8})
+    result, same = fit(Question(job)), fit(Question(every))
+    assert result.fits, result.violated_rules
+    assert result.report is not None and same.report is not None
+    assert result.report.peak_bytes == same.report.peak_bytes  # min(32, 8 layers per rank) = 8
 
 
 def test_mxfp4_recipe_is_noted_not_silently_nvfp4(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from primus.launch.torchtitan_release import (
     registry_release,
     torchtitan_release,
 )
+from primus.memory.recompute import recomputed_layers
 from primus.parallel import Layout
 from primus.specs.model import ModelSpec
 
@@ -539,6 +540,7 @@ def _checkpoint(job: Job, layout: Layout) -> dict[str, Any]:
     if method == "uniform" and k == 1:
         return {"mode": "full"}
     chunk = job.model.num_layers // (layout.pp * layout.vp)
+    k = recomputed_layers(k, chunk) if method == "block" else k
     every = chunk // k if method == "block" and k else 0
     if not every or chunk // every != k:
         raise InputError(job.where, "parallel.recompute_num_layers",

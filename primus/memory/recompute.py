@@ -31,9 +31,20 @@ def recomputed_mask(layers: tuple[int, ...], method: str, num_layers: int | None
     if layer_ids is not None:
         return tuple(i in layer_ids for i in layers)
     if method == "block":
-        k = num_layers or 1
+        k = recomputed_layers(num_layers, len(layers))
         return tuple(j < k for j in range(len(layers)))
     return (True,) * len(layers)
+
+
+def recomputed_layers(num_layers: int | None, chunk_layers: int) -> int:
+    """Layers of one chunk that block recompute re-runs, or the size of one uniform recompute unit:
+    min(`--recompute-num-layers`, layers in the chunk). Megatron-LM accepts any count once it is set
+    (core_v0.18.0 megatron/core/transformer/transformer_config.py lines 1562-1568 raise only when it is
+    None) and clips it to the chunk (megatron/core/recompute.py lines 143-146, uniform:
+    min(layer_idx + recompute_num_layers, layers per rank); lines 155-161, block: the layers below
+    recompute_num_layers), so a count above a chunk's layers re-runs the whole chunk. Primus's default
+    count, when none is set, is 1."""
+    return min(num_layers or 1, chunk_layers)
 
 
 #: Megatron-Core's `--recompute-modules` that the ledger and the projection model, and what each frees

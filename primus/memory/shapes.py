@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from primus.errors import InputError
 from primus.memory.offload import offload_applies, reloaded_layers, resident_layers
-from primus.memory.recompute import recomputed_mask
+from primus.memory.recompute import recomputed_layers, recomputed_mask
 from primus.schedule.layout import PipelineLayout, balanced_layout, build_layout
 from primus.schedule.pipeline import Schedule, build_schedule, in_flight
 from primus.specs.job import PipelineOptions
@@ -97,7 +97,7 @@ def _chunk_units(model: ModelSpec, layers: tuple[int, ...], key: PipelineKey) ->
     n = len(layers)
     if key.recompute != "full" or n == 0:
         return n - sum(moe_flags), sum(moe_flags), 0, 0, 0
-    group = key.recompute_num_layers or 1
+    group = recomputed_layers(key.recompute_num_layers, n)
     if key.recompute_method == "block" or key.recompute_layer_ids is not None:
         # each recomputed layer has its own checkpoint; one layer is rematerialised at a time
         mask = recomputed_mask(layers, key.recompute_method, key.recompute_num_layers, key.recompute_layer_ids)

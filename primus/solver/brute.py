@@ -26,7 +26,6 @@ def brute_force(question: Question) -> list[tuple[Layout, int]]:
     hard = question.ruleset.hard()
     structural = [(r, e) for r, e in hard if not (names(e) & set(MEMORY_DOCS))]
     memory_rules = [(r, e) for r, e in hard if names(e) & set(MEMORY_DOCS)]
-    n_values = s.recompute_layer_values
     out: list[tuple[Layout, int]] = []
     for tp, cp, pp in itertools.product(s.tp_values, s.cp_values, s.pp_values):
         if s.world % (tp * cp * pp):
@@ -35,6 +34,7 @@ def brute_force(question: Question) -> list[tuple[Layout, int]]:
         for (p, vp), split_ok in s.split_pairs.items():
             if p != pp:
                 continue
+            n_values = s.recompute_layer_values_at(pp, vp)
             for ep, etp in itertools.product(s.ep_values, s.etp_values):
                 if s.world % (pp * ep * etp):
                     continue

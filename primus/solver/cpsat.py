@@ -188,9 +188,9 @@ class ModelBuilder:
                         if gbs % (mbs * dp) == 0:
                             ms.add(gbs // (mbs * dp))
             reachable[pp] = ms
-        n_values = s.recompute_layer_values
         rows: list[tuple[int, ...]] = []
         for (pp, vp), ok in sorted(s.split_pairs.items()):
+            n_values = s.recompute_layer_values_at(pp, vp)
             for mb in sorted(reachable.get(pp, ())):
                 for full in (0, 1):
                     for n in (n_values if (full and n_values) else [0]):

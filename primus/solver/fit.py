@@ -33,7 +33,6 @@ import numpy as np
 from primus.job import Job
 from primus.memory.evaluate import MemoryModel, MemoryReport
 from primus.memory.ledger import Reserves
-from primus.memory.shapes import split_layout
 from primus.parallel import Layout
 from primus.solver.api import Question
 from primus.solver.core import broken_definitions, certify
@@ -57,7 +56,7 @@ from primus.solver.options import (
     unset_at_pp,
 )
 from primus.solver.pins import PIN_AXES, normalisation_notes
-from primus.solver.space import Space
+from primus.solver.space import Space, widest_chunk
 from primus.solver.suggest import Alternative, Speed, fastest_groups, labelled, rank_key
 from primus.solver.vector import Candidates
 
@@ -359,7 +358,7 @@ def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
     variant = question.with_job(searched).with_pins({**question.pins, "recompute": "full"})
     c = variant.candidates
     counts = c.cols["recompute_num_layers"]
-    c = c.take(counts < np.array([_widest_chunk(searched, int(p), int(v)) for p, v in
+    c = c.take(counts < np.array([widest_chunk(searched, int(p), int(v)) for p, v in
                                   zip(c.cols["pp"], c.cols["vp"], strict=True)], dtype=np.int64))
     if c.n == 0:  # only recomputing every layer fits: that is full recompute, an axis change
         return []
@@ -368,12 +367,6 @@ def _recompute_fix(question: Question, base: dict[str, Any], capacity: int,
     options = {**base, **partial_recompute(n)}
     return _completed(apply_options(question.job, options), c.take(counts == n), options, capacity, speed_for,
                       question.pins)
-
-
-def _widest_chunk(job: Job, pp: int, vp: int) -> int:
-    """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
-    playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
-    return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))
 
 
 def nodes_text(gpus: int, gpus_per_node: int) -> str:

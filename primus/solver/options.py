@@ -187,7 +187,7 @@ def partial_recompute(n: int) -> dict[str, Any]:
 
 def recompute_search_job(job: Job) -> Job:
     """The job with full recompute by the block method and `recompute_num_layers` searched (every count
-    the `recompute-layers` rule allows), so one enumeration answers for every N."""
+    up to the widest virtual stage, `Space.recompute_layer_values_at`), so one enumeration answers for every N."""
     parallel = {**job.spec.parallel.model_dump(), "recompute": "full", "recompute_method": "block",
                 "recompute_num_layers": None}
     return job.with_spec(parallel=parallel, free=sorted({*job.spec.free, "recompute_num_layers"}))

@@ -13,7 +13,7 @@ from functools import cached_property
 from primus.errors import InputError
 from primus.job import Job
 from primus.memory.ledger import Reserves
-from primus.memory.shapes import layout_for
+from primus.memory.shapes import layout_for, split_layout
 from primus.parallel import RECOMPUTES, SHARDINGS
 from primus.rules.expr import Domain
 
@@ -211,6 +211,17 @@ class Space:
             return list(range(1, self.job.model.num_layers + 1))
         return [pinned] if pinned is not None else None
 
+    def recompute_layer_values_at(self, pp: int, vp: int) -> list[int] | None:
+        """`recompute_layer_values` for one (PP, VP). A searched count stops at the widest virtual stage:
+        Megatron recomputes min(count, layers in the chunk) (`recomputed_layers`), so every larger count
+        is that one again, and listing it would only repeat a layout. A pinned count is kept as given,
+        since Megatron accepts any count (transformer_config.py asks only that it be set)."""
+        values = self.recompute_layer_values
+        if values is None or "recompute_num_layers" not in self.job.spec.free:
+            return values
+        widest = widest_chunk(self.job, pp, vp)
+        return [n for n in values if n <= widest]
+
     def name_domains(self) -> dict[str, Domain]:
         """The Domain of every name a rule may read (for the whitelist checker)."""
         d: dict[str, Domain] = {}
@@ -243,3 +254,9 @@ def rule_names_doc() -> dict[str, dict[str, str]]:
         for name, doc in docs.items():
             out[name] = {"kind": kind, "meaning": doc}
     return out
+
+
+def widest_chunk(job: Job, pp: int, vp: int) -> int:
+    """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
+    playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
+    return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))
