@@ -213,6 +213,12 @@ class Enumerator:
                 rows["recompute"].append(i)
                 rows["recompute_num_layers"].append(n)
         cands = _product(cands, {k: np.array(v, dtype=np.int64) for k, v in rows.items()})
+        if n_values and "recompute_num_layers" in self.job.spec.free:  # as Space.recompute_layer_values_at
+            pairs = {(int(p), int(v)) for p, v in zip(cands.cols["pp"], cands.cols["vp"], strict=True)}
+            top = {pv: max(self.space.recompute_layer_values_at(*pv) or [0]) for pv in pairs}
+            limit = np.array([top[(int(p), int(v))] for p, v in zip(cands.cols["pp"], cands.cols["vp"],
+                                                                    strict=True)], dtype=np.int64)
+            cands = cands.take(cands.cols["recompute_num_layers"] <= limit)
         for i, r in enumerate(RECOMPUTES):
             cands.cols[f"recompute_{r}"] = cands.cols["recompute"] == i
         cands = self._apply_rules(self._pins(cands))
