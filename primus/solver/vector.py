@@ -214,11 +214,12 @@ class Enumerator:
                 rows["recompute_num_layers"].append(n)
         cands = _product(cands, {k: np.array(v, dtype=np.int64) for k, v in rows.items()})
         if n_values and "recompute_num_layers" in self.job.spec.free:  # as Space.recompute_layer_values_at
-            pairs = {(int(p), int(v)) for p, v in zip(cands.cols["pp"], cands.cols["vp"], strict=True)}
-            top = {pv: max(self.space.recompute_layer_values_at(*pv) or [0]) for pv in pairs}
-            limit = np.array([top[(int(p), int(v))] for p, v in zip(cands.cols["pp"], cands.cols["vp"],
-                                                                    strict=True)], dtype=np.int64)
-            cands = cands.take(cands.cols["recompute_num_layers"] <= limit)
+            # one limit per distinct (PP, VP), spread to the rows by index: no Python loop over rows
+            pairs, inverse = np.unique(np.stack([cands.cols["pp"], cands.cols["vp"]], axis=1), axis=0,
+                                       return_inverse=True)
+            top = np.array([max(self.space.recompute_layer_values_at(int(p), int(v)) or [0]) for p, v in pairs],
+                           dtype=np.int64)
+            cands = cands.take(cands.cols["recompute_num_layers"] <= top[inverse.reshape(-1)])
         for i, r in enumerate(RECOMPUTES):
             cands.cols[f"recompute_{r}"] = cands.cols["recompute"] == i
         cands = self._apply_rules(self._pins(cands))

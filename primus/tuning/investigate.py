@@ -4,6 +4,7 @@ was adopted or refused. Nothing from the LLM is trusted before the solver has ch
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -302,6 +303,4 @@ def _bounded_id(rid: str) -> str:
     the second was refused as "already in force"; review 49, L2)."""
     if len(rid) <= MAX_RULE_ID:
         return rid
-    import hashlib
-
     return f"{rid[:MAX_RULE_ID - 9]}-{hashlib.sha256(rid.encode()).hexdigest()[:8]}"
