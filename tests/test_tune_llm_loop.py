@@ -150,3 +150,25 @@ def test_an_exhaustive_search_with_an_endpoint_says_the_llm_is_not_consulted(tmp
         result = CliRunner().invoke(tune_cmd, [str(job), "--llm-base-url", url, "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "the LLM is not consulted" in result.stderr and script.requests == []
+
+
+def test_an_llm_candidate_with_a_vp_of_a_million_is_refused_by_the_split_without_building_its_schedule(
+        monkeypatch):
+    # review 49, H1: the reply schema allows VP up to 2^20; `{"tp":1,"pp":8,"vp":1048576}` made
+    # `Space.why_not` build a 1F1B table of PP x VP x M operations (7.8 GB, MemoryError). Megatron-LM needs
+    # at least one layer per virtual stage (core_v0.18.0 arguments.py), so the candidate is refused as
+    # `pipeline-split` and no schedule of more chunks than layers is ever built.
+    import primus.schedule.pipeline as pipeline
+
+    built = pipeline._cached_schedule
+
+    def guarded(pp: int, vp: int, m: int, kind: str):  # type: ignore[no-untyped-def]
+        assert pp * vp <= 32, (pp, vp)  # llama3.1-8b has 32 layers
+        return built(pp, vp, m, kind)
+
+    monkeypatch.setattr(pipeline, "_cached_schedule", guarded)
+    reply = {"candidates": [{"tp": 1, "pp": 8, "vp": 1 << 20}]}
+    with fake_llm([("json", reply), ("json", NOTHING)]) as (url, script):
+        Tuner(job_from_mapping(SMALL, "small"), settings(url)).run()
+    refused = user_content(script.requests[1])["refused"]
+    assert [r["reason"] for r in refused] == ["illegal: breaks pipeline-split"]
