@@ -149,3 +149,6 @@ def test_rows_the_source_footnotes_as_a_known_regression_are_named_apart(tmp_pat
     assert list(figures["releases"]) == ["megatron-bridge-26.06.01", "megatron-bridge-26.08"]
     text = "\n".join(heldout_section(rep))
     assert "known performance regression" in text and "| megatron-bridge-26.06.01 | 2 |" in text
+    # Markdown joins wrapped lines with a space: a run id broken at its hyphen would no longer be that id
+    paragraph = " ".join(text.split("Rows whose table footnotes")[1].split("\n\n")[0].splitlines())
+    assert all(f"`{rid}`" in paragraph for rid in ids - {"MB26.08-DGX-GB300-Qwen3-30B-A3B-MXFP8"})

@@ -8,6 +8,7 @@ carries and how many AMD rows it covers.
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from collections.abc import Mapping
@@ -20,6 +21,9 @@ from primus.fidelity.loso import AGGREGATES, SPLIT_MIN_RUNS, held_from_rows, is_
 from primus.fidelity.mbs_pairs import mbs_pairs
 from primus.fidelity.stats import percentile
 from primus.fidelity.validate import ValidationReport
+
+#: Markdown joins wrapped lines with a space: a break at a hyphen would split a run id or a word.
+_wrap = functools.partial(textwrap.wrap, break_on_hyphens=False)
 
 #: AMD rows as issue 19 found them before this work (same file, same profiles): five of eleven complete
 #: rows projected (DeepSeek-V2-Lite not in the catalog), the DeepSeek-V3 rows with every layer recomputed.
@@ -59,7 +63,7 @@ def conflict_section(report: ValidationReport, bars: Mapping[str, Any]) -> list[
     held = {h["run_id"]: h["error_pct"] for h in bars.get("held_out", [])}
     rows = {r.run_id: r for r in report.rows}
     lines = ["## Published-data conflicts", "",
-             *textwrap.wrap("Rows whose measurement disagrees with the rest of the data set beyond what hardware or "
+             *_wrap("Rows whose measurement disagrees with the rest of the data set beyond what hardware or "
                             "settings explain (`primus/fidelity/data/data_conflicts.yaml`). They stay in every "
                             "figure on this page, the fits and the error bars included.", 110), "",
              "| run | error % | held-out error % | evidence |", "|---|---:|---:|---|"]
@@ -90,7 +94,7 @@ GPT_OSS_KERNELS = (
 
 
 def gpt_oss_section() -> list[str]:
-    return ["## gpt-oss: which kernels run", "", *textwrap.wrap(GPT_OSS_KERNELS, 110)]
+    return ["## gpt-oss: which kernels run", "", *_wrap(GPT_OSS_KERNELS, 110)]
 
 
 def _precision_split_lines(split: Mapping[str, Any] | None) -> list[str]:
@@ -103,10 +107,10 @@ def _precision_split_lines(split: Mapping[str, Any] | None) -> list[str]:
     verdict = ("every group of 10 or more runs stays in 60-80%, so the split bars are used for a job that states "
                "its precision" if split.get("ships") else
                f"it leaves {misses} outside 60-80%, so the bars are not split by precision")
-    return ["", *textwrap.wrap(
+    return ["", *_wrap(
         "Split by precision family (16-bit; FP8/FP4) where an accelerator x kind x family group has held-out runs "
         f"from at least 3 sources ({bars}), with the family groups counted as coverage groups of their own: "
-        f"overall coverage {_f(cov.get('pct'))}%; {verdict}.", 110, break_on_hyphens=False)]
+        f"overall coverage {_f(cov.get('pct'))}%; {verdict}.", 110)]
 
 
 def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
@@ -114,7 +118,7 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
     lines = [
         "## Error bars",
         "",
-        *textwrap.wrap(
+        *_wrap(
             "`primus.fidelity.error_bar(hardware, is_moe)` (shown by `primus project`, `primus enumerate --rank` and "
             f"as `error_bar_pct` on every `primus validate` row): the {q:.0f}th percentile of |held-out error| per "
             "accelerator and dense/MoE, so that the bars cover about two runs in three of a source they never saw "
@@ -165,14 +169,14 @@ def errorbar_section(bars: Mapping[str, Any]) -> list[str]:
             lines.append(f"| {key} | {c['inside']} | {c['n']} | {_f(c['pct'])} |")
         for g in out_of_band(held_from_rows(bars["held_out"]), q) if bars.get("held_out") else []:
             how = "too wide for these runs, never too narrow" if g["over"] else "too narrow"
-            lines += ["", *textwrap.wrap(
+            lines += ["", *_wrap(
                 f"**{g['group']} is outside 60-80% ({_f(g['pct'])}%).** {g['source_runs']} of its {g['runs']} runs "
                 f"come from {g['source']}; held out, they are judged by a ±{_f(g['bar_pct'])}% bar resting on "
                 f"{g['bar_sources']} source(s), while their median |error| is {_f(g['median_abs_pct'])}%: the bar is "
                 f"{how}. Not adjusted: a group's bar rests on the sources that remain, weighted as every bar is.", 110)]
         small = [k for k in cov if not (k in AGGREGATES or is_large_group(k, cov[k]))]
         if small:
-            lines += ["", *textwrap.wrap(f"Groups with fewer than {SPLIT_MIN_RUNS} runs ({', '.join(sorted(small))}) "
+            lines += ["", *_wrap(f"Groups with fewer than {SPLIT_MIN_RUNS} runs ({', '.join(sorted(small))}) "
                                          "are counted in the overall figure only: too few runs for a coverage of "
                                          "their own.", 110)]
     return lines
@@ -196,12 +200,11 @@ def _fit_check_lines(check: Mapping[str, Any] | None) -> list[str]:
     held, spec = check["held_out_summary"], check["spec_summary"]
     verdict = ("beats it: the fitted profiles ship" if held["median_abs_pct"] < spec["median_abs_pct"]
                else "does not beat it: the profiles stay spec-derived and say so")
-    lines += ["", *textwrap.wrap(
+    lines += ["", *_wrap(
         f"Leave one source out on these {held['n']} rows: median |error| {_f(held['median_abs_pct'])}%, p90 "
         f"{_f(held['p90_abs_pct'])}%, against {_f(spec['median_abs_pct'])}% and {_f(spec['p90_abs_pct'])}% for the "
         f"spec-derived profiles; the fit {verdict}. Held-out errors: "
-        + ", ".join(f"{k} {_f(v, sign=True)}%" for k, v in check["held_out"].items()) + ".", 110,
-        break_on_hyphens=False)]
+        + ", ".join(f"{k} {_f(v, sign=True)}%" for k, v in check["held_out"].items()) + ".", 110,)]
     return lines
 
 
@@ -240,11 +243,11 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any],
         "it is as wide as the evidence for a profile written from datasheets, and the AMD rows' own spread is",
         "reported beside it.",
         "",
-        *textwrap.wrap("Before this page's release (issue 19) the same file projected 5 of 11 complete rows: "
+        *_wrap("Before this page's release (issue 19) the same file projected 5 of 11 complete rows: "
                        + ", ".join(f"{rid} {_f(e, sign=True)}%" for rid, e in AMD_BEFORE) + " (median 11.5%).", 110),
         "The DeepSeek-V3 rows then recomputed every layer; they now read the recipe's block recompute of one layer",
         "per virtual stage and its listed layer ids, its stated pipeline layouts, and its Primus options.",
-        *textwrap.wrap("The previous release projected all 11 at median " + _f(AMD_PREVIOUS_MEDIAN) + "% with "
+        *_wrap("The previous release projected all 11 at median " + _f(AMD_PREVIOUS_MEDIAN) + "% with "
                        "MI355X's scale-up collectives at assumed fractions of its 537.6 GB/s (0.70 for the ring "
                        "collectives, 0.65 for all-to-all); they now take the rccl-tests bus bandwidths AMD's cluster "
                        "validation suite expects on one 8 x MI355X node at 8 GiB (ROCm/cvs e241bd47 "
@@ -344,7 +347,7 @@ def _mbs_pair_lines(amd: ValidationReport) -> list[str]:
                  "backend choice falling to a ck_tile path about 8x slower than aiter's for unequal query/key and "
                  "value head dims (192/128), but in releases after release_v2.15_rocm, which chose the fused path, "
                  "and the per-token part above leaves no room for it.")
-    return ["", *textwrap.wrap(text + " " + closing, 110, break_on_hyphens=False)]
+    return ["", *_wrap(text + " " + closing, 110)]
 
 
 def unstated_section(report: ValidationReport) -> list[str]:
@@ -354,13 +357,13 @@ def unstated_section(report: ValidationReport) -> list[str]:
     if not rows:
         return []
     wide = [r for r in rows if r.completions is not None and r.completions.tokens[0] < r.completions.tokens[1]]
-    lines = ["## Unstated layout axes", "", *textwrap.wrap(
+    lines = ["## Unstated layout axes", "", *_wrap(
         f"{len(rows)} rows leave VP (with PP > 1) or, for a MoE model, ETP unstated, and no per-model recipe of "
         "their stack sets it. Their point is projected at the stack's default (the rule named in each row as "
         "`point_rule`); `validate` also projects every legal completion (the values `primus fit` finds legal "
         "and fitting, every other axis held) and reports the range. The point errors above use the rule; the "
         f"range is not folded into any figure. {len(rows) - len(wide)} of them have a single legal completion; "
-        "the others:", 110, break_on_hyphens=False), "",
+        "the others:", 110), "",
         "| run | unstated axes (legal values) | point error % | range of error % |", "|---|---|---:|---|"]
     for r in wide:
         assert r.completions is not None and r.range_error_pct is not None

@@ -10,6 +10,7 @@ it projects the dev rows of the same release; this module summarises that valida
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from collections import defaultdict
@@ -20,6 +21,9 @@ from primus.fidelity.runs import read_runs
 from primus.fidelity.stats import describe
 from primus.fidelity.validate import ValidationReport
 from primus.report.markdown import md_code, md_text
+
+#: Markdown joins wrapped lines with a space: a break at a hyphen would split a run id or a word.
+_wrap = functools.partial(textwrap.wrap, break_on_hyphens=False)
 
 #: Issue 19's target for published runs that are not in the dev set: median and p90 of
 #: |error| of tokens/s/GPU (percent).
@@ -151,7 +155,7 @@ def heldout_section(report: ValidationReport | None) -> list[str]:
     lines += ["", f"Largest errors: {largest}."]
     if f["known_regression"]:
         named = "; ".join(f"{md_code(rid)} {_f(e, sign=True)}%" for rid, e in f["known_regression"])
-        lines += ["", *textwrap.wrap(
+        lines += ["", *_wrap(
             f"Rows whose table footnotes the measurement as a known performance regression (flag `{KNOWN_REGRESSION}`; "
             f"kept in every figure above): {named}.", 110)]
     if f["unprojected"]:
