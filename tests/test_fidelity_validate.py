@@ -95,7 +95,7 @@ def test_it_runs_in_well_under_a_minute(report: ValidationReport) -> None:
 def test_every_row_records_its_stack_and_what_was_assumed(report: ValidationReport) -> None:
     by_id = {r.run_id: r for r in report.rows}
     mb = by_id["MB26.04.01-DGX-H100-Llama3-70B-FP8"]
-    assert mb.stack == "megatron-bridge@25.09" and any("fp8 recipe" in a for a in mb.assumed)
+    assert mb.stack == "megatron-bridge@26.04" and any("fp8 recipe" in a for a in mb.assumed)
     assert any("recompute" in a for a in mb.assumed + mb.escalated)  # left empty by the source
     kort = by_id["Korthikanti22-A100-175B-SP+selective"]
     assert kort.stack == "megatron-lm@2022.05" and kort.layout["recompute"] == "selective"

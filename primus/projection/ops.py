@@ -244,7 +244,12 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     d = model.head_dim
     # torchtitan's op-level SAC keeps wq and wv outputs and re-runs wk and wo (primus.memory.activations)
     gate = heads * d if model.attention_output_gate else 0  # Megatron-Core's output gate rides in linear_qkv
-    qkv = (heads + 2 * groups) * d + gate
+    subsharded = model.query_groups < tp
+    # TP above the key/value heads (Megatron-Core from core_v0.16.0, `primus.stacks.megatron_release.
+    # KV_SUBSHARDING_FROM`): linear_qkv stays split over TP, (heads + 2 x groups) / TP of it per rank; its
+    # output is all-gathered over TP and each rank keeps one key/value head and its own query heads
+    qkv = ((model.num_attention_heads + 2 * model.query_groups) * d // tp if subsharded
+           else (heads + 2 * groups) * d) + gate
     gemms = (Gemm("attention.linear_qkv", T, qkv, h, op_recompute=groups * d / qkv),
              Gemm("attention.linear_proj", T, h, heads * d, cast_input=True, op_recompute=1.0))
     mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
@@ -257,6 +262,10 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
         mem.append(norm_op("qk_layernorm", T, (heads + groups) * d, ctx, fused_cast=False))
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
     comms = tp_in(ctx, h, fp8_gather=True) + tp_out(ctx, h)
+    if subsharded:  # all_gather_last_dim_from_tensor_parallel_region; its backward reduce-scatters the gradient
+        full = T * (qkv - gate) * tp * ACT
+        comms += (Comm("tp_comm", "all_gather", "tp", full, 1, 0, "none"),
+                  Comm("tp_comm", "reduce_scatter", "tp", full, 0, 1, "none"))
     core = _core_attention(model, ctx, heads, d, d, groups, window)
     return Block("attention", gemms, (), tuple(mem), comms) + core
 

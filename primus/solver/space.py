@@ -16,6 +16,7 @@ from primus.memory.ledger import Reserves
 from primus.memory.shapes import layout_for, split_layout
 from primus.parallel import RECOMPUTES, SHARDINGS
 from primus.rules.expr import Domain
+from primus.stacks.megatron_release import splits_kv_heads
 
 MAX_BYTES = 2**50
 MAX_INT = 2**40
@@ -81,6 +82,8 @@ FACT_DOCS: dict[str, str] = {
     "allgather_dispatcher": "MoE tokens go through Megatron's allgather dispatcher (bool)",
     "moe_a2a_overlap": "Megatron overlaps the MoE all-to-all with computation (overlap.moe_a2a, bool)",
     "precision_aware_optimizer": "Megatron's precision-aware optimizer: an optimizer state not in fp32 (bool)",
+    "kv_subsharding": "the job's Megatron-LM (core_v0.16.0 or later) runs TP above num_query_groups by "
+                      "all-gathering the QKV activations (bool)",
 }
 
 
@@ -136,6 +139,7 @@ class Space:
             # what makes the export write --use-precision-aware-optimizer (launch/megatron_export.py); other
             # frameworks (torchtitan's FSDP2) keep their states in any dtype without it
             "precision_aware_optimizer": spec.framework == "megatron" and spec.optimizer.precision_aware,
+            "kv_subsharding": spec.framework == "megatron" and splits_kv_heads(self.job.resolved_stack),
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:

@@ -108,6 +108,13 @@ FP16_MOE_FROM: Final = "core_v0.16.0"
 #: cross entropy loss fusion (#5115)", 2026-06-03, first tagged core_v0.18.2 (arguments.py lines 1528-1532, 'stability
 #: issues'); core_v0.12.0 (which added the option) to core_v0.18.0 have no such assert.
 TE_LOSS_REFUSED_FROM: Final = "core_v0.18.2"
+#: The first release that runs TP above the key/value heads (num_query_groups a divisor of TP, not only a
+#: multiple): NVIDIA/Megatron-LM f7dfb99795 "Support TP greater than num_kv_heads by supporting QKV activation
+#: sub-sharding (#2565)", 2025-12-06, first tagged core_v0.16.0. TransformerConfig.__post_init__ accepts
+#: num_query_groups % tp == 0 or tp % num_query_groups == 0; attention.py keeps linear_qkv split over TP, then
+#: all-gathers its output over TP and keeps one key/value head and its query heads (get_query_key_value_tensors).
+#: core_v0.15.3 (its release branch, 2026-02-06) still raises "must be a multiple of tensor_model_parallel_size".
+KV_SUBSHARDING_FROM: Final = "core_v0.16.0"
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""
 #: The stacks whose jobs run Megatron-Core's own modules as that release has them (AMD Primus does not:
@@ -202,3 +209,16 @@ def _tag_of_month(month: str) -> str | None:
     dated = [(names[t].date[:7].replace("-", "."), t) for t in RELEASES if t in names]
     before = [t for m, t in dated if m <= month]
     return max(before, key=tag_key) if before else None
+
+
+def splits_kv_heads(stack: Stack) -> bool:
+    """Whether a Megatron job on `stack` may run TP above num_query_groups (`KV_SUBSHARDING_FROM`): the
+    Megatron-LM the stack runs is that release or later. A stack that runs no Megatron-LM release
+    (Megatron-DeepSpeed, MaxText, llm-foundry, torchtitan) does not, nor does a release older than every one
+    primus has read (`megatron_target` refuses it)."""
+    if stack.name != DEFAULT_STACK and stack.megatron_lm is None:
+        return False
+    try:
+        return not megatron_target(stack).before(KV_SUBSHARDING_FROM)
+    except InputError:
+        return False
