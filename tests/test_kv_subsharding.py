@@ -88,3 +88,26 @@ def test_tp_within_the_key_value_heads_gathers_nothing_extra() -> None:
     block = layer_block(m, "moe", ctx(m, tp=4, sp=True, ep=8, etp=1))
     assert not [x for x in block.comms if x.overlap == "none" and x.group == "tp"]
     assert next(g for g in block.gemms if g.name == "attention.linear_qkv").n == (8 + 2) * 128
+
+
+def _odd_head_job(stack: str) -> dict[str, Any]:
+    # 8 query heads of width 66 in one group: linear_qkv is (8 + 2 x 1) x 66 = 660 wide, which TP 8 does not
+    # divide although it divides the heads and is a multiple of the one group
+    return {"model": {"base": "llama3.1-8b", "num_layers": 2, "hidden_size": 528, "num_attention_heads": 8,
+                      "num_query_groups": 1, "kv_channels": 66, "ffn_hidden_size": 1408},
+            "hardware": "h100-80gb", "gpus": 8, "precision": "bf16", "seq_len": 4096, "global_batch_size": 8,
+            "stack": stack, "parallel": {"tp": 8, "pp": 1, "cp": 1, "mbs": 1}}
+
+
+def test_a_qkv_projection_tp_does_not_divide_is_refused(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # ColumnParallelLinear divide(output_size, tp) (Megatron-Core tensor_parallel/layers.py) raises for 660 / 8
+    code, out, _ = run_cli("fit", write_job(_odd_head_job("megatron-lm@core_v0.16.0")), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and "qkv-projection-divisible" in doc["violated_rules"]
+
+
+def test_a_qkv_projection_tp_divides_is_legal_with_the_same_heads(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    job = _odd_head_job("megatron-lm@core_v0.16.0")
+    job["model"] = {**job["model"], "kv_channels": 64, "hidden_size": 512}  # (8 + 2) x 64 = 640 = 8 x 80
+    code, out, _ = run_cli("fit", write_job(job), "--format", "json")
+    assert code == 0 and json.loads(out)["violated_rules"] == []
