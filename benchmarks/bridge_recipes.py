@@ -21,7 +21,9 @@ How a preset's fields become primus settings (scripts/performance/utils/override
 `_set_recompute_overrides`, helpers.py `set_recompute_overrides`): `recompute_num_layers` is full block
 recompute of that many layers; `recompute_modules` is selective recompute of those modules and wins over
 `recompute_num_layers` (it is applied after it); an empty list recomputes nothing; `cpu_offloading_num_layers`
-offloads activations; `use_megatron_fsdp` is sharding fsdp; VP (with PP > 1) is carried. Each variant's
+offloads activations; `use_megatron_fsdp` is sharding fsdp; VP (with PP > 1) is carried; `moe_a2a_overlap`
+(26.08: `comm_overlap.overlap_moe_expert_parallel_comm`) True is the MoE all-to-all overlap (v0.2.0
+helpers.py `set_moe_a2a_overlap_overrides`, v0.3.0-v0.5.1 overrides.py `_set_moe_a2a_overlap_overrides`). Each variant's
 layout (TP, PP, VP, CP, EP, ETP, MBS, GPUs, GBS) tells variants apart (`Stack.recipe_for`). A key (model,
 GPU, precision, release) is written only where some variant sets one of those settings, and then with every
 variant, the default one first (argument_parser.py: --config_variant defaults to v2). What a preset sets that
@@ -65,13 +67,18 @@ FILES_2509 = {"llama3/llama3_8b_llm_pretrain.yaml": "llama3-8b", "llama3/llama3_
               "qwen3/qwen3_30b_a3b_llm_pretrain.yaml": "qwen3-30b-a3b",
               "qwen3/qwen3_235b_a22b_llm_pretrain.yaml": "qwen3-235b-a22b"}
 #: preset fields primus does not model, named in the recipe's source
-UNMODELLED = ("pp_layout", "moe_a2a_overlap", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope",
+UNMODELLED = ("pp_layout", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope",
               "nccl_ub", "fp8_dot_product_attention", "cutedsl_fused_grouped_mlp")
 UNMODELLED_FLAT = ("model.pipeline_model_parallel_layout", "model.fine_grained_activation_offloading",
                    "model.offload_modules", "model.moe_flex_dispatcher_backend",
                    "comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_a2a_overlap", "model.cuda_graph_impl",
                    "model.cuda_graph_scope")
+#: the 26.08 assignments that turn on the MoE all-to-all overlap
+A2A_FLAT = ("comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_a2a_overlap")
 EXPR = "<expr>"
+UNREAD = "<unread start>"
+LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+               "model.expert_model_parallel_size", "model.context_parallel_size")
 HEADER = """\
   # Read from NVIDIA-NeMo/Megatron-Bridge's workload presets by benchmarks/bridge_recipes.py (25.09: the
   # v0.1.0rc3 perf_matrix yamls; 25.11-26.06.01: v0.2.0-v0.5.1 scripts/performance/configs/*/
@@ -134,7 +141,7 @@ def read_perf_matrix(mirror: Mirror) -> list[Preset]:
     release, tag = "25.09", RELEASES["25.09"]
     commit, out = mirror.commit(tag), []
     known = {"num_gpus_per_node", "seq_length", "mbs", "gbs", "tp", "pp", "vp", "cp", "ep", "etp",
-             "use_megatron_fsdp", "recompute_num_layers", "cpu_offloading_num_layers"}
+             "use_megatron_fsdp", "recompute_num_layers", "cpu_offloading_num_layers", "moe_a2a_overlap"}
     for path, model in FILES_2509.items():
         full = f"scripts/performance/configs/{path}"
         doc = yaml.safe_load(mirror.show(tag, full))
@@ -153,7 +160,8 @@ def read_perf_matrix(mirror: Mirror) -> list[Preset]:
                               "micro_batch_size": o["mbs"], "num_gpus": int(scale.split("_")[-1]),
                               "global_batch_size": o["gbs"], "use_megatron_fsdp": o.get("use_megatron_fsdp"),
                               "recompute_num_layers": o.get("recompute_num_layers"),
-                              "cpu_offloading_num_layers": o.get("cpu_offloading_num_layers")}
+                              "cpu_offloading_num_layers": o.get("cpu_offloading_num_layers"),
+                              "moe_a2a_overlap": o.get("moe_a2a_overlap")}
                     extra = [f"{k} {o[k]}" for k in o if k not in known and o[k] not in (None, False)]
                     out.append(Preset(release, tag, commit, full, f"perf_matrix.{gpu}.{scale}.{key}", model,
                                       GPUS[gpu.upper()], PRECISIONS_2509[key], "", fields,
@@ -251,6 +259,12 @@ class _Flat:
                 if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
                         and isinstance(target.value.value, ast.Name) and target.value.value.id == var):
                     state[f"{target.value.attr}.{target.attr}"] = _literal(value, {})
+                elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                      and target.value.id == var and isinstance(value, ast.Call)):
+                    # `cfg.comm_overlap = CommOverlapConfig(k=v, ...)`: a fresh section with those fields
+                    for key in [k for k in state if k.startswith(target.attr + ".")]:
+                        del state[key]
+                    state.update({f"{target.attr}.{k.arg}": _literal(k.value, {}) for k in value.keywords if k.arg})
                 elif isinstance(target, ast.Name) and isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
                     start, gbs = value, None
                     if value.func.id == "_with_global_batch_size" and isinstance(value.args[0], ast.Call):
@@ -259,6 +273,8 @@ class _Flat:
                         inner = self.lookup(family, start.func.id)
                         if inner is not None and not start.func.id.endswith("pretrain_config"):
                             self.walk(family, inner, state, "cfg")
+                        elif inner is None and not start.func.id.endswith("pretrain_config"):
+                            state[UNREAD] = start.func.id  # a start outside perf_recipes: its layout is unknown
                     if gbs is not None:
                         state["train.global_batch_size"] = gbs
             elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Name):
@@ -300,9 +316,14 @@ def read_flat_recipes(mirror: Mirror) -> list[Preset]:
                       "recompute_modules": st.get("model.recompute_modules"),
                       "recompute_granularity": st.get("model.recompute_granularity"),
                       "cpu_offloading_num_layers": (st.get("model.cpu_offloading_num_layers")
-                                                    if st.get("model.cpu_offloading") else None)}
+                                                    if st.get("model.cpu_offloading") else None),
+                      "moe_a2a_overlap": any(st.get(k) is True for k in A2A_FLAT)}
+            if fields["global_batch_size"] is None or (UNREAD in st and not any(k in st for k in LAYOUT_KEYS)):
+                continue  # starts from a recipe outside perf_recipes (recipes/qwen/h100/qwen3_moe.py) that sets
+                # the layout: not read here, so not known
             notes = [(f"{k.split('.')[-1]} (set by code)" if st[k] == EXPR else f"{k.split('.')[-1]} {st[k]!r}")
-                     for k in UNMODELLED_FLAT if k in st and st[k] not in (None, False, [], "none")]
+                     for k in UNMODELLED_FLAT if k in st and st[k] not in (None, False, [], "none")
+                     and not (k in A2A_FLAT and st[k] is True)]  # a literal True is modelled (settings_of)
             out.append(Preset(release, tag, commit, fn[1], name, model, gpu, prec, (m.group("var") or "").upper(),
                               fields, ["not modelled: " + ", ".join(notes)] if notes else []))
     return out
@@ -330,6 +351,8 @@ def settings_of(p: Preset) -> dict[str, Any]:
         s["cpu_offloading_num_layers"] = f["cpu_offloading_num_layers"]
     if f["pipeline_model_parallel_size"] > 1 and (f.get("virtual_pipeline_model_parallel_size") or 1) > 1:
         s["vp"] = f["virtual_pipeline_model_parallel_size"]
+    if f.get("moe_a2a_overlap") is True:
+        s["moe_a2a_overlap"] = True
     return s
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from primus.fidelity.a2a_section import a2a_overlap_section
 from primus.fidelity.accuracy_sections import (
     amd_section,
     conflict_section,
@@ -155,6 +156,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *conflict_section(report, bars), "",
         *unstated_section(report), "",
         *gpt_oss_section(), "",
+        *a2a_overlap_section(report, bars, heldout), "",
         *amd_section(amd, bars, amd_fit), "",
         *heldout_section(heldout),
     ]

@@ -268,6 +268,10 @@ def build(row: RunRow) -> RowJobs:
         ce = shipped.settings.cross_entropy
         keys["kernels"].update(loss_kernels(ce))
         assumed.append(f"cross-entropy {ce} (the stack's recipe: {shipped.source})")
+    if is_moe and shipped is not None and shipped.settings.moe_a2a_overlap is not None:
+        keys["overlap"]["moe_a2a"] = shipped.settings.moe_a2a_overlap
+        assumed.append(f"MoE all-to-all overlap {'on' if shipped.settings.moe_a2a_overlap else 'off'} "
+                       f"(the stack's recipe: {shipped.source})")
     model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:
         keys.setdefault("moe", {})["capacity_factor"] = 1.0

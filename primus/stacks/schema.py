@@ -97,6 +97,9 @@ class RecipeSettings(Spec):
     cpu_offloading_num_layers: PosInt | None = None  # activations of the first N decoder layers to host memory
     sharding: Sharding | None = None  # where a preset shards otherwise than the stack (Primus's FSDP2 examples)
     cross_entropy: CrossEntropy | None = None  # where a preset's loss differs from the stack's
+    #: where a preset overlaps the MoE all-to-all with another microbatch's compute (Megatron-Bridge
+    #: moe_a2a_overlap: comm_overlap.overlap_moe_expert_parallel_comm) and the stack does not
+    moe_a2a_overlap: Bool | None = None
 
 
 #: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):
