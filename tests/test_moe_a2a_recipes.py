@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
+
 from primus.fidelity.jobs import build
 from primus.fidelity.runs import read_runs
 from primus.memory.evaluate import pinned_layout
@@ -99,3 +101,14 @@ def test_the_generator_reads_a_section_assigned_whole() -> None:
     flat.walk("qwen", (fn, "x.py"), state)
     assert state["comm_overlap.overlap_moe_expert_parallel_comm"] is True
     assert "comm_overlap.tp_comm_overlap" not in state
+
+
+def test_the_share_the_overlap_hides_is_fitted_where_runs_overlap() -> None:
+    # hardware/profiles/h100-80gb.yaml: overlap.moe_a2a was the spec file's starting guess (0.6, "Fit from
+    # runs"); the H100 dev rows whose presets overlap (Qwen3 on 16 H100 and more) now identify it
+    fitted = yaml.safe_load((ROOT / "hardware" / "profiles" / "h100-80gb.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "hardware" / "profiles" / "spec" / "h100-80gb.yaml").read_text())
+    assert spec["overlap"]["moe_a2a"]["value"] == 0.6
+    assert "overlap.moe_a2a" in fitted["provenance"]
+    assert fitted["overlap"]["moe_a2a"]["source"].startswith("fitted by primus calibrate")
+    assert 0.0 < fitted["overlap"]["moe_a2a"]["value"] < 0.6

@@ -44,7 +44,9 @@ TEXT = (
     "modelled, so every Megatron-Bridge MoE row was projected with its all-to-all exposed and the fitted "
     "all-to-all efficiencies absorbed the difference. The stack recipes now carry it "
     "(`moe_a2a_overlap` in stacks/megatron-bridge.yaml, {n} recipe entries), `validate` turns on "
-    "`overlap.moe_a2a` for a row whose preset sets it, and the profiles were refitted. What else those presets "
+    "`overlap.moe_a2a` for a row whose preset sets it, and the profiles were refitted, with the share of the "
+    "all-to-all the overlap hides (overlap.moe_a2a, a starting guess of 0.6 until now) a parameter group of its own "
+    "where at least three runs overlap (primus.fidelity.calibrate: H100 only). What else those presets "
     "set (CUDA graphs, HybridEP/DeepEP backends, fused grouped MLP, FP8 attention) stays named and unmodelled."
 )
 

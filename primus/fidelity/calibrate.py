@@ -86,11 +86,13 @@ def load_spec_profile(hardware: str, path: str | Path | None = None) -> Profile:
     return prof
 
 
-def _row_facts(p: Prepared) -> tuple[str | None, str, bool, bool, bool]:
+def _row_facts(p: Prepared) -> tuple[str | None, str, bool, bool, bool, bool]:
     spec = p.jobs.project.spec
     fmt = gemm_format(spec.precision, spec.effective_fp8_recipe)
     ep = spec.parallel.ep or 1
-    return p.jobs.rule.kernels, fmt, spec.kernels.flash_attention, p.jobs.project.model.is_moe, ep > 1
+    moe = p.jobs.project.model.is_moe
+    return (p.jobs.rule.kernels, fmt, spec.kernels.flash_attention, moe, ep > 1,
+            moe and ep > 1 and spec.overlap.moe_a2a)
 
 
 def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group, ...]:
@@ -132,6 +134,8 @@ def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group,
     add("host.moe_layer_us", ["host.moe_layer_us"], len(moe))
     add("collectives.all_to_all", ["collectives.all_to_all.scaleup", "collectives.all_to_all.scaleout"],
         sum(1 for f in moe if f[4]))
+    # the share of the all-to-all a job with Megatron's EP overlap hides: identified only by runs that overlap
+    add("overlap.moe_a2a", ["overlap.moe_a2a"], sum(1 for f in moe if f[5]))
     add("overlap.interference", ["overlap.interference"], len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
     add("hbm.efficiency", everywhere(["hbm.efficiency"]), len(rows) if len(rows) >= 4 * RUNS_PER_GROUP else 0)
     gemm = [(g, n) for g, n in candidates if g.name.startswith("gemm.")]
