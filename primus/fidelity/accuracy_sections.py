@@ -84,12 +84,20 @@ GPT_OSS_KERNELS = (
     "selection matrix; NVIDIA-NeMo/RL issue #1685: unfused on a cuDNN 9.10.2 image, fused on the NeMo image "
     "with cuDNN 9.13.1). The Megatron-Bridge releases in the development set ship the fused path, which is "
     "what the projection times. In the projection attention is 3-10% of these rows' step, so even a 2x "
-    "slower attention kernel would not explain the +13% to +90% over-projection; the experts run "
+    "slower attention kernel would not explain the +11% to +87% over-projection of the dev rows; the experts run "
     "TEGroupedMLP with the fused weighted quick-GeGLU (clamp 7, linear offset 1) and the fused permute, "
     "also the kernels the projection assumes. The GB200 recipe recomputes the layernorm and MoE activation "
     "(Megatron-Bridge gpt_oss_workload_base_configs.py, recompute_modules ['layernorm', 'moe_act']), a "
     "memory-bound cost of a few percent. No source-backed term explains the gap, so none was added and no "
-    "per-model factor was fitted: the gpt-oss rows stay in the tail and in the bars."
+    "per-model factor was fitted: the gpt-oss rows stay in the tail and in the bars. By release: the "
+    "BF16 presets of 25.11 to 26.04.01 (TE CUDA graphs scoped to attention, router and MoE preprocessing on "
+    "GB300/B300, the alltoall dispatcher until 26.04 set HybridEP on GB200) measure 15,754-19,412 tokens/s/GPU on "
+    "GB200/GB300; the 26.06 and 26.08 MXFP8 presets (gpt_oss_workload_base_configs.py v0.5.0 and v0.6.0 "
+    "perf_recipes: full-iteration CUDA graphs, HybridEP, the all-to-all overlap, the CuTe DSL fused grouped "
+    "MLP, FP8 attention) 28,672-33,166 on the same GPUs (26.06.01: 18,304-20,288, the regression its table "
+    "footnotes). Of those primus models the all-to-all overlap (section below), which "
+    "moves these rows further over; CUDA graphs remove host launch time, which is about 2% of the projected "
+    "step here, so they cannot account for an over-projection either."
 )
 
 
