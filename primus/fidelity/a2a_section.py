@@ -10,11 +10,10 @@ docs/accuracy.md (commit c07c15e), kept here as history; the figures after are c
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from primus.fidelity.accuracy_sections import _wrap
+from primus.fidelity.accuracy_sections import _f, _wrap
 from primus.fidelity.heldout_bridge import heldout_figures
 from primus.fidelity.validate import ValidationReport
 from primus.stacks.core import resolve_stack
@@ -49,10 +48,6 @@ TEXT = (
     "where at least three runs overlap (primus.fidelity.calibrate: H100 only). What else those presets "
     "set (CUDA graphs, HybridEP/DeepEP backends, fused grouped MLP, FP8 attention) stays named and unmodelled."
 )
-
-
-def _f(x: Any) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
 
 
 def _pair_rows(before: Mapping[str, tuple[float, float]], after: Mapping[str, Mapping[str, Any]]) -> list[str]:

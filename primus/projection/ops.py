@@ -248,8 +248,7 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     # TP above the key/value heads (Megatron-Core from core_v0.16.0, `primus.stacks.megatron_release.
     # KV_SUBSHARDING_FROM`): linear_qkv stays split over TP, (heads + 2 x groups) / TP of it per rank; its
     # output is all-gathered over TP and each rank keeps one key/value head and its own query heads
-    qkv = ((model.num_attention_heads + 2 * model.query_groups) * d // tp if subsharded
-           else (heads + 2 * groups) * d) + gate
+    qkv = model.linear_qkv_width // tp if subsharded else (heads + 2 * groups) * d + gate
     gemms = (Gemm("attention.linear_qkv", T, qkv, h, op_recompute=groups * d / qkv),
              Gemm("attention.linear_proj", T, h, heads * d, cast_input=True, op_recompute=1.0))
     mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]

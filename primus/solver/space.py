@@ -64,7 +64,7 @@ FACT_DOCS: dict[str, str] = {
     "num_attention_heads": "attention heads",
     "num_query_groups": "key/value heads (GQA groups)",
     "qkv_projection_width": "output width of Megatron's linear_qkv, (num_attention_heads + 2 x num_query_groups) x "
-                            "kv_channels (0 with multi-latent attention, which has no linear_qkv)",
+                            "kv_channels plus a fused output gate (0 with multi-latent attention, which has none)",
     "num_experts": "routed experts (0 for dense models)",
     "moe_router_topk": "experts per token (0 for dense models)",
     "is_moe": "the model has MoE layers (bool)",
@@ -120,8 +120,7 @@ class Space:
             "moe_ffn_hidden_size": m.moe_ffn_hidden_size or 0,
             "num_attention_heads": m.num_attention_heads,
             "num_query_groups": m.query_groups,
-            "qkv_projection_width": 0 if m.multi_latent_attention else (
-                (m.num_attention_heads + 2 * m.query_groups) * m.head_dim),
+            "qkv_projection_width": m.linear_qkv_width,
             "num_experts": m.num_experts or 0,
             "moe_router_topk": m.topk,
             "is_moe": m.is_moe,

@@ -304,6 +304,15 @@ class ModelSpec(Spec):
         return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
 
     @property
+    def linear_qkv_width(self) -> int:
+        """Output features of Megatron-Core's linear_qkv: query, key and value heads, and the output gate it
+        fuses into the same GEMM; 0 with multi-latent attention, which has no linear_qkv."""
+        if self.multi_latent_attention:
+            return 0
+        gate = self.num_attention_heads if self.attention_output_gate else 0
+        return (self.num_attention_heads + 2 * self.query_groups + gate) * self.head_dim
+
+    @property
     def topk(self) -> int:
         return self.moe_router_topk or 0
 

@@ -139,9 +139,7 @@ def _attention(model: ModelSpec) -> list[Weight]:
                        column=False)
         return out
     d = model.head_dim
-    gate = heads * d if model.attention_output_gate else 0  # Megatron-Core fuses the gate into linear_qkv
-    qkv_out = (heads + 2 * model.query_groups) * d + gate
-    out += _linear("attention.linear_qkv", h, qkv_out, bias=model.add_bias_linear or model.add_qkv_bias,
+    out += _linear("attention.linear_qkv", h, model.linear_qkv_width, bias=model.add_bias_linear or model.add_qkv_bias,
                    column=True)
     if not model.qk_layernorm_affine:  # scaleless q/k norms: nothing learnable
         pass
