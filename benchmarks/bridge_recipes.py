@@ -67,14 +67,23 @@ FILES_2509 = {"llama3/llama3_8b_llm_pretrain.yaml": "llama3-8b", "llama3/llama3_
               "qwen3/qwen3_30b_a3b_llm_pretrain.yaml": "qwen3-30b-a3b",
               "qwen3/qwen3_235b_a22b_llm_pretrain.yaml": "qwen3-235b-a22b"}
 #: preset fields primus does not model, named in the recipe's source
-UNMODELLED = ("pp_layout", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope",
+UNMODELLED = ("pp_layout", "cuda_graph_impl", "cuda_graph_scope",
               "nccl_ub", "fp8_dot_product_attention", "cutedsl_fused_grouped_mlp")
 UNMODELLED_FLAT = ("model.pipeline_model_parallel_layout", "model.fine_grained_activation_offloading",
-                   "model.offload_modules", "model.moe_flex_dispatcher_backend",
+                   "model.offload_modules",
                    "comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_a2a_overlap", "model.cuda_graph_impl",
                    "model.cuda_graph_scope")
 #: the 26.08 assignments that turn on the MoE all-to-all overlap
 A2A_FLAT = ("comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_a2a_overlap")
+#: the catalog's MoE models (the ones whose presets choose a token dispatcher)
+MOE_MODELS = ("deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2")
+#: before v0.4.0 a preset's moe_flex_dispatcher_backend reaches the model only through its model's perf script
+#: (`moe_flex_dispatcher_backend=base_cfg.moe_flex_dispatcher_backend` in
+#: scripts/performance/configs/<family>/*_llm_pretrain.py); the others never pass it (gpt_oss_llm_pretrain.py
+#: names it nowhere in v0.2.0-v0.3.1, kimi_llm_pretrain.py first in v0.3.1)
+PASSES_BACKEND = {"v0.2.0": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"),
+                  "v0.3.0": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"),
+                  "v0.3.1": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2")}
 EXPR = "<expr>"
 UNREAD = "<unread start>"
 LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -317,7 +326,8 @@ def read_flat_recipes(mirror: Mirror) -> list[Preset]:
                       "recompute_granularity": st.get("model.recompute_granularity"),
                       "cpu_offloading_num_layers": (st.get("model.cpu_offloading_num_layers")
                                                     if st.get("model.cpu_offloading") else None),
-                      "moe_a2a_overlap": any(st.get(k) is True for k in A2A_FLAT)}
+                      "moe_a2a_overlap": any(st.get(k) is True for k in A2A_FLAT),
+                      "moe_token_dispatcher_type": st.get("model.moe_token_dispatcher_type")}
             if fields["global_batch_size"] is None or (UNREAD in st and not any(k in st for k in LAYOUT_KEYS)):
                 continue  # starts from a recipe outside perf_recipes (recipes/qwen/h100/qwen3_moe.py) that sets
                 # the layout: not read here, so not known
@@ -327,6 +337,39 @@ def read_flat_recipes(mirror: Mirror) -> list[Preset]:
             out.append(Preset(release, tag, commit, fn[1], name, model, gpu, prec, (m.group("var") or "").upper(),
                               fields, ["not modelled: " + ", ".join(notes)] if notes else []))
     return out
+
+
+def dispatcher_of(p: Preset) -> tuple[str | None, str | None]:
+    """The MoE token dispatcher a preset's run used, and why where a named backend was not applied.
+
+    - 25.09 (v0.1.0rc3 scripts/performance/run_script.py, setup_experiment.py): DeepEP (`enable_deepep`, the
+      recipe's `moe_token_dispatcher_type = "flex"`) for DeepSeek-V3 on H100 only (B200/GB200 drop tokens);
+      every other run keeps the model provider's `alltoall`.
+    - 25.11-26.02.01 (v0.2.0-v0.3.1): the preset's backend where its model's perf script passes it
+      (`PASSES_BACKEND`) to the recipe's `apply_flex_dispatcher_backend`, else the provider's `alltoall`.
+    - 26.04-26.06.01 (v0.4.0-v0.5.1): scripts/performance/utils/overrides.py `set_workload_base_configs` for
+      every model: the preset's backend, or `cfg.model.moe_token_dispatcher_type = "alltoall"` where it names none.
+    - `apply_flex_dispatcher_backend` (src/megatron/bridge/training/flex_dispatcher_backend.py) skips DeepEP
+      off Ampere/Hopper/B200/B300 (so on GB200/GB300) and, in v0.2.0, HybridEP off GB200/GB300; from v0.3.0
+      HybridEP runs on every compute capability 8/9/10 GPU. A skipped backend leaves `alltoall`.
+    - 26.08 (v0.6.0 perf_recipes): the `cfg.model.moe_token_dispatcher_type` a preset or its helpers assign;
+      none assigned: not stated (the stack's default)."""
+    if p.model not in MOE_MODELS:
+        return None, None
+    if p.release == "25.09":
+        return ("flex" if p.model == "deepseek-v3" and p.gpu == "h100-80gb" else "alltoall"), None
+    if p.tag == "v0.6.0":
+        return p.fields.get("moe_token_dispatcher_type"), None
+    backend = p.fields.get("moe_flex_dispatcher_backend")
+    if backend is None:
+        return "alltoall", None
+    if p.tag in PASSES_BACKEND and p.model not in PASSES_BACKEND[p.tag]:
+        return "alltoall", f"moe_flex_dispatcher_backend {backend!r} not passed on by the model's perf script"
+    applies = (p.gpu in ("h100-80gb", "b200", "b300") if backend == "deepep"
+               else (p.gpu in ("gb200", "gb300") or p.tag != "v0.2.0") if backend == "hybridep" else False)
+    if not applies:
+        return "alltoall", f"moe_flex_dispatcher_backend {backend!r} skipped on {p.gpu} (apply_flex_dispatcher_backend)"
+    return "flex", None
 
 
 def settings_of(p: Preset) -> dict[str, Any]:
@@ -353,6 +396,8 @@ def settings_of(p: Preset) -> dict[str, Any]:
         s["vp"] = f["virtual_pipeline_model_parallel_size"]
     if f.get("moe_a2a_overlap") is True:
         s["moe_a2a_overlap"] = True
+    if dispatcher_of(p)[0] == "flex":  # the stack's default is the providers' alltoall
+        s["moe_dispatcher"] = "flex"
     return s
 
 
@@ -365,6 +410,9 @@ def layout_of(f: dict[str, Any]) -> dict[str, Any]:
 
 def _notes(p: Preset) -> list[str]:
     notes = list(p.notes)
+    skipped = dispatcher_of(p)[1]
+    if skipped:
+        notes.append(skipped)
     if p.whole_model.get("recompute_granularity") == "selective":
         notes.insert(0, "ConfigContainer.model recompute_granularity 'selective' for every GPU (the DeepSeek-V3 "
                         "recipe's recompute_modules None: Megatron-Core's ['core_attn'])")
@@ -437,7 +485,8 @@ def _entry(key: tuple[str, str, str], group: list[tuple[str, Preset]]) -> list[s
         last = f", last {b.commit}" if b.commit != a.commit else ""
         to = f" to {until}" if until != since else ""
         src = f"NVIDIA-NeMo/Megatron-Bridge {tags} ({a.commit}{last}; NeMo {since}{to}) {a.path} {a.name}"
-        src += f"; {a.notes[0]}" if a.notes else ""
+        notes = _notes(a)
+        src += f"; {'; '.join(notes)}" if notes else ""
         span = [f'    since: "{since}"'] + ([f'    until: "{until}"'] if until != ORDER[-1] else [])
     return [f"  - model: {model}", f"    gpu: {gpu}", f"    precision: {prec}", *span,
             f"    layout: {_flow(layout_of(a.fields))}", f"    settings: {_flow(settings_of(a))}",

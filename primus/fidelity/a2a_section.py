@@ -46,7 +46,8 @@ TEXT = (
     "`overlap.moe_a2a` for a row whose preset sets it, and the profiles were refitted, with the share of the "
     "all-to-all the overlap hides (overlap.moe_a2a, a starting guess of 0.6 until now) a parameter group of its own "
     "where at least three runs overlap (primus.fidelity.calibrate: H100 only). What else those presets "
-    "set (CUDA graphs, HybridEP/DeepEP backends, fused grouped MLP, FP8 attention) stays named and unmodelled."
+    "set (CUDA graphs, fused grouped MLP, FP8 attention) stays named and unmodelled; the HybridEP/DeepEP "
+    "backends are read as the dispatcher each run used (next section)."
 )
 
 

@@ -19,6 +19,7 @@ from primus.fidelity.accuracy_sections import (
     unstated_section,
 )
 from primus.fidelity.defaults import all_rules
+from primus.fidelity.dispatcher_section import dispatcher_section
 from primus.fidelity.heldout_bridge import heldout_section
 from primus.fidelity.loso import SPLIT_MIN_RUNS, is_large_group
 from primus.fidelity.validate import ValidationReport
@@ -157,6 +158,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *unstated_section(report), "",
         *gpt_oss_section(), "",
         *a2a_overlap_section(report, bars, heldout), "",
+        *dispatcher_section(report, bars, heldout), "",
         *amd_section(amd, bars, amd_fit), "",
         *heldout_section(heldout),
     ]

@@ -272,6 +272,9 @@ def build(row: RunRow) -> RowJobs:
         keys["overlap"]["moe_a2a"] = shipped.settings.moe_a2a_overlap
         assumed.append(f"MoE all-to-all overlap {'on' if shipped.settings.moe_a2a_overlap else 'off'} "
                        f"(the stack's recipe: {shipped.source})")
+    if is_moe and shipped is not None and shipped.settings.moe_dispatcher is not None:
+        keys.setdefault("moe", {})["token_dispatcher"] = shipped.settings.moe_dispatcher
+        assumed.append(f"MoE dispatcher {shipped.settings.moe_dispatcher} (the stack's recipe: {shipped.source})")
     model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:
         keys.setdefault("moe", {})["capacity_factor"] = 1.0

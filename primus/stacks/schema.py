@@ -100,6 +100,9 @@ class RecipeSettings(Spec):
     #: where a preset overlaps the MoE all-to-all with another microbatch's compute (Megatron-Bridge
     #: moe_a2a_overlap: comm_overlap.overlap_moe_expert_parallel_comm) and the stack does not
     moe_a2a_overlap: Bool | None = None
+    #: where a preset's run used another MoE token dispatcher than the stack's (Megatron-Bridge: a preset's
+    #: moe_flex_dispatcher_backend 'deepep'/'hybridep' applied by apply_flex_dispatcher_backend is `flex`)
+    moe_dispatcher: Literal["alltoall", "allgather", "flex"] | None = None
 
 
 #: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):
