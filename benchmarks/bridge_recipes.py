@@ -80,10 +80,18 @@ MOE_MODELS = ("deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b",
 #: before v0.4.0 a preset's moe_flex_dispatcher_backend reaches the model only through its model's perf script
 #: (`moe_flex_dispatcher_backend=base_cfg.moe_flex_dispatcher_backend` in
 #: scripts/performance/configs/<family>/*_llm_pretrain.py); the others never pass it (gpt_oss_llm_pretrain.py
-#: names it nowhere in v0.2.0-v0.3.1, kimi_llm_pretrain.py first in v0.3.1)
+#: names it nowhere in v0.2.0-v0.3.0); v0.3.1 below
 PASSES_BACKEND = {"v0.2.0": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"),
-                  "v0.3.0": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"),
-                  "v0.3.1": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2")}
+                  "v0.3.0": ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b")}
+#: v0.3.1 (26.02.01) decides otherwise: the model recipes apply a backend of their own (recipes/deepseek/
+#: deepseek_v3.py `apply_flex_dispatcher_backend` with hybridep; recipes/kimi/kimi_k2.py names deepep, which
+#: kimi_llm_pretrain.py applies when the preset names none), and qwen3_llm_pretrain.py sets the type outright
+#: per GPU (lines 81-315: flex for Qwen3-235B on GB200/GB300 and Qwen3-30B everywhere, alltoall for Qwen3-235B
+#: on B200/B300/H100); gpt_oss_llm_pretrain.py applies none
+V031_RECIPE_BACKEND = {"deepseek-v3": "hybridep", "kimi-k2": "deepep"}
+V031_QWEN_TYPE = {("qwen3-235b-a22b", "gb200"): "flex", ("qwen3-235b-a22b", "gb300"): "flex",
+                  ("qwen3-235b-a22b", "b200"): "alltoall", ("qwen3-235b-a22b", "b300"): "alltoall",
+                  ("qwen3-235b-a22b", "h100-80gb"): "alltoall"}
 EXPR = "<expr>"
 UNREAD = "<unread start>"
 LAYOUT_KEYS = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
@@ -345,8 +353,9 @@ def dispatcher_of(p: Preset) -> tuple[str | None, str | None]:
     - 25.09 (v0.1.0rc3 scripts/performance/run_script.py, setup_experiment.py): DeepEP (`enable_deepep`, the
       recipe's `moe_token_dispatcher_type = "flex"`) for DeepSeek-V3 on H100 only (B200/GB200 drop tokens);
       every other run keeps the model provider's `alltoall`.
-    - 25.11-26.02.01 (v0.2.0-v0.3.1): the preset's backend where its model's perf script passes it
+    - 25.11-26.02 (v0.2.0-v0.3.0): the preset's backend where its model's perf script passes it
       (`PASSES_BACKEND`) to the recipe's `apply_flex_dispatcher_backend`, else the provider's `alltoall`.
+    - 26.02.01 (v0.3.1): the model recipes' own backends and Qwen3's per-GPU types (`V031_*`).
     - 26.04-26.06.01 (v0.4.0-v0.5.1): scripts/performance/utils/overrides.py `set_workload_base_configs` for
       every model: the preset's backend, or `cfg.model.moe_token_dispatcher_type = "alltoall"` where it names none.
     - `apply_flex_dispatcher_backend` (src/megatron/bridge/training/flex_dispatcher_backend.py) skips DeepEP
@@ -361,6 +370,13 @@ def dispatcher_of(p: Preset) -> tuple[str | None, str | None]:
     if p.tag == "v0.6.0":
         return p.fields.get("moe_token_dispatcher_type"), None
     backend = p.fields.get("moe_flex_dispatcher_backend")
+    if p.tag == "v0.3.1":
+        if p.model.startswith("qwen3-"):
+            return V031_QWEN_TYPE.get((p.model, p.gpu), "flex"), None
+        if p.model == "gpt-oss-120b":
+            return "alltoall", (f"moe_flex_dispatcher_backend {backend!r} not applied by gpt_oss_llm_pretrain.py"
+                                if backend else None)
+        backend = V031_RECIPE_BACKEND[p.model] if p.model == "deepseek-v3" or backend is None else backend
     if backend is None:
         return "alltoall", None
     if p.tag in PASSES_BACKEND and p.model not in PASSES_BACKEND[p.tag]:

@@ -5,10 +5,12 @@ Every Megatron-Bridge model provider of the catalog's MoE models defaults to `mo
 `moe_flex_dispatcher_backend` turns the flex dispatcher on only where the perf scripts hand it to
 `apply_flex_dispatcher_backend`, which skips DeepEP on GB200/GB300 (and, in v0.2.0, HybridEP off GB200/GB300).
 
-Qwen3-235B-A22B FP8 on 256 H100 (TP2 PP8 VP4 EP32, the same preset QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2
-in each release): v0.3.0 (26.02) names no backend; v0.3.1 (26.02.01) adds `moe_flex_dispatcher_backend="deepep"`
-to BASE_QWEN3_235B_A22B_CONFIG; v0.4.0 (26.04) drops it again. The performance tables measure 1,633, 1,611 and
-1,686 tokens/s/GPU (docs/performance-summary-archive.md at 4ab94df)."""
+Qwen3-235B-A22B FP8 on 256 H100 (TP2 PP8 VP4 EP32, QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2 in each
+release): v0.3.0 (26.02) names no backend; v0.3.1 (26.02.01) names DeepEP in BASE_QWEN3_235B_A22B_CONFIG, but
+its qwen3_llm_pretrain.py sets `moe_token_dispatcher_type = "alltoall"` for this model on H100 (line 185);
+v0.4.0 (26.04) names none again. Qwen3-30B-A3B FP8 on 16 H100 (EP16, two nodes) runs flex from v0.3.1: set
+outright by qwen3_llm_pretrain.py there, then the HybridEP of QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1, which
+v0.4.0's overrides.py set_workload_base_configs applies."""
 
 from __future__ import annotations
 
@@ -56,27 +58,48 @@ def test_the_stacks_default_is_the_providers_alltoall() -> None:
         assert resolve_stack(f"megatron-bridge@{release}").values["moe_dispatcher"] == "alltoall"
 
 
-def test_only_the_patch_release_that_names_deepep_runs_the_flex_dispatcher() -> None:
-    assert (_recipe("26.02") is None) or _recipe("26.02").settings.moe_dispatcher is None
-    flex = _recipe("26.02.01")
-    assert flex is not None and flex.settings.moe_dispatcher == "flex" and "v0.3.1" in flex.source
-    assert _recipe("26.04") is None or _recipe("26.04").settings.moe_dispatcher is None
+def test_qwen3_235b_on_h100_ran_alltoall_in_every_release() -> None:
+    for release in ("26.02", "26.02.01", "26.04"):
+        recipe = _recipe(release)
+        assert recipe is None or recipe.settings.moe_dispatcher is None, release
+
+
+def test_qwen3_30b_on_h100_runs_flex_from_26_02_01() -> None:
+    # 26.02.01: qwen3_llm_pretrain.py sets flex outright (line 315); 26.04-26.06.01: the preset's HybridEP
+    recipe = resolve_stack("megatron-bridge@26.04").recipe_for(
+        "qwen3-30b-a3b", "h100-80gb", "fp8", {"tp": 1, "pp": 1, "cp": 1, "ep": 16, "mbs": 1, "gpus": 16})
+    assert recipe is not None and recipe.settings.moe_dispatcher == "flex" and "v0.3.1-v0.5.1" in recipe.source
 
 
 def test_a_run_takes_the_dispatcher_of_its_release_preset() -> None:
-    deepep, plain = _job("MB26.02.01-DGX-H100-Qwen3-235B-A22B-FP8"), _job("MB26.02-DGX-H100-Qwen3-235B-A22B-FP8")
-    assert deepep.project.spec.moe.token_dispatcher == "flex"
+    hybridep, plain = _job("MB26.04-DGX-H100-Qwen3-30B-A3B-FP8"), _job("MB26.04-DGX-H100-Qwen3-235B-A22B-FP8")
+    assert hybridep.project.spec.moe.token_dispatcher == "flex"
     assert plain.project.spec.moe.token_dispatcher == "alltoall"
-    assert any(a.startswith("MoE dispatcher flex (the stack's recipe") for a in deepep.assumed)
+    assert any(a.startswith("MoE dispatcher flex (the stack's recipe") for a in hybridep.assumed)
 
 
 def test_the_flex_dispatcher_sends_fewer_bytes_across_nodes() -> None:
-    # EP 32 over four 8-GPU nodes: each token crosses to a remote node once (DeepEP) instead of once per expert copy
-    deepep, plain = _job("MB26.02.01-DGX-H100-Qwen3-235B-A22B-FP8"), _job("MB26.02-DGX-H100-Qwen3-235B-A22B-FP8")
-    layout = pinned_layout(deepep.project)
-    assert layout == pinned_layout(plain.project)
-    fast, slow = project(deepep.project, layout), project(plain.project, layout)
+    # EP 16 over two 8-GPU nodes: each token crosses to the other node once (HybridEP) instead of once per copy
+    job = _job("MB26.04-DGX-H100-Qwen3-30B-A3B-FP8").project
+    alltoall = job.with_spec(moe={**job.spec.moe.model_dump(), "token_dispatcher": "alltoall"})
+    layout = pinned_layout(job)
+    fast, slow = project(job, layout), project(alltoall, layout)
     assert fast.breakdown["ep_a2a"] + fast.hidden["ep_a2a"] < slow.breakdown["ep_a2a"] + slow.hidden["ep_a2a"]
+
+
+def test_26_02_01_qwen3_scripts_set_the_type_outright() -> None:
+    gen = _generator()
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "qwen3-235b-a22b", "h100-80gb", "deepep"))[0] \
+        == "alltoall"
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "qwen3-235b-a22b", "gb200", "hybridep"))[0] == "flex"
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "qwen3-30b-a3b", "h100-80gb", "deepep"))[0] == "flex"
+
+
+def test_26_02_01_kimi_applies_its_recipes_deepep_when_the_preset_names_none() -> None:
+    gen = _generator()
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "kimi-k2", "h100-80gb", None))[0] == "flex"
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "kimi-k2", "gb300", None))[0] == "alltoall"
+    assert gen.dispatcher_of(_preset(gen, "v0.3.1", "26.02.01", "kimi-k2", "gb300", "hybridep"))[0] == "flex"
 
 
 def test_deepseek_v3_on_h100_took_deepep_in_25_09() -> None:

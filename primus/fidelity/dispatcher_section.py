@@ -35,7 +35,7 @@ BEFORE_HELDOUT_MODEL = {"deepseek-v3": (9.6, 30.0), "gpt-oss-120b": (64.4, 88.6)
 BEFORE_ROWS = {"MB25.09-DGX-H100-Qwen3-235B-A22B-FP8": (27.6, "alltoall"),
                "MB25.11-DGX-H100-Qwen3-235B-A22B-FP8-CS": (11.7, "alltoall"),
                "MB26.02-DGX-H100-Qwen3-235B-A22B-FP8": (9.0, "alltoall"),
-               "MB26.02.01-DGX-H100-Qwen3-235B-A22B-FP8": (10.5, "flex (DeepEP)"),
+               "MB26.02.01-DGX-H100-Qwen3-235B-A22B-FP8": (10.5, "alltoall (set outright on H100)"),
                "MB26.04-DGX-H100-Qwen3-235B-A22B-FP8": (5.6, "alltoall"),
                "MB26.04.01-DGX-H100-Qwen3-235B-A22B-FP8": (4.0, "alltoall"),
                "MB26.04-DGX-H100-Qwen3-30B-A3B-FP8": (9.7, "flex (HybridEP)"),
@@ -47,8 +47,11 @@ TEXT = (
     "src/megatron/bridge/models/*/*_provider.py; v0.4.0 to v0.6.0 the DeepSeek-V3, gpt-oss, Kimi and Qwen3 "
     "bridges). A workload preset's `moe_flex_dispatcher_backend` switches a run to the flex dispatcher only where "
     "the perf scripts hand it to `apply_flex_dispatcher_backend`: in 25.09 DeepEP for DeepSeek-V3 on H100 only "
-    "(run_script.py `enable_deepep`); in 25.11 to 26.02.01 only for the models whose perf script passes it "
-    "(DeepSeek-V3 and Qwen3; Kimi-K2 from v0.3.1; never gpt-oss); from 26.04 for every model "
+    "(run_script.py `enable_deepep`); in 25.11 and 26.02 only for the models whose perf script passes it "
+    "(DeepSeek-V3 and Qwen3; never gpt-oss); in 26.02.01 the model recipes apply their own backends "
+    "(DeepSeek-V3 HybridEP, Kimi-K2 DeepEP) and qwen3_llm_pretrain.py sets the type outright per GPU (flex for "
+    "Qwen3-30B-A3B and for Qwen3-235B-A22B on GB200/GB300, alltoall for Qwen3-235B-A22B on B200/B300/H100, "
+    "whatever backend the preset names); from 26.04 for every model "
     "(overrides.py `set_workload_base_configs`, which sets `alltoall` where a preset names no backend); and the "
     "function skips DeepEP on GB200/GB300 and, in v0.2.0, HybridEP off GB200/GB300. 26.08's perf recipes are "
     "read for the dispatcher they assign; the model recipes they start from are not read (v0.6.0 "
@@ -61,16 +64,15 @@ TEXT = (
 )
 
 FINDING = (
-    "What this shows: the H100 Qwen3-235B-A22B rows ran `alltoall` in every release but 26.02.01, whose preset "
-    "alone names DeepEP, and they measure 1,633, 1,611 and 1,686 tokens/s/GPU in 26.02, 26.02.01 and 26.04: "
-    "DeepEP's deduplicated cross-node traffic (each token to each remote node once, not once per expert copy) "
-    "bought nothing on this layout. The projection hides the all-to-all behind at most a share of the layer's "
-    "compute (overlap.moe_a2a, 0.56 on H100 after the refit); here the all-to-all is larger than that window, so "
-    "fewer bytes read as a faster step (2,457 against 1,560 tokens/s/GPU for the 26.02.01 and 26.02 runs). "
-    "Measured, DeepEP's deduplicated bytes cost as much time as NCCL's copies on this layout: the same reading "
-    "the AMD DeepEP rows gave (section below). No cross-node DeepEP rate that would tell the two apart was found "
-    "in a source, so none was fitted, and the refit, which raised the all-to-all efficiency to serve the "
-    "alltoall rows, leaves the flex rows over-projected."
+    "What this shows: Qwen3-235B-A22B on H100 ran `alltoall` in every release (in 26.02.01 too: the DeepEP its "
+    "base preset names is overridden on H100), and its six rows now read within about 5%, where priced as flex "
+    "they read up to 28% fast. The H100 Qwen3-30B-A3B rows of 26.04 to 26.06 ran HybridEP over two nodes (EP 16) "
+    "and read about 20% fast, where they read about 10% fast before: the refit raised the all-to-all efficiency "
+    "for the alltoall rows, and flex's deduplicated cross-node bytes (each token to each remote node once, not "
+    "once per expert copy) at that efficiency read faster than these runs measured. That is the direction the "
+    "AMD DeepEP rows show too (section below): the deduplicating kernels do not move their fewer bytes at the "
+    "rate the all-to-all moves the copies. No cross-node HybridEP or DeepEP rate was found in a source, so none "
+    "was fitted."
 )
 
 
