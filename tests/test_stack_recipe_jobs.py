@@ -81,22 +81,3 @@ def test_job_show_lists_the_recipe(run_cli: Any, tmp_path: Path) -> None:
     assert code == 0
     assumed = json.loads(out)["assumed"]
     assert any("from the stack's recipe" in a for a in assumed)
-
-
-def test_a_job_stating_any_recompute_key_keeps_its_own_recompute() -> None:
-    spec = _job(parallel={**JOB["parallel"], "recompute_modules": ["core_attn"]}).spec
-    assert spec.parallel.recompute_modules == ("core_attn",)
-    assert spec.parallel.recompute is None  # left to the search, not the preset's 'selective'
-
-
-def test_a_layout_string_keeps_the_presets_vp_out() -> None:
-    # Llama 3.1 405B in BF16 on GB200 at TP4 PP8 CP2 (Megatron-Bridge 26.04): the preset
-    # LLAMA31_405B_PRETRAIN_CONFIG_GB200_BF16_V1 runs VP 8; a job that fixes its stages with a layout string of
-    # PP 8 x VP 1 keeps that
-    base = {"stack": "megatron-bridge@26.04", "model": "llama3.1-405b", "hardware": "gb200", "gpus": 256,
-            "seq_len": 8192, "global_batch_size": 1536, "precision": "bf16",
-            "parallel": {"tp": 4, "pp": 8, "cp": 2, "mbs": 1}}
-    assert job_from_mapping(base, "job.yaml").spec.parallel.vp == 8
-    job = job_from_mapping({**base, "pipeline": {"layout": "Et*16|" + "t*16|" * 6 + "t*14L"}}, "job.yaml")
-    assert job.spec.parallel.vp is None
-    assert not any(a.startswith("parallel.vp") for a in job.assumed)

@@ -22,10 +22,6 @@ RECIPE_PRECISION = {("bf16", None): "bf16", ("fp16", None): "fp16", ("nvfp4", No
                     ("fp8", "tensorwise"): "fp8", ("fp8", "mxfp8"): "mxfp8", ("fp8", "blockwise"): "fp8-block"}
 
 
-RECOMPUTE_KEYS = frozenset({"recompute", "recompute_num_layers", "recompute_method", "recompute_modules",
-                            "recompute_layer_ids"})
-
-
 def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = data.get(key)
     return value if isinstance(value, Mapping) else {}
@@ -61,22 +57,19 @@ def apply_recipe(recipe: Recipe, written: Mapping[str, Any], merged: Mapping[str
     def take(key: str, value: Any) -> None:  # "KEY (what)", as `Job.assumed` names a supplied key
         notes.append(f"{key} ({value} from the stack's recipe)")
 
-    # a layout string fixes PP x VP itself (Megatron's pipeline_model_parallel_layout)
-    own_layout = _section(written, "pipeline").get("layout")
-    if s.vp and "vp" not in own_parallel and (own_parallel.get("pp") or 1) > 1 and not own_layout:
+    if s.vp and "vp" not in own_parallel and (own_parallel.get("pp") or 1) > 1:
         parallel["vp"] = s.vp
         take("parallel.vp", s.vp)
     if s.sharding and "sharding" not in own_parallel:
         parallel["sharding"] = s.sharding
         take("parallel.sharding", s.sharding)
-    # any recompute key the job states is its own choice of recompute: the preset's does not mix in
-    recompute_stated = bool(RECOMPUTE_KEYS & set(own_parallel))
+    recompute_stated = "recompute" in own_parallel
     if s.recompute and not recompute_stated:
         parallel["recompute"] = s.recompute
         take("parallel.recompute", s.recompute)
         for key in ("recompute_num_layers", "recompute_method", "recompute_modules"):
             value = getattr(s, key)
-            if value is not None:
+            if value is not None and key not in own_parallel:
                 parallel[key] = list(value) if isinstance(value, tuple) else value
                 take(f"parallel.{key}", parallel[key])
     out["parallel"] = parallel
