@@ -22,7 +22,6 @@ from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS, JobSpec, Pi
 from primus.specs.model import ModelSpec
 from primus.stacks.apply import apply_stack, pipeline_split
 from primus.stacks.core import Stack, resolve_stack
-from primus.stacks.recipe_apply import apply_recipe, job_recipe
 from primus.yamlio import load_mapping
 
 
@@ -88,16 +87,11 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
     model = resolve_model(written.model, where, "model", base_dir)
     cluster = resolve_hardware(written.hardware, where, "hardware", base_dir)
     merged, assumed = apply_stack(resolved, data, scaleup_domain=cluster.scaleup.domain_size)
-    recipe = job_recipe(resolved, merged, model.name, cluster.name, model.is_moe)
-    if recipe is not None:
-        merged, taken = apply_recipe(recipe, data, merged, model.is_moe)
-        assumed += taken
     pins = written.parallel
-    vp = (merged.get("parallel") or {}).get("vp", pins.vp)  # the job's, or its stack recipe's
     if "pipeline" not in data and pins.pp is not None:
         # VP free: only the accounting switches (they hold for any VP); an explicit layout fixes VP
-        split = pipeline_split(resolved, model, pins.pp, vp or 1)
-        if split and (vp is not None or "layout" not in split):
+        split = pipeline_split(resolved, model, pins.pp, pins.vp or 1)
+        if split and (pins.vp is not None or "layout" not in split):
             merged["pipeline"] = split
             assumed.append("pipeline (" + ", ".join(f"{k}={v}" for k, v in split.items()) + ")")
     spec = parse_spec(JobSpec, merged, where)

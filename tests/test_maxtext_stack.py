@@ -99,8 +99,7 @@ MAXTEXT_JOB = {"stack": "maxtext", "model": "llama2-70b", "hardware": "h100-80gb
 
 
 def test_the_maxtext_stack_sets_its_policy_and_the_ledger_reads_it() -> None:
-    # on H200, where the stack ships no per-model recipe for Llama 2 70B, the stack-wide policy holds
-    job = job_from_mapping({**MAXTEXT_JOB, "hardware": "h200"}, "t")
+    job = job_from_mapping(MAXTEXT_JOB, "t")
     assert job.spec.selective_recompute == "save_dot_except_mlp" and "selective_recompute" in job.assumed
     assert job.spec.optimizer.main_grads_dtype == "fp32"  # fp32 parameters (MaxText weight_dtype float32)
     report = MemoryModel(job).evaluate(pinned_layout(job))
@@ -108,14 +107,6 @@ def test_the_maxtext_stack_sets_its_policy_and_the_ledger_reads_it() -> None:
     assert any("save_dot_except_mlp" in a and "recompute_modules: core_attn, mlp" in a for a in report.assumptions)
     # 80 layers x 436,207,616 B kept, one microbatch in flight
     assert report.stages[0].terms["activations.dense_layers"] == 80 * 436_207_616
-
-
-def test_the_dgx_cloud_bf16_recipe_keeps_the_mlp_input_projections_too() -> None:
-    # stacks/maxtext.yaml recipe (dgxc-benchmarking 35a9aecc maxtext/configure.sh, DTYPE bf16):
-    # POLICY=save_dot_except_mlpwi for Llama 2 70B on H100; a job pinning its split takes it, as validate does
-    job = job_from_mapping(MAXTEXT_JOB, "t")
-    assert job.spec.selective_recompute == "save_dot_except_mlpwi"
-    assert "selective_recompute (save_dot_except_mlpwi from the stack's recipe)" in job.assumed
 
 
 def test_a_megatron_stack_job_keeps_core_attention_selective() -> None:
