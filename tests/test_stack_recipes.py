@@ -110,6 +110,7 @@ def test_a_primus_run_from_26_3_takes_the_mi325x_llama_70b_example_config(tmp_pa
     assert (spec.parallel.sharding, spec.parallel.recompute, spec.parallel.recompute_method,
             spec.parallel.recompute_num_layers) == ("fsdp", "full", "block", 72)
     assert spec.kernels.cross_entropy_fusion and jobs.escalated == ()
+    assert spec.kernels.cross_entropy_fusion_impl == "te"  # cross_entropy_fusion_impl te (line 79)
     assert sum("the stack's recipe" in a for a in jobs.assumed) == 3  # sharding, loss, recompute
 
 
