@@ -60,18 +60,24 @@ def _pair_rows(before: Mapping[str, tuple[float, float]], after: Mapping[str, Ma
     return out
 
 
-def a2a_overlap_section(report: ValidationReport, bars: Mapping[str, Any],
-                        heldout: ValidationReport | None) -> list[str]:
-    """Before and after figures of reading the presets' MoE all-to-all overlap."""
+def headline_figures(report: ValidationReport, bars: Mapping[str, Any],
+                     held: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The figures a before/after section compares: dev in-sample, leave-one-source-out, coverage, held-out."""
     t = report.summary["tokens_per_s_per_gpu"]
     loso = bars.get("loso", {}).get("overall", {})
     cover = bars.get("coverage", {}).get("overall", {})
+    return {"dev median": t["median_abs_pct"], "dev p90": t["p90_abs_pct"],
+            "dev LOSO median": loso.get("median_abs_pct"), "dev LOSO p90": loso.get("p90_abs_pct"),
+            "dev LOSO coverage": cover.get("pct"),
+            "held-out median": held["median_abs_pct"] if held else None,
+            "held-out p90": held["p90_abs_pct"] if held else None}
+
+
+def a2a_overlap_section(report: ValidationReport, bars: Mapping[str, Any],
+                        heldout: ValidationReport | None) -> list[str]:
+    """Before and after figures of reading the presets' MoE all-to-all overlap."""
     held = heldout_figures(heldout) if heldout is not None else None
-    after = {"dev median": t["median_abs_pct"], "dev p90": t["p90_abs_pct"],
-             "dev LOSO median": loso.get("median_abs_pct"), "dev LOSO p90": loso.get("p90_abs_pct"),
-             "dev LOSO coverage": cover.get("pct"),
-             "held-out median": held["median_abs_pct"] if held else None,
-             "held-out p90": held["p90_abs_pct"] if held else None}
+    after = headline_figures(report, bars, held)
     n = sum(1 for r in resolve_stack("megatron-bridge").recipes if r.settings.moe_a2a_overlap)
     lines = ["## MoE all-to-all overlap from the presets", "", *_wrap(TEXT.format(n=n), 110), "",
              "| figure (%) | before | after |", "|---|---:|---:|"]

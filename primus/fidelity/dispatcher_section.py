@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from primus.fidelity.a2a_section import _pair_rows
+from primus.fidelity.a2a_section import _pair_rows, headline_figures
 from primus.fidelity.accuracy_sections import _f, _wrap
 from primus.fidelity.heldout_bridge import heldout_figures
 from primus.fidelity.validate import ValidationReport
@@ -79,15 +79,8 @@ FINDING = (
 def dispatcher_section(report: ValidationReport, bars: Mapping[str, Any],
                        heldout: ValidationReport | None) -> list[str]:
     """Before and after figures of reading each preset's MoE token dispatcher."""
-    t = report.summary["tokens_per_s_per_gpu"]
-    loso = bars.get("loso", {}).get("overall", {})
-    cover = bars.get("coverage", {}).get("overall", {})
     held = heldout_figures(heldout) if heldout is not None else None
-    after = {"dev median": t["median_abs_pct"], "dev p90": t["p90_abs_pct"],
-             "dev LOSO median": loso.get("median_abs_pct"), "dev LOSO p90": loso.get("p90_abs_pct"),
-             "dev LOSO coverage": cover.get("pct"),
-             "held-out median": held["median_abs_pct"] if held else None,
-             "held-out p90": held["p90_abs_pct"] if held else None}
+    after = headline_figures(report, bars, held)
     n = sum(1 for r in resolve_stack("megatron-bridge").recipes if r.settings.moe_dispatcher == "flex")
     errors = {r.run_id: r.error_pct for r in report.rows}
     lines = ["## MoE token dispatcher from the presets", "", *_wrap(TEXT.format(n=n), 110), "",
