@@ -10,8 +10,6 @@ it in v0.4.0 (26.04) and adds it in v0.5.0 (26.06); the tables measure 31,470 an
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +21,7 @@ from primus.fidelity.runs import read_runs
 from primus.memory.evaluate import pinned_layout
 from primus.projection import project
 from primus.stacks.core import resolve_stack
+from tests.helpers.bridge_generator import bridge_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "primus" / "fidelity" / "data" / "heldout_bridge.csv"
@@ -43,12 +42,7 @@ def _jobs() -> tuple[Any, Any]:
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bridge_recipes", ROOT / "benchmarks" / "bridge_recipes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return bridge_generator()
 
 
 def test_the_26_06_preset_overlaps_the_all_to_all_and_the_26_04_one_does_not() -> None:

@@ -14,8 +14,6 @@ v0.4.0's overrides.py set_workload_base_configs applies."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +23,7 @@ from primus.fidelity.runs import read_runs
 from primus.memory.evaluate import pinned_layout
 from primus.projection import project
 from primus.stacks.core import resolve_stack
+from tests.helpers.bridge_generator import bridge_generator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "primus" / "fidelity" / "data" / "runs_dev.csv"
@@ -40,12 +39,7 @@ def _job(run_id: str) -> Any:
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bridge_recipes", ROOT / "benchmarks" / "bridge_recipes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return bridge_generator()
 
 
 def _preset(gen: ModuleType, tag: str, release: str, model: str, gpu: str, backend: str | None) -> Any:
