@@ -75,6 +75,33 @@ def test_the_joint_gemm_factor_moves_every_formats_plateau_also_one_no_run_used(
     assert factor != 1.0
     assert fitted.gemm["bf16"].efficiency.value == pytest.approx(start.gemm["bf16"].efficiency.value * factor)
 
+def test_a_format_with_too_few_runs_moves_with_its_fitted_kin(prepared: list[Prepared]) -> None:
+    # GB200's dev rows: BF16, FP8 and MXFP8 each fitted on runs of their own, and one NVFP4 run
+    # (MB26.06-DGX-GB200-Llama3.1-405B-NVFP4). NVFP4 runs the same block-scaled kernels as MXFP8, so its
+    # plateau moves by MXFP8's factor instead of staying at the spec's unsourced 0.55 of 10 PFLOP/s;
+    # FP8 with 128x128 blocks moves with per-tensor FP8.
+    rows = _on(prepared, "gb200")
+    start = load_spec_profile("gb200")
+    groups = {g.name: g for g in parameter_groups(start, rows)}
+    assert "gemm.mxfp8 (+nvfp4)" in groups and "gemm.fp8 (+fp8_block)" in groups
+    assert "gemm.nvfp4.efficiency" in groups["gemm.mxfp8 (+nvfp4)"].params
+    fitted = calibrate(start, rows, date="2026-01-02").profile
+    mx = fitted.gemm["mxfp8"].efficiency.value / start.gemm["mxfp8"].efficiency.value
+    assert mx != 1.0
+    assert fitted.gemm["nvfp4"].efficiency.value == pytest.approx(start.gemm["nvfp4"].efficiency.value * mx)
+
+
+def test_a_format_with_no_fitted_kin_keeps_its_spec_value(prepared: list[Prepared]) -> None:
+    # GB300's dev rows fit MXFP8 only (two BF16 and two FP8 runs are too few for groups of their own);
+    # BF16 has no kin among the fitted formats, so it stays at the datasheet-derived 0.72
+    rows = _on(prepared, "gb300")
+    start = load_spec_profile("gb300")
+    names = [g.name for g in parameter_groups(start, rows)]
+    assert "gemm.mxfp8 (+nvfp4)" in names and not any(n.startswith("gemm.bf16") for n in names)
+    fitted = calibrate(start, rows, date="2026-01-02").profile
+    assert fitted.gemm["bf16"].efficiency.value == start.gemm["bf16"].efficiency.value == 0.72
+
+
 
 def test_calibration_lowers_the_error_and_records_its_provenance(prepared: list[Prepared]) -> None:
     rows = _on(prepared, "b200")

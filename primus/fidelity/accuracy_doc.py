@@ -21,6 +21,7 @@ from primus.fidelity.accuracy_sections import (
 from primus.fidelity.defaults import all_rules
 from primus.fidelity.dispatcher_section import dispatcher_section
 from primus.fidelity.heldout_bridge import heldout_section
+from primus.fidelity.kin_section import kin_paragraph
 from primus.fidelity.loso import SPLIT_MIN_RUNS, is_large_group
 from primus.fidelity.validate import ValidationReport
 
@@ -168,6 +169,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
     for hw, info in fitted.items():
         groups = ", ".join(f"{k} ×{v:.2f}" for k, v in info["factors"].items())
         lines.append(f"| {hw} | {info['runs']} | {groups} | {_f(info['summary'].get('median_abs_pct'))} |")
+    lines += ["", *kin_paragraph(report, heldout)]
     lines += ["", "## Stacks for unstated settings (one per source)", "",
               "Every setting with its source: [stacks.md](stacks.md).", ""]
     for rule in all_rules():
