@@ -1,7 +1,7 @@
 """Device check (issue 8): measure on one Hopper GPU, project complete published Hopper runs, print the error.
 
     bash benchmarks/device_check.sh              # on a machine with one GPU (an NVIDIA H200 in practice)
-    bash benchmarks/device_check.sh --dry-run    # anywhere, on CPU, in seconds (CI runs this)
+    bash benchmarks/device_check.sh --dry-run    # anywhere, on CPU, in minutes (CI runs this)
 
 Reads only what the repository carries: `benchmarks/device_rows.csv` (the complete H100 and H200 rows
 of ground_truth/runs_dev.csv: DGX Cloud Llama 3.1 8B / 70B / 405B on H100, torchtitan Llama 3.1 8B on
@@ -111,7 +111,9 @@ def mixtral_job(dry: bool) -> Any:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes: the mechanics end to end in seconds")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU, tiny shapes: the mechanics end to end (minutes: torch's CPU FP8 GEMM, _scaled_mm, "
+                         "takes about a second a call)")
     ap.add_argument("--out", default="/tmp/primus-device-check", help="folder for the profile and the table")
     ap.add_argument("--rows", default=str(ROWS))
     ap.add_argument("--budget-s", type=float, default=None,

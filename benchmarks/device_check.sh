@@ -4,7 +4,7 @@
 # error table. Uses only what the repository carries; finishes in under 4 minutes.
 #
 #   bash benchmarks/device_check.sh                 # on a machine with one GPU (NVIDIA H200 in practice)
-#   bash benchmarks/device_check.sh --dry-run       # anywhere, on CPU, in seconds (CI)
+#   bash benchmarks/device_check.sh --dry-run       # anywhere, on CPU, in minutes (CI; see below)
 #   bash benchmarks/device_check.sh --fetch-wheels  # here, with a registry: the wheels the device lacks
 #   OUT=/some/dir bash benchmarks/device_check.sh   # where the profile and the table go
 #
@@ -41,8 +41,9 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 # 230 s: the check's own limit on the device, inside the 4 minutes the issue allows (start-up included).
-# The dry run (CI, tests) has no wall-clock limit of its own: its time is the CPU's, and a shared or slow
-# CI machine must not fail it; the caller's hang guard is enough there.
+# The dry run (CI, tests) has no wall-clock limit of its own: its time is the CPU's (about 3.5 minutes on 2
+# cores, nearly all of it torch's CPU FP8 GEMM, torch._scaled_mm, at about a second a call), and a shared or
+# slow CI machine must not fail it; the caller's hang guard is enough there.
 if [ ${#DRY[@]} -gt 0 ]; then
   exec "$PY" benchmarks/device_check.py "${DRY[@]}" --out "$OUT"
 fi

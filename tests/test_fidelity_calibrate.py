@@ -15,10 +15,14 @@ from primus.cli.fidelity_cmds import calibrate_cmd
 from primus.fidelity import bundled_runs_path, read_runs
 from primus.fidelity.calibrate import (
     RUNS_PER_GROUP,
+    Group,
+    _limits,
     apply,
     calibrate,
+    kin_followers,
     load_spec_profile,
     parameter_groups,
+    residuals,
 )
 from primus.fidelity.fitter import robust_fit
 from primus.fidelity.loso import error_bar_table, leave_one_source_out
@@ -75,32 +79,49 @@ def test_the_joint_gemm_factor_moves_every_formats_plateau_also_one_no_run_used(
     assert factor != 1.0
     assert fitted.gemm["bf16"].efficiency.value == pytest.approx(start.gemm["bf16"].efficiency.value * factor)
 
-def test_a_format_with_too_few_runs_moves_with_its_fitted_kin(prepared: list[Prepared]) -> None:
+def test_a_format_with_too_few_runs_follows_its_fitted_kin_without_moving_it(prepared: list[Prepared]) -> None:
     # GB200's dev rows: BF16, FP8 and MXFP8 each fitted on runs of their own, and one NVFP4 run
-    # (MB26.06-DGX-GB200-Llama3.1-405B-NVFP4). NVFP4 runs the same block-scaled kernels as MXFP8, so its
-    # plateau moves by MXFP8's factor instead of staying at the spec's unsourced 0.55 of 10 PFLOP/s;
-    # FP8 with 128x128 blocks moves with per-tensor FP8.
+    # (MB26.06-DGX-GB200-Llama3.1-405B-NVFP4). NVFP4 runs the same block-scaled kernels as MXFP8, so after
+    # the fit its plateau takes MXFP8's factor instead of staying at the spec's assumed 0.55 of 10 PFLOP/s;
+    # the fitted groups, MXFP8's factor among them, are exactly those of a fit without the rule.
     rows = _on(prepared, "gb200")
     start = load_spec_profile("gb200")
-    groups = {g.name: g for g in parameter_groups(start, rows)}
-    assert "gemm.mxfp8 (+nvfp4)" in groups and "gemm.fp8 (+fp8_block)" in groups
-    assert "gemm.nvfp4.efficiency" in groups["gemm.mxfp8 (+nvfp4)"].params
-    fitted = calibrate(start, rows, date="2026-01-02").profile
-    mx = fitted.gemm["mxfp8"].efficiency.value / start.gemm["mxfp8"].efficiency.value
-    assert mx != 1.0
+    groups = parameter_groups(start, rows)
+    assert not any("nvfp4" in p for g in groups for p in g.params)
+    assert kin_followers(start, groups) == {"gemm.mxfp8": ("gemm.nvfp4.efficiency",)}
+    result = calibrate(start, rows, date="2026-01-02")
+    outcome = robust_fit(lambda th: residuals(apply(start, groups, th), rows), len(groups), _limits(start, groups))
+    assert result.outcome.theta == outcome.theta  # the followers took no part in the fit
+    mx = result.factors["gemm.mxfp8"]
+    assert mx != 1.0 and result.factors["gemm.nvfp4 (follows gemm.mxfp8)"] == mx
+    fitted = result.profile
     assert fitted.gemm["nvfp4"].efficiency.value == pytest.approx(start.gemm["nvfp4"].efficiency.value * mx)
+    assert "KIN" in fitted.gemm["nvfp4"].efficiency.source
+    assert "gemm.nvfp4.efficiency" in (fitted.calibration.parameters if fitted.calibration else [])
+    # the in-sample residual of the NVFP4 run is that of the shipped (followed) profile
+    nv = next(p for p in rows if p.row["precision"].lower() == "nvfp4")
+    shipped = nv.project(fitted.for_stack(nv.jobs.rule.kernels), "fast").tokens_per_s_per_gpu
+    assert result.residuals_pct[nv.row.run_id] == pytest.approx(100 * (shipped / nv.row.measured_tokens - 1))
 
 
 def test_a_format_with_no_fitted_kin_keeps_its_spec_value(prepared: list[Prepared]) -> None:
-    # GB300's dev rows fit MXFP8 only (two BF16 and two FP8 runs are too few for groups of their own);
-    # BF16 has no kin among the fitted formats, so it stays at the datasheet-derived 0.72
+    # GB300's dev rows fit MXFP8 only (two BF16 and two FP8 runs are too few for groups of their own):
+    # NVFP4 follows MXFP8, while BF16, FP8 and 128x128-block FP8 have no fitted kin and keep their spec values
     rows = _on(prepared, "gb300")
     start = load_spec_profile("gb300")
-    names = [g.name for g in parameter_groups(start, rows)]
-    assert "gemm.mxfp8 (+nvfp4)" in names and not any(n.startswith("gemm.bf16") for n in names)
+    followers = kin_followers(start, parameter_groups(start, rows))
+    assert followers == {"gemm.mxfp8": ("gemm.nvfp4.efficiency",)}
     fitted = calibrate(start, rows, date="2026-01-02").profile
-    assert fitted.gemm["bf16"].efficiency.value == start.gemm["bf16"].efficiency.value == 0.72
+    for fmt in ("bf16", "fp8", "fp8_block"):
+        assert fitted.gemm[fmt].efficiency.value == start.gemm[fmt].efficiency.value
 
+
+def test_no_format_follows_when_both_kin_have_groups_or_the_fit_is_joint(prepared: list[Prepared]) -> None:
+    start = load_spec_profile("gb200")
+    both = (Group("gemm.mxfp8", ("gemm.mxfp8.efficiency",)), Group("gemm.nvfp4", ("gemm.nvfp4.efficiency",)))
+    assert kin_followers(start, both) == {}
+    joint = parameter_groups(load_spec_profile("b200"), _on(prepared, "b200"))
+    assert [g.name for g in joint] == ["gemm (joint)"] and kin_followers(load_spec_profile("b200"), joint) == {}
 
 
 def test_calibration_lowers_the_error_and_records_its_provenance(prepared: list[Prepared]) -> None:

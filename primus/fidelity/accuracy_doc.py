@@ -169,7 +169,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
     for hw, info in fitted.items():
         groups = ", ".join(f"{k} ×{v:.2f}" for k, v in info["factors"].items())
         lines.append(f"| {hw} | {info['runs']} | {groups} | {_f(info['summary'].get('median_abs_pct'))} |")
-    lines += ["", *kin_paragraph(report, heldout)]
+    lines += ["", *kin_paragraph(report, heldout, fitted)]
     lines += ["", "## Stacks for unstated settings (one per source)", "",
               "Every setting with its source: [stacks.md](stacks.md).", ""]
     for rule in all_rules():

@@ -2,14 +2,14 @@
 
 Starting point: the spec-derived profile (`hardware/profiles/spec/<hw>.yaml`, every number from a
 datasheet or a published kernel/collective benchmark). Unknowns: a few groups of parameters, chosen from
-what the runs can identify (`parameter_groups`): the GEMM plateau of each format the runs use (with the
-formats of its kin on the same kernels that too few runs use: `KIN`), attention efficiency, the MoE host
-overhead and all-to-all efficiency when there are MoE runs, memory-bound efficiency when there are many
-runs. Each group is the accelerator's, shared by every software stack: a stack's kernels differ from the
-default stack's by the sourced values of its profile section (`stacks:`), which move with the default's
-by the same factor, never by a factor of their own. Never more than one group per three runs. The fit is
-`primus.fidelity.fitter.robust_fit` (Huber on log errors, Gaussian prior towards the spec values):
-deterministic, numpy only.
+what the runs can identify (`parameter_groups`): the GEMM plateau of each format the runs use (after the
+fit, the formats of its kin on the same kernels that too few runs use follow it: `KIN`), attention
+efficiency, the MoE host overhead and all-to-all efficiency when there are MoE runs, memory-bound
+efficiency when there are many runs. Each group is the accelerator's, shared by every software stack: a
+stack's kernels differ from the default stack's by the sourced values of its profile section (`stacks:`),
+which move with the default's by the same factor, never by a factor of their own. Never more than one
+group per three runs. The fit is `primus.fidelity.fitter.robust_fit` (Huber on log errors, Gaussian prior
+towards the spec values): deterministic, numpy only.
 
 The result is a profile with `fitted: true`, each fitted number's `source` saying so, and a
 `calibration` record: date, runs file, parameters, runs used, residuals and their summary.
@@ -152,41 +152,55 @@ def parameter_groups(profile: Profile, rows: Sequence[Prepared]) -> tuple[Group,
     chosen = [g for g, n in candidates if n >= RUNS_PER_GROUP][:len(rows) // RUNS_PER_GROUP]
     if not chosen and len(rows) >= 2 and joint.params:
         chosen = [joint]
-    return tuple(_with_unidentified_formats(chosen, every_format))
+    return tuple(chosen)
 
 
 #: GEMM formats that run on the same kind of kernel with another scaling of the same tensor cores: the
-#: microscaling pair (MXFP8 and NVFP4: 1-D block scales along K read by Blackwell's block-scaled MMA,
-#: Transformer Engine's MXFP8BlockScaling and NVFP4BlockScaling recipes) and the two FP8 scalings (per
-#: tensor, and DeepSeek's 128x128 blocks). 16-bit formats already share one group.
-KIN: dict[str, tuple[str, ...]] = {"nvfp4": ("mxfp8",), "mxfp8": ("nvfp4",), "fp8_block": ("fp8",),
-                                   "fp8": ("fp8_block",)}
+#: microscaling pair, MXFP8 and NVFP4 (1-D block scales along K read by Blackwell's block-scaled MMA;
+#: Transformer Engine's MXFP8BlockScaling and NVFP4BlockScaling recipes). 16-bit formats already share one
+#: group. Other pairs are not assumed: Blackwell's 128x128-block FP8 has no published rate against either.
+KIN: dict[str, tuple[str, ...]] = {"nvfp4": ("mxfp8",), "mxfp8": ("nvfp4",)}
 
 
-def _with_unidentified_formats(chosen: Sequence[Group], every_format: Sequence[str]) -> list[Group]:
-    """Per-format GEMM groups, each with the formats of its kin (`KIN`) that the runs do not identify on
-    their own (too few runs, or none): left at its spec value, such a format would be projected as if the
-    accelerator reached its datasheet plateau in that format alone while its kin, on the same kernels, sits
-    a fitted factor away (GB200's NVFP4 at the spec's 0.55 of 10 PFLOP/s beside MXFP8 at x0.70 of its
-    own: issue 19's NVFP4 rows, +11% to +40% held out). A format with no fitted kin keeps its spec value."""
-    def fmt(param: str) -> str:
-        return param.split(".")[-2]
+def _format(param: str) -> str:
+    return param.split(".")[-2]
 
-    fitted = {fmt(p): g.name for g in chosen if g.name.startswith("gemm.") for p in g.params}
-    extra: dict[str, list[str]] = {}
-    for p in every_format:
-        f = fmt(p)
-        if f in fitted:
+
+def kin_followers(profile: Profile, groups: Sequence[Group]) -> dict[str, tuple[str, ...]]:
+    """Per fitted GEMM group, the parameters of the formats of its kin (`KIN`) that no fitted group holds
+    (too few runs of their own, or none). After the fit they take that group's factor on their own spec
+    values: left at the spec value, such a format would be projected as if the accelerator reached its
+    datasheet plateau in that format alone while its kin, on the same kernels, sits a fitted factor away
+    (GB200's NVFP4 at the spec's assumed 0.55 of 10 PFLOP/s beside MXFP8 fitted at x0.7 of its own: issue
+    19's NVFP4 rows, +11% to +40% held out). They follow and do not fit: their few runs do not move the
+    kin's factor. The joint factor already moves every format."""
+    fitted = {_format(p): g.name for g in groups if g.name.startswith("gemm.") and g.name != "gemm (joint)"
+              for p in g.params}
+    stacks = sorted(profile.stacks)
+    known = profile.parameters()
+    out: dict[str, list[str]] = {}
+    for fmt in sorted(profile.gemm):
+        if fmt in fitted:
             continue
-        kin = next((fitted[k] for k in KIN.get(f, ()) if k in fitted), None)
-        if kin is not None:
-            extra.setdefault(kin, []).append(p)
-    out = []
-    for g in chosen:
-        more = extra.get(g.name, [])
-        names = sorted({fmt(p) for p in more})
-        out.append(Group(f"{g.name} (+{', '.join(names)})", (*g.params, *more)) if more else g)
-    return out
+        kin = next((fitted[k] for k in KIN.get(fmt, ()) if k in fitted), None)
+        if kin is None:
+            continue
+        names = [f"gemm.{fmt}.efficiency", *(f"stacks.{s}.gemm.{fmt}.efficiency" for s in stacks)]
+        out.setdefault(kin, []).extend(n for n in names if n in known)
+    return {k: tuple(v) for k, v in out.items() if v}
+
+
+def _follow(start: Profile, fitted: Profile, followers: dict[str, tuple[str, ...]],
+            factors: dict[str, float], note: str) -> Profile:
+    """`fitted` with each follower at its spec value times its kin group's factor, within its bounds and
+    the published ceiling a fit respects."""
+    own = start.parameters()
+    new: dict[str, float] = {}
+    for group, names in followers.items():
+        for name in names:
+            lo, hi = bounds(name)
+            new[name] = min(hi, max(ceiling(name), own[name]), max(lo, own[name] * factors[group]))
+    return fitted.with_parameters(new, source=note) if new else fitted
 
 
 def _limits(profile: Profile, groups: Sequence[Group]) -> list[tuple[float, float]]:
@@ -236,17 +250,27 @@ def calibrate(start: Profile, rows: Sequence[Prepared], *, runs_file: str = "", 
     note = (f"fitted by primus calibrate on {len(rows)} published runs of {start.hardware} ({when}; Huber on log "
             f"error, prior towards the spec value)")
     fitted = apply(start, groups, outcome.theta, source=note)
-    res_pct = {p.row.run_id: 100.0 * (math.exp(r) - 1.0) for p, r in zip(rows, outcome.residuals, strict=True)}
     factors = {g.name: math.exp(t) for g, t in zip(groups, outcome.theta, strict=True)}
+    followers = kin_followers(start, groups)
+    final_residuals: Sequence[float] = outcome.residuals
+    if followers:
+        fitted = _follow(start, fitted, followers, factors,
+                         f"spec-derived value times the factor primus calibrate fitted on {len(rows)} published "
+                         f"runs of {start.hardware} ({when}) for its kin on the same kernels (calibrate.KIN)")
+        final_residuals = residuals(fitted, rows)
+        factors.update({f"gemm.{fmt} (follows {g})": factors[g] for g, names in followers.items()
+                        for fmt in dict.fromkeys(_format(n) for n in names)})
+    res_pct = {p.row.run_id: 100.0 * (math.exp(r) - 1.0) for p, r in zip(rows, final_residuals, strict=True)}
     summary = describe(list(res_pct.values()))
     record = {
         "date": when,
         "method": (f"robust Gauss-Newton (primus.fidelity.fitter): Huber(delta {HUBER_DELTA}) on "
                    f"log(predicted/measured) tokens/s/GPU + Gaussian prior (sigma {PRIOR_SIGMA} in log) towards the "
                    "spec-derived value; groups: "
-                   + "; ".join(f"{g.name} x{factors[g.name]:.3f}" for g in groups)),
+                   + "; ".join(f"{g.name} x{factors[g.name]:.3f}" for g in groups)
+                   + "".join(f"; {k} x{v:.3f}" for k, v in factors.items() if "(follows" in k)),
         "runs_file": runs_file,
-        "parameters": [name for g in groups for name in g.params],
+        "parameters": [name for g in groups for name in g.params] + [n for ns in followers.values() for n in ns],
         "factors": {k: round(v, 4) for k, v in factors.items()},
         "runs": [p.row.run_id for p in rows],
         "residuals_pct": {k: round(v, 2) for k, v in res_pct.items()},
