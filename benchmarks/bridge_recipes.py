@@ -68,7 +68,7 @@ FILES_2509 = {"llama3/llama3_8b_llm_pretrain.yaml": "llama3-8b", "llama3/llama3_
               "qwen3/qwen3_235b_a22b_llm_pretrain.yaml": "qwen3-235b-a22b"}
 #: preset fields primus does not model, named in the recipe's source
 UNMODELLED = ("pp_layout", "cuda_graph_impl", "cuda_graph_scope",
-              "nccl_ub", "fp8_dot_product_attention", "cutedsl_fused_grouped_mlp")
+              "nccl_ub", "fp8_dot_product_attention")
 UNMODELLED_FLAT = ("model.pipeline_model_parallel_layout", "model.fine_grained_activation_offloading",
                    "model.offload_modules",
                    "comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_a2a_overlap", "model.cuda_graph_impl",
@@ -335,7 +335,8 @@ def read_flat_recipes(mirror: Mirror) -> list[Preset]:
                       "cpu_offloading_num_layers": (st.get("model.cpu_offloading_num_layers")
                                                     if st.get("model.cpu_offloading") else None),
                       "moe_a2a_overlap": any(st.get(k) is True for k in A2A_FLAT),
-                      "moe_token_dispatcher_type": st.get("model.moe_token_dispatcher_type")}
+                      "moe_token_dispatcher_type": st.get("model.moe_token_dispatcher_type"),
+                      "cutedsl_fused_grouped_mlp": st.get("model.use_transformer_engine_op_fuser") is True}
             if fields["global_batch_size"] is None or (UNREAD in st and not any(k in st for k in LAYOUT_KEYS)):
                 continue  # starts from a recipe outside perf_recipes (recipes/qwen/h100/qwen3_moe.py) that sets
                 # the layout: not read here, so not known
@@ -414,6 +415,12 @@ def settings_of(p: Preset) -> dict[str, Any]:
         s["moe_a2a_overlap"] = True
     if dispatcher_of(p)[0] == "flex":  # the stack's default is the providers' alltoall
         s["moe_dispatcher"] = "flex"
+    if f.get("cutedsl_fused_grouped_mlp") is True and p.model in MOE_MODELS and p.precision == "mxfp8":
+        # 26.06-26.06.01: overrides.py `set_workload_base_configs` sets use_transformer_engine_op_fuser (v0.5.0
+        # lines 238-243) and perf_plugins.py NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (lines 308-309); 26.08: the recipe's
+        # own helpers set the op fuser and its env_vars the variable. Megatron-Core core_v0.18.0 then builds the
+        # experts from Transformer Engine's fused ops (MXFP8 only)
+        s["moe_grouped_gemm"] = "te_fused"
     return s
 
 

@@ -97,6 +97,10 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
     spec = parse_spec(JobSpec, merged, where)
     _check_pipeline_options(spec, model, where)
     check_framework_asserts(spec, model, resolved, where)
+    if model.is_moe and spec.moe.grouped_gemm == "te_fused" and not (
+            cluster.accelerator.vendor == "nvidia" and cluster.accelerator.compute_major == 10):
+        raise InputError(where, "moe.grouped_gemm", f"te_fused needs compute capability 10.x (B200, GB200, B300, "
+                         f"GB300: TE's CuTe-DSL grouped MLP kernels), not {cluster.name}; use grouped_gemm te")
     job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed))
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",

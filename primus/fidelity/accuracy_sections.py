@@ -74,35 +74,55 @@ def conflict_section(report: ValidationReport, bars: Mapping[str, Any]) -> list[
     return lines
 
 
-#: What the sources say runs for gpt-oss's attention (issue 19 item 1), and why no term was added.
+#: What the sources say runs for gpt-oss (issue 19 item 1): what is modelled, and what is not.
 GPT_OSS_KERNELS = (
-    "gpt-oss attention (learnable sink logit per head, 128-token sliding window on every other layer, head "
-    "dim 64) runs on cuDNN fused attention, not on a fallback: Megatron-Core passes softmax_type to "
-    "Transformer Engine (TE >= 2.8 required); TE's backend selection rules FlashAttention 2/3/4 out for any "
-    "non-vanilla softmax and keeps cuDNN's F16 arbitrary-seqlen kernel from cuDNN 9.13.1 (sliding window "
-    "from 9.2), falling back to unfused attention only below that (NVIDIA/TransformerEngine attention-backend "
-    "selection matrix; NVIDIA-NeMo/RL issue #1685: unfused on a cuDNN 9.10.2 image, fused on the NeMo image "
-    "with cuDNN 9.13.1). The Megatron-Bridge releases in the development set ship the fused path, which is "
-    "what the projection times. In the projection attention is 3-10% of these rows' step, so even a 2x "
-    "slower attention kernel would not explain the +11% to +87% over-projection of the dev rows; the experts run "
-    "TEGroupedMLP with the fused weighted quick-GeGLU (clamp 7, linear offset 1) and the fused permute, "
-    "also the kernels the projection assumes. The GB200 recipe recomputes the layernorm and MoE activation "
-    "(Megatron-Bridge gpt_oss_workload_base_configs.py, recompute_modules ['layernorm', 'moe_act']), a "
-    "memory-bound cost of a few percent. No source-backed term explains the gap, so none was added and no "
-    "per-model factor was fitted: the gpt-oss rows stay in the tail and in the bars. By release: the "
-    "BF16 presets of 25.11 to 26.04.01 (TE CUDA graphs scoped to attention, router and MoE preprocessing on "
-    "GB300/B300, the alltoall dispatcher until 26.04 set HybridEP on GB200) measure 15,754-19,412 tokens/s/GPU on "
-    "GB200/GB300; the 26.06 and 26.08 MXFP8 presets (gpt_oss_workload_base_configs.py v0.5.0 and v0.6.0 "
-    "perf_recipes: full-iteration CUDA graphs, HybridEP, the all-to-all overlap, the CuTe DSL fused grouped "
-    "MLP, FP8 attention) 28,672-33,166 on the same GPUs (26.06.01: 18,304-20,288, the regression its table "
-    "footnotes). Of those primus models the all-to-all overlap (section below), which "
-    "moves these rows further over; CUDA graphs remove host launch time, which is about 2% of the projected "
-    "step here, so they cannot account for an over-projection either."
+    "Attention (learnable sink logit per head, 128-token sliding window on every other layer, head dim 64) runs "
+    "on cuDNN fused attention, not on a fallback: Megatron-Core passes softmax_type to Transformer Engine; TE's "
+    "backend selection rules FlashAttention out for any non-vanilla softmax and keeps cuDNN's F16 "
+    "arbitrary-seqlen kernel from cuDNN 9.13.1 (sliding window from 9.2), which every Megatron-Bridge container "
+    "from 25.11 has (TE v2.12 dot_product_attention/utils.py lines 706-740, fused_attn.cpp lines 442-447); on "
+    "Hopper and Blackwell TE prefers cuDNN for vanilla softmax too, so Qwen3 runs the same backend. No source "
+    "says the sink path is slower, and attention is 3-10% of these rows' projected step.\n"
+    "The experts are where gpt-oss differs. Its model provider sets biases on every projection, quick-GeGLU "
+    "clamped at 7 (`activation_func_clamp_value`) and bias_activation_fusion (Megatron-Bridge v0.3.0 "
+    "gpt_oss_provider.py lines 51, 79-84; v0.4.0 gpt_oss_bridge.py lines 62, 73, 82-84), so in every release "
+    "from 25.11 to 26.06 Megatron-Core's TEGroupedMLP (core_v0.15-core_v0.18: the same code) does eager work "
+    "around its fused kernels that Qwen3's SwiGLU experts do not: fused_bias_geglu.py "
+    "`weighted_bias_quick_geglu_impl` (lines 410-442) chunks the 2f-wide FC1 output, clamps both halves and "
+    "concatenates them before the compiled GLU, in forward and backward, and keeps the concatenated copy for "
+    "backward; `TEGroupedMLP._apply_bias` (core_v0.16.0 experts.py lines 608-626) adds the FC2 biases in a Python "
+    "loop over the local experts (`t + b * p` per expert, then a cat), in fp32 when the flex dispatcher's "
+    "probabilities are fp32 (token_dispatcher.py lines 1028-1034), with two kernels per expert forward and four "
+    "backward. Both are now priced (`primus.projection.ops._megatron_expert_extras`, memory-bound bytes and host "
+    "launches; the ledger keeps the clamped copy unless `moe_act` is recomputed). Megatron-Bridge 26.06 and later "
+    "build the MXFP8 experts of their GB200/GB300 presets from Transformer Engine's fused ops instead "
+    "(`cutedsl_fused_grouped_mlp`: Megatron-Core core_v0.18.0 experts.py lines 268-524, TE v2.16 "
+    "ops/fused/forward_grouped_mlp.py: one cuDNN CuTe-DSL grouped GEMM with the clamped GLU and the biases "
+    "inside, MXFP8 on compute capability 10.x only); the stack's recipes read it as `moe.grouped_gemm: "
+    "te_fused`, which pays none of that eager work. Effect, against the release before (kin rule only): "
+    "held-out gpt-oss rows median |error| 58.3% to 42.7%, the held-out p90 58.3% to 42.7%; dev MB25.11 H100 "
+    "+15.2% to -8.4%, MB25.11 B200 +86.6% to +77.0%; the 26.06 MXFP8 dev rows, which run the fused experts, "
+    "unchanged.\n"
+    "Found in the sources and not priced: YaRN RoPE runs unfused for gpt-oss (Megatron-Bridge "
+    "`validate_rope_fusion_compatibility` turns rope fusion off for any position embedding but 'rope', and "
+    "Megatron-Core sends a YaRN concentration factor other than 1, here 0.1 ln 32 + 1 = 1.35, to its unfused "
+    "path: rope_utils.py lines 279-284), which the catalog cannot yet state (position_embedding_type has no "
+    "'yarn'); one more host synchronisation per MoE layer (fused_bias_geglu.py line 434 builds a device "
+    "tensor from a Python float on every call); the attention output bias in the unfused bias-dropout-add. "
+    "Together with the priced terms, a source-only estimate puts all of it near 8-10% of a GB300 step, so "
+    "most of the remaining +35% to +80% is still unexplained: head-dim-64 attention efficiency, whether cuDNN "
+    "skips the tiles outside the sliding window, and the BF16 grouped-GEMM rate at widths 2880/5760 have no "
+    "published figure. No per-model factor was fitted. NVIDIA's own model TFLOP/s for gpt-oss undercount the "
+    "expert FFN through 26.04.01 (flop_utils.py applied the GLU's 3/2 only to SiLU; v0.5.0 line 443 fixed it), "
+    "so those figures are not comparable across releases; primus compares tokens/s/GPU."
 )
 
 
 def gpt_oss_section() -> list[str]:
-    return ["## gpt-oss: which kernels run", "", *_wrap(GPT_OSS_KERNELS, 110)]
+    out = ["## gpt-oss: which kernels run", ""]
+    for i, para in enumerate(GPT_OSS_KERNELS.split("\n")):
+        out += ([""] if i else []) + _wrap(para, 110)
+    return out
 
 
 def _precision_split_lines(split: Mapping[str, Any] | None) -> list[str]:

@@ -275,6 +275,9 @@ def build(row: RunRow) -> RowJobs:
     if is_moe and shipped is not None and shipped.settings.moe_dispatcher is not None:
         keys.setdefault("moe", {})["token_dispatcher"] = shipped.settings.moe_dispatcher
         assumed.append(f"MoE dispatcher {shipped.settings.moe_dispatcher} (the stack's recipe: {shipped.source})")
+    if is_moe and shipped is not None and shipped.settings.moe_grouped_gemm is not None:
+        keys.setdefault("moe", {})["grouped_gemm"] = shipped.settings.moe_grouped_gemm
+        assumed.append(f"experts {shipped.settings.moe_grouped_gemm} (the stack's recipe: {shipped.source})")
     model = _with_options(row, keys, model, assumed)
     if is_moe and "tokendrop" in row.flags:
         keys.setdefault("moe", {})["capacity_factor"] = 1.0

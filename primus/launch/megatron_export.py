@@ -77,6 +77,7 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         ("output_layer_bias", m.output_layer_bias),
         ("moe_shared_expert_gate", m.moe_shared_expert_gate),
         ("scalings", bool(m.scalings)),
+        ("activation_func_clamp_value", m.activation_func_clamp_value is not None),
     ) if used]
     return ns, notes
 
@@ -170,6 +171,11 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
         ns["moe_use_legacy_grouped_gemm"] = spec.moe.grouped_gemm == "legacy"
         if spec.moe.grouped_gemm == "legacy":
             _check_legacy_gemm(job, layout)
+        if spec.moe.grouped_gemm == "te_fused":
+            notes.append("moe.grouped_gemm te_fused has no Megatron-LM argument: the launch config runs TEGroupedMLP "
+                         "unless the model config sets use_transformer_engine_op_fuser and the environment "
+                         "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (Megatron-Core core_v0.18.0 and later; Megatron-Bridge's "
+                         "cutedsl_fused_grouped_mlp)")
         if spec.moe.sync_free and not primus:  # the header keeps it; the Primus export writes its stage
             notes.append(SYNC_FREE_NOT_IN_MEGATRON)
     ov = spec.overlap

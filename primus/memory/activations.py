@@ -82,6 +82,9 @@ class ActContext:
     framework: str = "megatron"
     recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
     experts_low: bool = True  # expert GEMMs (and their saved inputs) in the job's format; False: legacy GroupedMLP
+    #: the experts run Transformer Engine's fused grouped MLP (`MoeOptions.grouped_gemm` te_fused): the GLU's
+    #: clamp is inside the kernel, so no clamped copy of the FC1 output is kept
+    fused_grouped_mlp: bool = False
     #: what selective recompute keeps (`SELECTIVE_MODES`); None: by framework (torchtitan: op_level)
     selective: str | None = None
 
@@ -217,6 +220,13 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     out.append(Saved("experts.input", n_tok * h, width))
     out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act",
                 gemm_width=width)
+    if model.activation_func_clamp_value is not None and ctx.framework == "megatron" and not ctx.fused_grouped_mlp:
+        # Megatron-Core clamps the FC1 output's halves and concatenates them before its fused GLU
+        # (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`, core_v0.16.0 lines 424-432): the clamps keep
+        # the FC1 output and the GLU keeps the concatenated copy, a second FC1-wide tensor
+        fc1 = 2 * (model.moe_ffn_hidden_size or 0) if model.swiglu else model.moe_ffn_hidden_size or 0
+        out.append(Saved("experts.activation_clamp.output", n_tok * fc1 // ctx.etp, ctx.numerics.activation,
+                         "moe_act"))
     # current Megatron-Core applies the routing probabilities inside the expert activation
     # (weighted SwiGLU), which keeps the per-copy probability; the FC2 output is not kept
     out.append(Saved("experts.probs", n_tok, FP32))

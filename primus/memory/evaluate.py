@@ -110,7 +110,7 @@ class MemoryModel:
             eager_cross_entropy=spec.kernels.eager_cross_entropy,
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
             framework=spec.framework, recompute_modules=selective_modules(spec.parallel.recompute_modules),
-            experts_low=spec.moe.grouped_gemm != "legacy",
+            experts_low=spec.moe.grouped_gemm != "legacy", fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused",
             selective=spec.selective_recompute,
         )
 

@@ -264,7 +264,7 @@ def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape
             calls = memo[op] = _memop_calls(op, timer)
         (cat, t, m), (bcat, bt, bmeas) = calls
         fv[cat] += t
-        fc[cat] += 1
+        fc[cat] += op.launches
         fm[cat] += m
         if cat == MEM:
             op_recompute += t
@@ -272,7 +272,7 @@ def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape
         if op.module in mods:
             modules += t
         bv[bcat] += bt
-        bc[bcat] += 1
+        bc[bcat] += op.launches if op.bwd_launches is None else op.bwd_launches
         bm[bcat] += bmeas
 
     hf, hb = [0.0] * N_CAT, [0.0] * N_CAT

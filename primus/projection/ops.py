@@ -88,6 +88,8 @@ class MemOp:
     fwd_bytes: float
     bwd_bytes: float
     module: str | None = None  # the recompute module that re-runs it (primus.memory.recompute)
+    launches: int = 1  # kernels the host issues for it in forward (a Python loop over experts: several)
+    bwd_launches: int | None = None  # in backward, when not `launches`
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +390,7 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
         MemOp("mlp.permute", (Tn + copies + 2 * R + pf) * h * ACT, (Tn + copies + 2 * R + pb) * h * ACT),
         _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu, "moe_act"),
+        *_megatron_expert_extras(model, ctx, R, local, ffn // a.etp),
         MemOp("mlp.unpermute", (2 * R + copies + Tn + uf) * h * ACT, (2 * R + copies + Tn + ub) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
     ]
@@ -409,6 +412,38 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         block = block + _mlp(model, ctx, "mlp.shared_experts", model.moe_shared_expert_intermediate_size,
                              norm_fused=False)
     return block
+
+
+def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int, f: int) -> list[MemOp]:
+    """Eager work Megatron-Core's TEGroupedMLP (`OpContext.per_expert_launches`) adds around the fused
+    kernels, read at core_v0.16.0 (the same at the Megatron-Core of every Megatron-Bridge release 25.11 to
+    26.06), for R routed rows of an f-wide activation:
+
+    - `activation_func_clamp_value` (gpt-oss): fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (lines
+      410-442) chunks the 2f-wide FC1 output, clamps each half and concatenates them before the fused GLU:
+      forward two clamps (read and write f each) and a cat (read and write 2f); backward two clamp
+      gradients (read dy and x, write dx: 3f each) and the chunk's gradient cat (read and write 2f).
+    - expert biases (`add_bias_linear`): FC2 runs with skip_bias_add, and `TEGroupedMLP._apply_bias`
+      (experts.py lines 608-626) adds them in a Python loop over the local experts, `t + b * p` per expert,
+      then one cat of the h-wide output: forward b*p written, t and b*p read and the sum written, the cat
+      read and written (6 elements per row and feature); backward each expert's bias and probability
+      gradients, a product and a reduction each (6). With the flex dispatcher the probabilities are fp32
+      (token_dispatcher.py lines 1028-1034) and so are these intermediates, with a cast back to bf16.
+      Each expert costs its own kernels: 2 forward, 4 backward, plus the cat.
+    Both run inside the `moe_act` recompute region only for the clamp (the bias add follows FC2)."""
+    if not ctx.per_expert_launches:
+        return []
+    out: list[MemOp] = []
+    if model.activation_func_clamp_value is not None:
+        out.append(MemOp("mlp.experts.activation_clamp", R * f * 8 * ACT, R * f * 10 * ACT, "moe_act", 3, 3))
+    if model.add_bias_linear:
+        h = model.hidden_size
+        if ctx.dispatcher == "flex":  # fp32 intermediates: b*p 4, t + b*p 2 + 4 + 4, cat 4 + 4, to(bf16) 4 + 2
+            fwd, bwd = 28, 6 * FP32 + 6
+        else:
+            fwd, bwd = 6 * ACT, 6 * ACT
+        out.append(MemOp("mlp.experts.bias_add", R * h * fwd, R * h * bwd, None, 2 * local + 1, 4 * local + 1))
+    return out
 
 
 @lru_cache(maxsize=4096)

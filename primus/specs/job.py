@@ -133,7 +133,11 @@ class MoeOptions(Spec):
     --moe-use-legacy-grouped-gemm: the grouped_gemm package's `gg.ops.gmm` on bf16 tensors, with no
     low-precision path, so under FP8 the expert GEMMs still run in BF16; Megatron-Core core_v0.14.0
     megatron/core/transformer/moe/experts.py, and AMD Primus's zbpp_gemm.py calls it "the lagacy-gg
-    BF16 backend").
+    BF16 backend"), or `te_fused`: Megatron-Core core_v0.18.0's expert MLP built from Transformer Engine's
+    fused ops (`use_transformer_engine_op_fuser` with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, Megatron-Bridge's
+    `cutedsl_fused_grouped_mlp`): one cuDNN CuTe-DSL grouped GEMM per projection with the GLU, its clamp
+    and the expert biases inside the kernel (TE v2.16 ops/fused/forward_grouped_mlp.py), MXFP8 on compute
+    capability 10.x only, so none of TEGroupedMLP's eager work around its kernels.
 
     `sync_free`: the per-expert token counts stay on the device through dispatch and the grouped GEMMs,
     so a MoE layer costs no host round trip (the profile's `host.moe_layer_us` is not spent). AMD
@@ -163,7 +167,7 @@ class MoeOptions(Spec):
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
     token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
-    grouped_gemm: Literal["te", "legacy"] = "te"
+    grouped_gemm: Literal["te", "legacy", "te_fused"] = "te"
     sync_free: Bool = False
     permute_fusion: Bool = True
     unfused_permute_syncs: Annotated[StrictInt, Field(ge=0, le=4)] = 1

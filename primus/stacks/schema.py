@@ -103,6 +103,9 @@ class RecipeSettings(Spec):
     #: where a preset's run used another MoE token dispatcher than the stack's (Megatron-Bridge: a preset's
     #: moe_flex_dispatcher_backend 'deepep'/'hybridep' applied by apply_flex_dispatcher_backend is `flex`)
     moe_dispatcher: Literal["alltoall", "allgather", "flex"] | None = None
+    #: where a preset builds its experts otherwise than the stack's TEGroupedMLP (`MoeOptions.grouped_gemm`;
+    #: Megatron-Bridge's cutedsl_fused_grouped_mlp: `te_fused`)
+    moe_grouped_gemm: Literal["te", "legacy", "te_fused"] | None = None
 
 
 #: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):

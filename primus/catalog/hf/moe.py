@@ -116,6 +116,8 @@ def gpt_oss(r: Reader) -> dict[str, Any]:
     out["num_experts"] = r.int_or("num_local_experts", 128)
     out["moe_router_topk"] = r.opt_int("num_experts_per_tok", None) or r.int_or("experts_per_token", 4)
     out["moe_ffn_hidden_size"] = r.req_int("intermediate_size")
+    # GptOssExperts clamps the gate at `swiglu_limit` and the linear half at +-limit (HF default 7.0)
+    out["activation_func_clamp_value"] = r.opt_float("swiglu_limit", 7.0)
     window = r.int_or("sliding_window", 128)
     types = r.data.get("layer_types")
     if types is not None:
