@@ -73,7 +73,7 @@ def test_a_suggestion_that_moves_to_pp_1_unsets_the_jobs_pipeline_options(pp3_fi
     first = pp3_fit["alternatives"][0]
     assert first["parallel"] == L8_PP1 and first["pins_changed"] == ["pp"]
     assert first["changed"] == ["pp", *UNSET] and first["options"] == UNSET
-    assert round(first["tokens_per_s_per_gpu"]) == 9977
+    assert round(first["tokens_per_s_per_gpu"]) == 9937
 
 
 def test_a_suggestion_above_pp_1_keeps_the_jobs_pipeline_options(pp3_fit) -> None:
@@ -158,7 +158,10 @@ def test_tune_finds_the_pp_1_layout_at_fits_number(tuned, pp3_fit) -> None:
     best = as_json((tuned / "result.json").read_text())["best"]
     fix = pp3_fit["alternatives"][0]
     assert best["parallel"] == fix["parallel"] == L8_PP1
-    assert (best["tokens_per_s_per_gpu"], best["peak_bytes"]) == (fix["tokens_per_s_per_gpu"], fix["peak_bytes"])
+    # the same layout of two job files (the options unset, or kept where PP 1 ignores them): the same bytes, and
+    # the same figure up to the order in which the one stage's blocks are added (an ulp)
+    assert best["peak_bytes"] == fix["peak_bytes"]
+    assert best["tokens_per_s_per_gpu"] == pytest.approx(fix["tokens_per_s_per_gpu"], rel=1e-12)
 
 
 def test_the_export_of_a_tuned_pp_1_run_leaves_the_accounting_flags_out(tuned, run_cli) -> None:
@@ -178,4 +181,5 @@ def test_allow_pipeline_keeps_the_pp_1_layout_at_fits_number(pp3_fit, tmp_path: 
                                       "--out", str(tmp_path / "t"), "--format", "json"], catch_exceptions=False)
     assert result.exit_code == 0
     best, fix = as_json(result.stdout)["best"], pp3_fit["alternatives"][0]
-    assert best["parallel"] == fix["parallel"] and best["tokens_per_s_per_gpu"] == fix["tokens_per_s_per_gpu"]
+    assert best["parallel"] == fix["parallel"]
+    assert best["tokens_per_s_per_gpu"] == pytest.approx(fix["tokens_per_s_per_gpu"], rel=1e-12)  # an ulp: see above

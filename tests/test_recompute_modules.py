@@ -45,10 +45,15 @@ def test_mla_up_proj_frees_query_key_value_and_the_fused_latent_norms() -> None:
     assert freed("deepseek-v3", "moe", {"mla_up_proj"}) == qkv + norms == 553_680_896
 
 
+#: gpt-oss clamps its GLU at 7: Megatron-Core keeps the clamped, concatenated 2 x 2880-wide copy of the FC1
+#: output for its fused GLU (core_v0.16.0 fused_bias_geglu.py lines 424-432), inside the moe_act region
+CLAMPED_FC1 = 2 * 2880
+
+
 def test_moe_act_frees_the_experts_activation_output() -> None:
     # gpt-oss-120b: top-4 of 128 experts, expert FFN 2880; 4 x 4096 tokens make 65,536 routed copies
     copies = 4 * 4096 * 4
-    assert freed("gpt-oss-120b", "moe", {"moe_act"}, mbs=4) == copies * 2880 * BF16 == 377_487_360
+    assert freed("gpt-oss-120b", "moe", {"moe_act"}, mbs=4) == copies * (2880 + CLAMPED_FC1) * BF16 == 1_132_462_080
 
 
 def test_layernorm_frees_only_norms_that_are_modules_of_their_own() -> None:
@@ -72,7 +77,7 @@ def test_mlp_recomputes_a_dense_mlp_and_leaves_moe_layers_alone() -> None:
 def test_megatron_default_is_core_attention_and_an_explicit_list_replaces_it() -> None:
     # with flash attention core_attn frees the fp32 log-sum-exp per head and token (64 heads)
     assert freed("gpt-oss-120b", "moe", {"core_attn"}) == 4096 * 64 * FP32
-    assert freed("gpt-oss-120b", "moe", {"moe_act"}) == 4096 * 4 * 2880 * BF16  # no log-sum-exp in it
+    assert freed("gpt-oss-120b", "moe", {"moe_act"}) == 4096 * 4 * (2880 + CLAMPED_FC1) * BF16  # no log-sum-exp
 
 
 def test_selective_recompute_rebuilds_one_layers_dropped_tensors_in_backward() -> None:
@@ -94,15 +99,15 @@ GPT_OSS_B200 = {"stack": "megatron-bridge@25.09", "model": "gpt-oss-120b", "hard
 
 def test_the_ledger_reads_the_jobs_modules() -> None:
     # Megatron-Bridge 25.11's GPT-OSS 120B B200 run: 36 layers, one microbatch in flight (PP 1); the
-    # preset's layernorm + moe_act recompute frees 36 x 450 MiB against no recompute
+    # preset's layernorm + moe_act recompute frees 36 x 1.1 GiB against no recompute
     job = job_from_mapping(GPT_OSS_B200, "test")
     layout = pinned_layout(job)
     with_modules = MemoryModel(job).evaluate(layout).peak_bytes
     none = MemoryModel(job).evaluate(replace(layout, recompute="none")).peak_bytes
-    per_layer = 4 * 4096 * 4 * 2880 * BF16 + 4 * 4096 * (2880 * BF16 + FP32)
+    per_layer = 4 * 4096 * 4 * (2880 + CLAMPED_FC1) * BF16 + 4 * 4096 * (2880 * BF16 + FP32)
     # the preset runs Transformer Engine's cross-entropy, in place on the logits (no logit-sized transient),
     # so the one layer whose tensors are rebuilt in backward holds them again at the peak: 35 layers' worth
-    assert none - with_modules == 35 * per_layer == 16_517_365_760
+    assert none - with_modules == 35 * per_layer == 42_941_480_960
 
 
 def test_the_projection_reruns_the_modules_forward_in_backward() -> None:
@@ -113,7 +118,8 @@ def test_the_projection_reruns_the_modules_forward_in_backward() -> None:
     cost = p.block_cost("moe", layout, ctx_, p.groups(layout))
     block = p.block("moe", ctx_)
     tagged = [op for op in block.memops if op.module in ("layernorm", "moe_act")]
-    assert sorted(op.name for op in tagged) == ["mlp.experts.activation", "pre_mlp_layernorm"]
+    assert sorted(op.name for op in tagged) == ["mlp.experts.activation", "mlp.experts.activation_clamp",
+                                                "pre_mlp_layernorm"]
     expected = sum(p.timer.memory(MemoryCall(op.fwd_bytes))[0] for op in tagged)
     assert cost.selective == expected
     plain = Projector(job_from_mapping({**GPT_OSS_B200, "parallel": {**GPT_OSS_B200["parallel"],

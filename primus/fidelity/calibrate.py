@@ -255,8 +255,9 @@ def calibrate(start: Profile, rows: Sequence[Prepared], *, runs_file: str = "", 
     final_residuals: Sequence[float] = outcome.residuals
     if followers:
         fitted = _follow(start, fitted, followers, factors,
-                         f"spec-derived value times the factor primus calibrate fitted on {len(rows)} published "
-                         f"runs of {start.hardware} ({when}) for its kin on the same kernels (calibrate.KIN)")
+                         f"fitted by primus calibrate on {len(rows)} published runs of {start.hardware} ({when}) "
+                         "through its kin on the same kernels: the spec-derived value times the kin's factor "
+                         "(calibrate.KIN)")
         final_residuals = residuals(fitted, rows)
         factors.update({f"gemm.{fmt} (follows {g})": factors[g] for g, names in followers.items()
                         for fmt in dict.fromkeys(_format(n) for n in names)})
