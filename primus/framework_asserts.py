@@ -16,6 +16,7 @@ from primus.stacks.megatron_release import (
     FP16_MOE_FROM,
     GROUPED_MLP_REMOVED_IN,
     STOCK_MEGATRON_CORE,
+    TE_FUSED_EXPERTS_FROM,
     MegatronTarget,
     megatron_target,
 )
@@ -42,13 +43,16 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
                          "GroupedMLP asserts add_bias_linear == False; use grouped_gemm te")
     if moe.grouped_gemm == "te_fused" and (spec.framework != "megatron" or spec.precision != "fp8"
                                            or spec.effective_fp8_recipe != "mxfp8"):
-        # TE v2.16 transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py lines 34-102: the fused
-        # grouped MLP takes MXFP8 quantizers only; Megatron-Core core_v0.18.0 experts.py lines 315-372 fall
-        # back to TEGroupedMLP's unfused path otherwise
+        # TE v2.16 transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py lines 34-102: the CuTe-DSL
+        # fused grouped MLP takes MXFP8 quantizers only; in another format Megatron-Core core_v0.18.0 runs
+        # TE's unfused fuser ops instead, which primus does not model
         raise InputError(where, "moe.grouped_gemm",
                          "te_fused (Transformer Engine's fused grouped MLP) runs only Megatron's MXFP8 experts: "
                          "set precision fp8 with fp8_recipe mxfp8, or use grouped_gemm te")
     target = _release(stack, where) if stack.name in STOCK_MEGATRON_CORE else None
+    if moe.grouped_gemm == "te_fused" and target is not None and target.before(TE_FUSED_EXPERTS_FROM):
+        raise InputError(where, "moe.grouped_gemm", f"te_fused needs Megatron-LM {TE_FUSED_EXPERTS_FROM} or later "
+                         f"(use_transformer_engine_op_fuser in its experts), not {target.tag}; use grouped_gemm te")
     if moe.grouped_gemm == "legacy" and target is not None and not target.before(GROUPED_MLP_REMOVED_IN):
         raise InputError(where, "moe.grouped_gemm", legacy_gemm_removed(stack.asked, target))
     if spec.precision == "fp16" and stack.name == "megatron-lm" and target is not None \

@@ -41,11 +41,14 @@ def test_gpt_oss_clamps_at_7_in_the_catalog_and_from_its_hf_config() -> None:
     assert model_from_hf_config(data, str(HF)).activation_func_clamp_value == data["swiglu_limit"] == 7.0
 
 
-def test_the_clamp_moves_eight_fc1_halves_forward_and_ten_backward_inside_moe_act() -> None:
+def test_the_clamp_moves_16f_bytes_forward_and_30f_backward_inside_moe_act() -> None:
+    # forward: two clamps (read and write f each) and the cat (read and write 2f); backward: clamp_backward's
+    # ge/le/logical_and_/where (14 bytes an element of the two-sided half, 8 of the gate half), the chunk's cat
     m, c = resolve_model("gpt-oss-120b", "test"), _ctx()
     r, f = routed_tokens(m, c.act), m.moe_ffn_hidden_size or 0
     clamp = _ops(m, c)["mlp.experts.activation_clamp"]
-    assert (clamp.fwd_bytes, clamp.bwd_bytes) == (r * f * 8 * ACT, r * f * 10 * ACT)  # type: ignore[attr-defined]
+    assert (clamp.fwd_bytes, clamp.bwd_bytes) == (r * f * 16, r * f * 30)  # type: ignore[attr-defined]
+    assert (clamp.launches, clamp.bwd_launches) == (3, 7)  # type: ignore[attr-defined]
     assert clamp.module == "moe_act"  # type: ignore[attr-defined]
 
 
@@ -54,10 +57,31 @@ def test_the_fc2_bias_loop_costs_kernels_per_local_expert_and_fp32_under_flex() 
     c = _ctx(ep=8)
     r, h, local = routed_tokens(m, c.act), m.hidden_size, 128 // 8
     bias = _ops(m, c)["mlp.experts.bias_add"]
-    assert (bias.fwd_bytes, bias.bwd_bytes) == (r * h * 6 * ACT, r * h * 6 * ACT)  # type: ignore[attr-defined]
+    assert (bias.fwd_bytes, bias.bwd_bytes) == (r * h * 6 * ACT, r * h * 8 * ACT)  # type: ignore[attr-defined]
     assert (bias.launches, bias.bwd_launches) == (2 * local + 1, 4 * local + 1)  # type: ignore[attr-defined]
     flex = _ops(m, _ctx(ep=8, dispatcher="flex"))["mlp.experts.bias_add"]
-    assert flex.fwd_bytes == r * h * 28 and flex.bwd_bytes == r * h * (6 * FP32 + 6)  # type: ignore[attr-defined]
+    assert (flex.fwd_bytes, flex.bwd_bytes) == (r * h * 28, r * h * 40)  # type: ignore[attr-defined]
+    assert (flex.launches, flex.bwd_launches) == (2 * local + 2, 5 * local + 2)  # type: ignore[attr-defined]
+    assert FP32 == 2 * ACT
+
+
+def test_the_host_issues_every_kernel_of_the_loops() -> None:
+    from primus.projection import Projector
+    from primus.projection.cost import MEM
+
+    job = _oss_job("gb300", precision="bf16", recipe=None, grouped="te")
+    plain = _oss_job("gb300", precision="bf16", recipe=None, grouped="te")
+    plain = dataclasses.replace(plain, model=job.model.model_copy(
+        update={"activation_func_clamp_value": None, "add_bias_linear": False}))
+    from primus.memory.evaluate import pinned_layout
+
+    layout = pinned_layout(job)
+    calls = []
+    for j in (job, plain):
+        p = Projector(j)
+        calls.append(p.block_cost("moe", layout, p.context(layout), p.groups(layout)).calls[MEM])
+    local = 128 // 64
+    assert calls[0] - calls[1] == (3 + 7) + (2 * local + 1) + (4 * local + 1)
 
 
 def test_no_extras_without_te_grouped_mlp_or_without_the_features() -> None:
@@ -106,6 +130,36 @@ def test_te_fused_is_refused_off_mxfp8_and_off_compute_capability_10() -> None:
         _oss_job("h100-80gb")
 
 
+def test_te_fused_keeps_no_clamped_copy_in_the_ledger() -> None:
+    from primus.memory.evaluate import MemoryModel, pinned_layout
+
+    for grouped, kept in (("te_fused", False), ("te", True)):
+        job = _oss_job("gb300", grouped=grouped)
+        ctx = MemoryModel(job).act_context(pinned_layout(job))
+        assert ctx.fused_grouped_mlp is (not kept)
+        names = {x.name for x in layer_inventory(job.model, "moe", ctx)}
+        assert ("experts.activation_clamp.output" in names) is kept
+
+
+def test_te_fused_is_refused_with_expert_tp_and_before_megatron_core_0_18() -> None:
+    import pytest
+
+    from primus.errors import InputError
+    from primus.job import job_from_mapping
+    from primus.solver.api import Question
+
+    job = job_from_mapping({"model": "gpt-oss-120b", "hardware": "gb300", "gpus": 64, "seq_len": 4096,
+                            "global_batch_size": 1280, "precision": "fp8", "fp8_recipe": "mxfp8",
+                            "moe": {"grouped_gemm": "te_fused"},
+                            "parallel": {"tp": 1, "pp": 1, "cp": 1, "ep": 64, "mbs": 4, "recompute": "none",
+                                         "sharding": "dist_opt"}}, "job.yaml")
+    assert {lay.layout.etp for lay in Question(job).legal()} == {1}  # rule fused-grouped-mlp-needs-etp-1
+    with pytest.raises(InputError, match=r"moe\.grouped_gemm.*core_v0\.18\.0"):
+        job_from_mapping({"stack": "megatron-lm@core_v0.16.1", "model": "gpt-oss-120b", "hardware": "gb300",
+                          "gpus": 64, "seq_len": 4096, "global_batch_size": 1280, "precision": "fp8",
+                          "fp8_recipe": "mxfp8", "moe": {"grouped_gemm": "te_fused"}}, "job.yaml")
+
+
 def test_te_fused_pays_no_eager_clamp_or_bias_loop_and_one_launch_per_grouped_gemm() -> None:
     from primus.memory.evaluate import pinned_layout
     from primus.projection import Projector, load_profile
@@ -115,7 +169,8 @@ def test_te_fused_pays_no_eager_clamp_or_bias_loop_and_one_launch_per_grouped_ge
     p = Projector(fused, prof)
     layout = pinned_layout(fused)
     names = {op.name for op in layer_block(fused.model, "moe", p.context(layout)).memops}
-    assert not {"mlp.experts.activation_clamp", "mlp.experts.bias_add"} & names
+    # the GLU runs in the FC1 grouped GEMM's epilogue: no activation kernel of its own either
+    assert not {"mlp.experts.activation_clamp", "mlp.experts.bias_add", "mlp.experts.activation"} & names
     q = Projector(plain, prof)
     assert {"mlp.experts.activation_clamp", "mlp.experts.bias_add"} <= \
         {op.name for op in layer_block(plain.model, "moe", q.context(pinned_layout(plain))).memops}

@@ -77,8 +77,11 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         ("output_layer_bias", m.output_layer_bias),
         ("moe_shared_expert_gate", m.moe_shared_expert_gate),
         ("scalings", bool(m.scalings)),
-        ("activation_func_clamp_value", m.activation_func_clamp_value is not None),
     ) if used]
+    if m.activation_func_clamp_value is not None:
+        notes.append(f"model.activation_func_clamp_value is not written: add --activation-func-clamp-value "
+                     f"{m.activation_func_clamp_value:g} (Megatron-LM core_v0.16.0 and later build it from "
+                     "TransformerConfig); without it the run's GLU is not clamped")
     return ns, notes
 
 
@@ -172,10 +175,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
         if spec.moe.grouped_gemm == "legacy":
             _check_legacy_gemm(job, layout)
         if spec.moe.grouped_gemm == "te_fused":
-            notes.append("moe.grouped_gemm te_fused has no Megatron-LM argument: the launch config runs TEGroupedMLP "
-                         "unless the model config sets use_transformer_engine_op_fuser and the environment "
-                         "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (Megatron-Core core_v0.18.0 and later; Megatron-Bridge's "
-                         "cutedsl_fused_grouped_mlp)")
+            notes.append("moe.grouped_gemm te_fused is not written: add --use-transformer-engine-op-fuser "
+                         "(Megatron-LM core_v0.18.0 and later) and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 to the "
+                         "environment (Megatron-Bridge's cutedsl_fused_grouped_mlp); without them the experts run "
+                         "TEGroupedMLP")
         if spec.moe.sync_free and not primus:  # the header keeps it; the Primus export writes its stage
             notes.append(SYNC_FREE_NOT_IN_MEGATRON)
     ov = spec.overlap

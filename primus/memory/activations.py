@@ -220,7 +220,8 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     out.append(Saved("experts.input", n_tok * h, width))
     out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act",
                 gemm_width=width)
-    if model.activation_func_clamp_value is not None and ctx.framework == "megatron" and not ctx.fused_grouped_mlp:
+    if model.activation_func_clamp_value is not None and ctx.framework == "megatron" and ctx.experts_low \
+            and not ctx.fused_grouped_mlp:  # TEGroupedMLP (the legacy GroupedMLP never runs the clamped GLU)
         # Megatron-Core clamps the FC1 output's halves and concatenates them before its fused GLU
         # (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`, core_v0.16.0 lines 424-432): the clamps keep
         # the FC1 output and the GLU keeps the concatenated copy, a second FC1-wide tensor

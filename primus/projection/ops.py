@@ -145,6 +145,10 @@ class OpContext:
     #: the MoE permutation runs Transformer Engine's fused kernels (`MoeOptions.permute_fusion`); off,
     #: Megatron-Core's torch path (`unfused_permutation_rows`)
     permute_fusion: bool = True
+    #: the experts run Transformer Engine's fused grouped MLP (`MoeOptions.grouped_gemm` te_fused): the GLU
+    #: (its clamp and the expert biases too) runs inside the FC1 grouped GEMM's epilogue (TE v2.16
+    #: ops/fused/forward_grouped_mlp.py, `grouped_gemm_glu_wrapper_sm100`), so no activation kernel of its own
+    fused_grouped_mlp: bool = False
 
     @property
     def T(self) -> int:
@@ -389,7 +393,8 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
         MemOp("mlp.permute", (Tn + copies + 2 * R + pf) * h * ACT, (Tn + copies + 2 * R + pb) * h * ACT),
-        _activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu, "moe_act"),
+        *(() if ctx.fused_grouped_mlp else (_activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu,
+                                                         "moe_act"),)),
         *_megatron_expert_extras(model, ctx, R, local, ffn // a.etp),
         MemOp("mlp.unpermute", (2 * R + copies + Tn + uf) * h * ACT, (2 * R + copies + Tn + ub) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
@@ -421,28 +426,32 @@ def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int
 
     - `activation_func_clamp_value` (gpt-oss): fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (lines
       410-442) chunks the 2f-wide FC1 output, clamps each half and concatenates them before the fused GLU:
-      forward two clamps (read and write f each) and a cat (read and write 2f); backward two clamp
-      gradients (read dy and x, write dx: 3f each) and the chunk's gradient cat (read and write 2f).
+      forward two clamps (read and write f each) and a cat (read and write 2f), 16f bytes; backward PyTorch's
+      `clamp_backward`, `where(mask, dy, 0)` with its mask from `ge`/`le` (and `logical_and_` for the
+      two-sided half): 14 bytes per element of the linear half and 8 of the gate half, then the chunk's
+      gradient cat (read and write 2f), 30f bytes; 3 kernels forward, 7 backward.
     - expert biases (`add_bias_linear`): FC2 runs with skip_bias_add, and `TEGroupedMLP._apply_bias`
       (experts.py lines 608-626) adds them in a Python loop over the local experts, `t + b * p` per expert,
       then one cat of the h-wide output: forward b*p written, t and b*p read and the sum written, the cat
       read and written (6 elements per row and feature); backward each expert's bias and probability
-      gradients, a product and a reduction each (6). With the flex dispatcher the probabilities are fp32
-      (token_dispatcher.py lines 1028-1034) and so are these intermediates, with a cast back to bf16.
-      Each expert costs its own kernels: 2 forward, 4 backward, plus the cat.
+      gradients, a product and a reduction each, and the cat that `torch.split`'s gradient is (8). With the
+      flex dispatcher the probabilities are fp32 (token_dispatcher.py lines 1028-1034) and so are these
+      intermediates: forward 28 bytes with the `.to(bf16)` cast, backward 40 (the casts of the gradient to
+      fp32 and, per expert, back to bf16 for `t`). Kernels: 2 per expert forward plus the cat (and the cast),
+      4 per expert backward (5 with the cast) plus the cat (and the cast).
     Both run inside the `moe_act` recompute region only for the clamp (the bias add follows FC2)."""
     if not ctx.per_expert_launches:
         return []
     out: list[MemOp] = []
     if model.activation_func_clamp_value is not None:
-        out.append(MemOp("mlp.experts.activation_clamp", R * f * 8 * ACT, R * f * 10 * ACT, "moe_act", 3, 3))
+        out.append(MemOp("mlp.experts.activation_clamp", R * f * 16, R * f * 30, "moe_act", 3, 7))
     if model.add_bias_linear:
         h = model.hidden_size
         if ctx.dispatcher == "flex":  # fp32 intermediates: b*p 4, t + b*p 2 + 4 + 4, cat 4 + 4, to(bf16) 4 + 2
-            fwd, bwd = 28, 6 * FP32 + 6
+            out.append(MemOp("mlp.experts.bias_add", R * h * 28, R * h * 40, None, 2 * local + 2, 5 * local + 2))
         else:
-            fwd, bwd = 6 * ACT, 6 * ACT
-        out.append(MemOp("mlp.experts.bias_add", R * h * fwd, R * h * bwd, None, 2 * local + 1, 4 * local + 1))
+            out.append(MemOp("mlp.experts.bias_add", R * h * 6 * ACT, R * h * 8 * ACT, None, 2 * local + 1,
+                             4 * local + 1))
     return out
 
 

@@ -163,7 +163,8 @@ class Projector:
         return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
                          self.low, spec.moe.token_dispatcher,
                          per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te",
-                         permute_fusion=spec.moe.permutes_fused)
+                         permute_fusion=spec.moe.permutes_fused,
+                         fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused")
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
                    cid: int | None = None) -> BlockCost:

@@ -83,6 +83,7 @@ FACT_DOCS: dict[str, str] = {
     "flex_dispatcher": "MoE tokens go through Megatron's flex (DeepEP) dispatcher (bool)",
     "allgather_dispatcher": "MoE tokens go through Megatron's allgather dispatcher (bool)",
     "moe_a2a_overlap": "Megatron overlaps the MoE all-to-all with computation (overlap.moe_a2a, bool)",
+    "fused_grouped_mlp": "the experts run Transformer Engine's fused grouped MLP (moe.grouped_gemm te_fused, bool)",
     "precision_aware_optimizer": "Megatron's precision-aware optimizer: an optimizer state not in fp32 (bool)",
     "kv_subsharding": "the job's Megatron-LM (core_v0.16.0 or later) runs TP above num_query_groups by "
                       "all-gathering the QKV activations (bool)",
@@ -138,6 +139,7 @@ class Space:
             "cpu_offload_layers": spec.cpu_offloading.offloaded_layers,
             "flex_dispatcher": m.is_moe and spec.moe.token_dispatcher == "flex",
             "allgather_dispatcher": m.is_moe and spec.moe.token_dispatcher == "allgather",
+            "fused_grouped_mlp": m.is_moe and spec.moe.grouped_gemm == "te_fused",
             "moe_a2a_overlap": m.is_moe and spec.overlap.moe_a2a,
             # what makes the export write --use-precision-aware-optimizer (launch/megatron_export.py); other
             # frameworks (torchtitan's FSDP2) keep their states in any dtype without it

@@ -103,6 +103,9 @@ LEGACY_GEMM_FLAG: Final = "--moe-use-legacy-grouped-gemm"
 #: release branch) megatron/training/arguments.py lines 877 and 1042 still assert "Currently GroupedGEMM for MoE
 #: only supports bf16 dtype." and "Expert parallelism is not supported with fp16 training."
 FP16_MOE_FROM: Final = "core_v0.16.0"
+#: the first release whose experts can be built from Transformer Engine's fused ops (`moe.grouped_gemm`
+#: te_fused: experts.py `use_transformer_engine_op_fuser` appears at core_v0.18.0, at no earlier tag)
+TE_FUSED_EXPERTS_FROM: Final = "core_v0.18.0"
 #: The first release whose validate_args refuses Transformer Engine's fused cross-entropy
 #: (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``): NVIDIA/Megatron-LM 168cb15d70 "Disable TE
 #: cross entropy loss fusion (#5115)", 2026-06-03, first tagged core_v0.18.2 (arguments.py lines 1528-1532, 'stability
