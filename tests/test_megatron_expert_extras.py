@@ -189,3 +189,20 @@ def test_megatron_bridge_26_06_mxfp8_gpt_oss_presets_on_gb300_build_the_fused_ex
     assert any(a.startswith("experts te_fused (the stack's recipe") for a in jobs.assumed)
     bf16 = next(r for r in read_runs(bundled_runs_path()) if r.run_id == "MB25.11-DGX-B200-GPT-OSS-120B-BF16")
     assert build(bf16).project.spec.moe.grouped_gemm == "te"
+
+
+def test_the_megatron_export_writes_the_clamp_and_import_reads_it_back() -> None:
+    # core_v0.15.0 megatron/training/arguments.py line 1650 adds --activation-func-clamp-value; from
+    # core_v0.16.0 it is the TransformerConfig field's generated flag (not in the factory's exclude list)
+    from primus.job import job_from_mapping
+    from primus.launch.megatron import export_megatron, import_megatron
+    from primus.memory.evaluate import pinned_layout
+
+    job = job_from_mapping({"stack": "megatron-bridge@26.02", "model": "gpt-oss-120b", "hardware": "b200", "gpus": 64,
+                            "seq_len": 4096, "global_batch_size": 512, "precision": "bf16",
+                            "parallel": {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "etp": 1, "mbs": 1, "sp": False,
+                                         "recompute": "full", "sharding": "dist_opt"}}, "job.yaml")
+    text = export_megatron(job, pinned_layout(job)).text
+    assert "--activation-func-clamp-value 7.0" in text
+    config = import_megatron(text, "exported.sh", hardware="b200", nodes=8)
+    assert resolve_model(config.job["model"], "test").activation_func_clamp_value == 7.0

@@ -82,7 +82,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--untie-embeddings-and-output-weights", "true"), _a("--normalization", "str"), _a("--swiglu", "true"),
     _a("--squared-relu", "true"), _a("--quick-geglu", "true"), _a("--disable-bias-linear", "false", "add_bias_linear"),
     _a("--add-qkv-bias", "true"), _a("--qk-layernorm", "true"), _a("--attention-output-gate", "true"),
-    _a("--softmax-type", "str"),
+    _a("--softmax-type", "str"), _a("--activation-func-clamp-value", "float"),
     _a("--hidden-dropout", "float"), _a("--attention-dropout", "float"), _a("--window-size", "window"),
     _a("--window-attn-skip-freq", "skipfreq"), _a("--num-experts", "int"), _a("--moe-router-topk", "int"),
     _a("--moe-ffn-hidden-size", "int"), _a("--moe-shared-expert-intermediate-size", "int"),

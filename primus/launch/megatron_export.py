@@ -50,6 +50,7 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "qk_layernorm": m.qk_layernorm or m.multi_latent_attention,
         "attention_output_gate": m.attention_output_gate,
         "softmax_type": m.softmax_type, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
+        "activation_func_clamp_value": m.activation_func_clamp_value,
         "window_size": (m.window_size - 1, 0) if m.window_size else None,
         "window_attn_skip_freq": m.window_attn_skip_freq,
         "multi_latent_attention": m.multi_latent_attention, "mtp_num_layers": m.mtp_num_layers or None,
@@ -78,10 +79,6 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         ("moe_shared_expert_gate", m.moe_shared_expert_gate),
         ("scalings", bool(m.scalings)),
     ) if used]
-    if m.activation_func_clamp_value is not None:
-        notes.append(f"model.activation_func_clamp_value is not written: add --activation-func-clamp-value "
-                     f"{m.activation_func_clamp_value:g} (Megatron-LM core_v0.16.0 and later build it from "
-                     "TransformerConfig); without it the run's GLU is not clamped")
     return ns, notes
 
 

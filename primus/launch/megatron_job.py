@@ -166,7 +166,8 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
 
     for name in ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "max_position_embeddings",
                  "normalization", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
-                 "attention_output_gate", "softmax_type", "hidden_dropout", "attention_dropout",
+                 "attention_output_gate", "softmax_type", "activation_func_clamp_value", "hidden_dropout",
+                 "attention_dropout",
                  "untie_embeddings_and_output_weights",
                  "make_vocab_size_divisible_by", "position_embedding_type", "window_attn_skip_freq",
                  "num_experts", "moe_shared_expert_intermediate_size", "multi_latent_attention"):

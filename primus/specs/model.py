@@ -186,8 +186,8 @@ class ModelSpec(Spec):
     norm_placement: Literal["pre", "post", "sandwich"] = "pre"
     softmax_type: Literal["vanilla", "learnable"] = "vanilla"
     #: Megatron-Core's ``activation_func_clamp_value`` (TransformerConfig, core_v0.16.0 transformer_config.py
-    #: line 184; Megatron-LM builds ``--activation-func-clamp-value`` from it from core_v0.16.0, which primus's
-    #: export does not write yet and names in a note): the GLU's two halves are clamped before the activation (gpt-oss:
+    #: line 184; Megatron-LM's ``--activation-func-clamp-value`` from core_v0.15.0, which export writes and
+    #: import reads): the GLU's two halves are clamped before the activation (gpt-oss:
     #: 7, HF ``swiglu_limit``). Megatron-Core clamps them in eager ops outside its fused activation
     #: (fused_bias_geglu.py ``weighted_bias_quick_geglu_impl``), which the projection and the ledger price
     activation_func_clamp_value: PosFloat | None = None

@@ -74,6 +74,8 @@ OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--quick-geglu": ("core_v0.15.0", None),
     "--attention-output-gate": ("core_v0.16.0", None),
     "--softmax-type": ("core_v0.15.0", None),
+    # core_v0.15.0 arguments.py line 1650 adds it; from core_v0.16.0 the TransformerConfig field's generated flag
+    "--activation-func-clamp-value": ("core_v0.15.0", None),
     "--window-size": ("core_v0.15.0", None),
     "--window-attn-skip-freq": ("core_v0.15.0", None),
     "--moe-ffn-hidden-size": ("core_v0.10.0", None),
