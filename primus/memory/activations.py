@@ -89,6 +89,12 @@ class ActContext:
     selective: str | None = None
 
     @property
+    def te_grouped_mlp(self) -> bool:
+        """The experts are Megatron-Core's TEGroupedMLP (`MoeOptions.grouped_gemm` te): neither the legacy
+        GroupedMLP nor Transformer Engine's fused grouped MLP, and Megatron's framework."""
+        return self.framework == "megatron" and self.experts_low and not self.fused_grouped_mlp
+
+    @property
     def selective_mode(self) -> str:
         return self.selective if self.selective is not None else implied_selective(self.framework)
 
@@ -181,7 +187,7 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
 def _mlp(model: ModelSpec, ctx: ActContext, prefix: str, tokens: int, ffn: int, ways: int,
          fc1_freed_by: str | None = None, act_freed_by: str | None = None,
          gemm_width: Fraction | None = None) -> list[Saved]:
-    fc1 = 2 * ffn if model.swiglu else ffn
+    fc1 = model.fc1_width(ffn)
     return [
         Saved(f"{prefix}.linear_fc1.output", tokens * fc1 // ways, ctx.numerics.activation, fc1_freed_by),
         Saved(f"{prefix}.activation.output", tokens * ffn // ways,
@@ -220,12 +226,11 @@ def _moe_mlp(model: ModelSpec, ctx: ActContext) -> list[Saved]:
     out.append(Saved("experts.input", n_tok * h, width))
     out += _mlp(model, ctx, "experts", n_tok, model.moe_ffn_hidden_size or 0, ctx.etp, act_freed_by="moe_act",
                 gemm_width=width)
-    if model.activation_func_clamp_value is not None and ctx.framework == "megatron" and ctx.experts_low \
-            and not ctx.fused_grouped_mlp:  # TEGroupedMLP (the legacy GroupedMLP never runs the clamped GLU)
+    if model.activation_func_clamp_value is not None and ctx.te_grouped_mlp:
         # Megatron-Core clamps the FC1 output's halves and concatenates them before its fused GLU
         # (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`, core_v0.16.0 lines 424-432): the clamps keep
         # the FC1 output and the GLU keeps the concatenated copy, a second FC1-wide tensor
-        fc1 = 2 * (model.moe_ffn_hidden_size or 0) if model.swiglu else model.moe_ffn_hidden_size or 0
+        fc1 = model.fc1_width(model.moe_ffn_hidden_size or 0)
         out.append(Saved("experts.activation_clamp.output", n_tok * fc1 // ctx.etp, ctx.numerics.activation,
                          "moe_act"))
     # current Megatron-Core applies the routing probabilities inside the expert activation

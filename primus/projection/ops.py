@@ -329,7 +329,7 @@ def _mlp(model: ModelSpec, ctx: OpContext, name: str, ffn: int, norm_fused: bool
     """A TP-split MLP (dense layer or shared experts): FC1 (column), activation, FC2 (row). `module`:
     the recompute module that re-runs it (a dense layer's `mlp`)."""
     T, h, tp = ctx.T, model.hidden_size, ctx.act.tp
-    fc1 = (2 * ffn if model.swiglu else ffn) // tp
+    fc1 = model.fc1_width(ffn) // tp
     # torchtitan's op-level SAC keeps w1 and w2 outputs and re-runs w3 (the second half of a SwiGLU FC1)
     gemms = (Gemm(f"{name}.linear_fc1", T, fc1, h, cast_input=not norm_fused,
                   op_recompute=0.5 if model.swiglu else 0.0, module=module),
@@ -378,7 +378,7 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     local = -(-experts // ctx.ep)
     per_expert = -(-R // local)
     ffn = model.moe_ffn_hidden_size or 0
-    fc1 = (2 * ffn if model.swiglu else ffn) // a.etp
+    fc1 = model.fc1_width(ffn) // a.etp
     low = a.experts_low  # the legacy GroupedMLP runs its grouped GEMMs in bf16 whatever the job's format
     launches = local if ctx.per_expert_launches else 1
     gemms = [Gemm("mlp.router", Tn, experts, h, low=False),

@@ -160,9 +160,9 @@ class Projector:
 
     def context(self, layout: Layout) -> OpContext:
         spec = self.job.spec
-        return OpContext(self.memory.act_context(layout), layout.ep, self.model.padded_vocab_size(layout.tp),
-                         self.low, spec.moe.token_dispatcher,
-                         per_expert_launches=spec.framework == "megatron" and spec.moe.grouped_gemm == "te",
+        act = self.memory.act_context(layout)
+        return OpContext(act, layout.ep, self.model.padded_vocab_size(layout.tp), self.low, spec.moe.token_dispatcher,
+                         per_expert_launches=act.te_grouped_mlp,
                          permute_fusion=spec.moe.permutes_fused,
                          fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused")
 

@@ -322,6 +322,11 @@ class ModelSpec(Spec):
     def topk(self) -> int:
         return self.moe_router_topk or 0
 
+    def fc1_width(self, ffn: int) -> int:
+        """Output width of an MLP's linear_fc1 for an FFN of `ffn`: a GLU (SwiGLU, gpt-oss's quick-GeGLU)
+        fuses its gate and up projections into one, twice as wide."""
+        return 2 * ffn if self.swiglu else ffn
+
     def padded_vocab_size(self, tp: int) -> int:
         """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by × TP."""
         multiple = self.make_vocab_size_divisible_by * tp

@@ -159,7 +159,7 @@ def _attention(model: ModelSpec) -> list[Weight]:
 
 def _mlp(model: ModelSpec, name: str, ffn: int, shard: Shard) -> list[Weight]:
     h = model.hidden_size
-    fc1_out = 2 * ffn if model.swiglu else ffn  # gate and up projections fused in linear_fc1
+    fc1_out = model.fc1_width(ffn)  # gate and up projections fused in linear_fc1
     return _linear(f"{name}.linear_fc1", h, fc1_out, bias=model.add_bias_linear, column=True, shard=shard) + \
         _linear(f"{name}.linear_fc2", ffn, h, bias=model.add_bias_linear, column=False, shard=shard)
 
