@@ -81,7 +81,7 @@ def test_an_untouched_run_with_faster_variants_verifies(own: Path) -> None:
 
 def test_an_untouched_allow_pipeline_run_verifies(allowed: Path) -> None:
     trials = json.loads((allowed / "result.json").read_text())["allowed_changes"]["pipeline"]["per_option_set"]
-    assert [round(t["tokens_per_s_per_gpu"]) for t in trials] == [6306, 9942, 9942]
+    assert [round(t["tokens_per_s_per_gpu"]) for t in trials] == [6313, 9955, 9955]
     code, out = verify(allowed)
     assert code == 0, out
 
@@ -131,7 +131,7 @@ def test_an_edited_per_option_set_number_fails_naming_it(allowed: Path, tmp_path
     code, out = verify(forged(allowed, tmp_path, edit))
     assert code == 1
     assert ("result.json: allowed_changes.pipeline.per_option_set[0]: tokens_per_s_per_gpu recorded 5000.0, "
-            "re-run 6305.") in out
+            "re-run 6313.") in out
 
 
 def test_a_dropped_option_set_fails(allowed: Path, tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_a_suggestion_that_moves_to_pp_1_unsets_the_jobs_pipeline_options(pp3_fi
     first = pp3_fit["alternatives"][0]
     assert first["parallel"] == L8_PP1 and first["pins_changed"] == ["pp"]
     assert first["changed"] == ["pp", *UNSET] and first["options"] == UNSET
-    assert round(first["tokens_per_s_per_gpu"]) == 9942
+    assert round(first["tokens_per_s_per_gpu"]) == 9955
 
 
 def test_a_suggestion_above_pp_1_keeps_the_jobs_pipeline_options(pp3_fit) -> None:

@@ -172,3 +172,20 @@ def test_a_sync_free_stage_outside_0_to_3_leaves_the_row_unprojected(tmp_path) -
     path = write_rows(tmp_path / "runs.csv", fields, [{**row, "options": "turbo_sync_free_moe_stage=20"}])
     ok, bad = prepare(read_runs(path))
     assert not ok and len(bad) == 1 and "'20' is not an integer from 0 to 3" in bad[0].reason
+
+
+def test_the_deepseek_v2_lite_runs_apply_mla_rope_unfused_as_their_model_config_sets() -> None:
+    # Primus e97d7a76 ("moe package v2", 2025-12-12, the MoE blog's script): its experiment
+    # examples/moe_package/configs/MI355X/deepseek_v2_lite-pretrain-baseline.yaml loads deepseek_v2_lite.yaml,
+    # whose base deepseek_v2_base.yaml sets apply_rope_fusion: false ("multi_latent_attention does not support
+    # apply_rope_fusion"); the DeepSeek-V3 and Qwen3 scripts pass --apply_rope_fusion True
+    from primus.memory.evaluate import pinned_layout
+    from primus.projection import Projector
+
+    for run in ("moe1_mi355x_dsv2lite_mbs12_baseline", "moe1_mi355x_dsv2lite_mbs14_all"):
+        job = build(_row(run)).project
+        assert job.spec.kernels.rope_fusion is False
+        p = Projector(job)
+        assert p.context(pinned_layout(job)).rope_fused is False
+    for run in ("moe2_mi355x_dsv3_32n_default", "moe2_qwen3_30b_best"):
+        assert build(_row(run)).project.spec.kernels.rope_fusion is True

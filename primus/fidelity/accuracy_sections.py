@@ -104,16 +104,31 @@ GPT_OSS_KERNELS = (
     "gpt-oss rows median |error| 58.3% to 41.3%, the held-out p90 58.3% to 41.3% (median 8.8% to 9.2%: the "
     "refit moved other rows); dev MB25.11 H100 +15.2% to -11.0%, MB25.11 B200 +86.6% to +75.5%; the 26.06 "
     "MXFP8 dev rows, which run the fused experts, +38.1%/+41.4% to +44.5%/+46.8% (the fused GLU is faster).\n"
-    "Found in the sources and not priced: YaRN RoPE runs unfused for gpt-oss (Megatron-Bridge "
-    "`validate_rope_fusion_compatibility` turns rope fusion off for any position embedding but 'rope', and "
-    "Megatron-Core sends a YaRN concentration factor other than 1, here 0.1 ln 32 + 1 = 1.35, to its unfused "
-    "path: rope_utils.py lines 279-284), which the catalog cannot yet state (position_embedding_type has no "
-    "'yarn'); one more host synchronisation per MoE layer (fused_bias_geglu.py line 434 builds a device "
-    "tensor from a Python float on every call); the attention output bias in the unfused bias-dropout-add. "
-    "Together with the priced terms, a source-only estimate puts all of it near 8-10% of a GB300 step, so "
-    "most of the remaining +35% to +80% is still unexplained: head-dim-64 attention efficiency, whether cuDNN "
-    "skips the tiles outside the sliding window, and the BF16 grouped-GEMM rate at widths 2880/5760 have no "
-    "published figure. No per-model factor was fitted. NVIDIA's own model TFLOP/s for gpt-oss undercount the "
+    "Two more terms from the same sources are priced now (before: 3050f03). gpt-oss's RoPE is YaRN-scaled "
+    "(catalog and HF `rope_scaling`: position_embedding_type yarn, yarn_rotary_scaling_factor 32), and Megatron "
+    "runs its fused RoPE kernel for position embedding type 'rope' only: Megatron-LM arguments.py (core_v0.15.0 "
+    "lines 1004-1005) and Megatron-Bridge `validate_rope_fusion_compatibility` (gpt_provider.py `provide`, "
+    "v0.2.0 to v0.6.0) turn apply_rope_fusion off for any other type, and Megatron-LM's own gpt-oss example "
+    "(examples/gptoss/02_train.sh) passes --no-rope-fusion. Megatron-Core's eager `_apply_rotary_pos_emb_bshd` "
+    "(rope_utils.py lines 92-126) then moves 6 times the fused kernel's bytes forward and 7 times backward "
+    "on q and k (`primus.projection.ops.rotary_op`; `kernels.rope_fusion` states --no-rope-fusion for any "
+    "model). And `weighted_bias_quick_geglu_impl` builds `torch.tensor(linear_offset, device=...)` on every call "
+    "(fused_bias_geglu.py line 434, core_v0.15.0 to core_v0.18.0), a blocking copy: PyTorch synchronises the "
+    "stream for a host-to-device copy that is not non_blocking (aten/src/ATen/native/cuda/Copy.cu "
+    "`copy_kernel_cuda`, `memcpy_and_sync`; pytorch/pytorch issues 120996 and 190217), so TEGroupedMLP's clamped "
+    "GLU costs one more host round trip (`host.moe_layer_us`) per MoE layer forward, and one per recompute of "
+    "`moe_act`. The fused grouped MLP (te_fused) pays neither the round trip nor the GLU's eager work. Effect: "
+    "held-out gpt-oss median |error| 41.3% to 35.1%, held-out median 9.2% to 8.5% and p90 41.3% to 35.6%; dev "
+    "MB26.06 GB300/GB200 MXFP8 +44.5%/+46.8% to +36.7%/+39.9%, MB25.11 B200 +75.5% to +70.6%, MB25.11 H100 "
+    "-11.0% to -16.2%. The attention output bias's unfused bias-dropout-add (Megatron-Bridge GPTOSSProvider "
+    "bias_dropout_fusion False) is left out: two more passes over the hidden state forward (dropout at p 0 is no "
+    "kernel), about 0.1% of a step. Together with the priced terms, a source-only estimate put all of it near "
+    "8-10% of a GB300 step, so most of the remaining +35% to +70% is still unexplained: head-dim-64 attention "
+    "efficiency and the BF16 grouped-GEMM rate at widths 2880/5760 have no published figure (that cuDNN skips the "
+    "tiles outside a sliding window, as the projection assumes, is what cudnn-frontend pull request 505 measures "
+    "for cuDNN's SM120 backward: window 511 in 31% of the causal time at sequence 4096, head dim 64, where the "
+    "band holds 23% of the causal keys). No per-model factor was fitted. NVIDIA's own model TFLOP/s for "
+    "gpt-oss undercount the "
     "expert FFN through 26.04.01 (flop_utils.py applied the GLU's 3/2 only to SiLU; v0.5.0 line 443 fixed it), "
     "so those figures are not comparable across releases; primus compares tokens/s/GPU."
 )
@@ -318,7 +333,16 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any],
         "one more `host.moe_layer_us` per MoE layer forward): 2.4-2.8 points off the three stage-0 rows. The",
         "fused router's saving, the rest of stage 1's published +12%, Primus-Turbo grouped GEMM kernels and launch",
         "options (NUMA binding, kernel argument pool) are recognised but not modelled: their sources publish the",
-        "gain (+12%, +5.8%, +2%), not a per-kernel cost.",
+        "gain (+12%, +5.8%, +2%), not a per-kernel cost. The DeepSeek-V2-Lite rows ran with",
+        "`apply_rope_fusion: false`: the blog script's experiment config (Primus e97d7a76, 2025-12-12, \"moe package",
+        "v2\": examples/moe_package/configs/MI355X/deepseek_v2_lite-pretrain-baseline.yaml) loads",
+        "deepseek_v2_lite.yaml, whose base deepseek_v2_base.yaml sets it (\"multi_latent_attention does not support",
+        "apply_rope_fusion\"), and neither the script nor the experiment overrides it (the script's ENABLE_MLA",
+        "default passes --multi_latent_attention True over the experiment's false, so the runs are MLA runs); the",
+        "shipped rows state it and `kernels.rope_fusion: false`",
+        "prices MLA's rotary part on Megatron-Core's eager `_apply_rotary_pos_emb_bshd`: 1.1-1.4 points off those",
+        "six rows, AMD median 10.2% to 9.3% (before: 3050f03). The DeepSeek-V3 and Qwen3 scripts pass",
+        "`--apply_rope_fusion True`.",
         "",
         "DeepEP sends a token once to each distinct rank holding one of its experts (its dispatch layout,",
         "`is_token_in_rank`); the projection prices the flex dispatcher's traffic inside a scale-up domain per",
@@ -326,7 +350,8 @@ def amd_section(amd: ValidationReport | None, bars: Mapping[str, Any],
         "so on one node it projects no gain from DeepEP where the blog measured +13.0% (31,095 to 35,151). Priced",
         "per distinct rank at the same efficiency (26% fewer bytes on 8 GPUs at top-6) it projects +8.3%, but every",
         "DeepEP row then reads faster: DeepSeek-V2-Lite by 9-10 points, Qwen3-30B-A3B by 14, DeepSeek-V3 by 10",
-        "(AMD median 10.2% to 19.6%), and the single-node EP 8 dev rows by 7-15 (DeepSeek-V3 on GB200/GB300 1-2",
+        "(the AMD median, then 10.2%, to 19.6%), and the single-node EP 8 dev rows by 7-15 (DeepSeek-V3 on",
+        "GB200/GB300 1-2",
         "closer). Either DeepEP's kernels reach less of the link on the deduplicated bytes than the all-to-all",
         "does on the copies, or these rows carry a cost the projection misses elsewhere (the stage-0 gap below);",
         "no DeepEP bandwidth per accelerator was found that applies here, so the per-copy volume stands in, and",

@@ -72,7 +72,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--overlap-param-gather", "true"), _a("--tp-comm-overlap", "true"),
     _a("--overlap-moe-expert-parallel-comm", "true"), _a("--attention-backend", "str"),
     _a("--use-flash-attn", "true"), _a("--cross-entropy-loss-fusion", "true"),
-    _a("--cross-entropy-fusion-impl", "str"),
+    _a("--cross-entropy-fusion-impl", "str"), _a("--no-rope-fusion", "false", "apply_rope_fusion"),
     # architecture
     _a("--num-layers", "int"), _a("--hidden-size", "int"), _a("--ffn-hidden-size", "int"),
     _a("--num-attention-heads", "int"), _a("--group-query-attention", "true"), _a("--num-query-groups", "int"),
@@ -88,7 +88,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--moe-ffn-hidden-size", "int"), _a("--moe-shared-expert-intermediate-size", "int"),
     _a("--moe-layer-freq", "freq"), _a("--multi-latent-attention", "true"), _a("--q-lora-rank", "int"),
     _a("--kv-lora-rank", "int"), _a("--qk-head-dim", "int"), _a("--qk-pos-emb-head-dim", "int"),
-    _a("--v-head-dim", "int"), _a("--mtp-num-layers", "int"),
+    _a("--v-head-dim", "int"), _a("--mtp-num-layers", "int"), _a("--rotary-scaling-factor", "float"),
     # the tokenizer, read only for the vocabulary when --vocab-size is absent
     _a("--tokenizer-type", "str"), _a("--tokenizer-model", "str"),
 )
@@ -108,7 +108,8 @@ MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
     "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False, "attention_backend": "auto",
-    "cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native",
+    "cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native", "apply_rope_fusion": True,
+    "rotary_scaling_factor": 1.0,
     "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False, "group_query_attention": False, "num_query_groups": 1,
     "make_vocab_size_divisible_by": 128, "position_embedding_type": "learned_absolute",

@@ -24,6 +24,15 @@ WRITTEN: Final = frozenset({"seq_len", "global_batch_size", "precision", "fp8_re
 WRITTEN_MOE: Final = frozenset({"moe.token_dispatcher", "moe.capacity_factor", "moe.permute_fusion",
                                 "moe.grouped_gemm"})
 GRAD_DTYPES = ("fp32", "bf16")
+
+
+def yarn_as_rope(scaling: float | None, target: str) -> str:
+    """The note of a YaRN model written for a Megatron that cannot build it from its arguments."""
+    return (f"model.position_embedding_type yarn (scaling factor {scaling:g}) written as --position-embedding-type "
+            f"rope --no-rope-fusion: {target} builds no YaRN for standard attention from its arguments "
+            "(Megatron-LM does from core_v0.19.0, argument_utils.py `_apply_yarn_config_from_args`), and Megatron-LM's "
+            "examples/gptoss/02_train.sh trains gpt-oss that way; the weights, saved bytes and the eager RoPE that "
+            "Megatron runs for YaRN (which the projection prices) are the same, the frequency scaling is not written")
 PARAM_DTYPES = ("fp32", "fp16")
 MOMENT_DTYPES = ("fp32", "fp16", "bf16")
 
@@ -42,7 +51,9 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "num_attention_heads": m.num_attention_heads, "group_query_attention": gqa,
         "num_query_groups": m.num_query_groups if gqa else None, "kv_channels": m.kv_channels,
         "vocab_size": m.vocab_size, "make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
-        "position_embedding_type": m.position_embedding_type,
+        # YaRN as RoPE with --no-rope-fusion (`YARN_AS_ROPE`); a release from YARN_FROM on writes it as itself
+        # (`primus.launch.megatron_release_check.for_release`)
+        "position_embedding_type": "rope" if m.position_embedding_type == "yarn" else m.position_embedding_type,
         "max_position_embeddings": _positions(job, notes),
         "untie_embeddings_and_output_weights": m.untie_embeddings_and_output_weights,
         "normalization": m.normalization, "swiglu": m.swiglu, "squared_relu": m.squared_relu,
@@ -195,6 +206,10 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
               overlap_moe_expert_parallel_comm=ov.moe_a2a and m.is_moe,
               attention_backend="auto" if spec.kernels.flash_attention else "unfused",
               cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion,
+              # Megatron runs its fused RoPE for position_embedding_type rope only (`KernelOptions.rope_fusion`);
+              # YaRN, written as RoPE, runs without it; a model without rotary embeddings states nothing
+              apply_rope_fusion=(spec.kernels.rope_fusion and m.position_embedding_type == "rope") if m.rotary
+              else None,
               cross_entropy_fusion_impl="te" if spec.kernels.cross_entropy_fusion
               and spec.kernels.cross_entropy_fusion_impl == "te" else None)
     return ns, notes, written

@@ -38,6 +38,8 @@ from primus.specs.model import ModelSpec
 SHARDED = ("dist_opt", "zero2", "fsdp")
 #: Model fields with no Megatron-LM option: the header's model decides them.
 INEXPRESSIBLE = ("moe_router_bias", "embedding_layernorm")
+#: What a YaRN model written as RoPE (`primus.launch.megatron_export.yarn_as_rope`) does not state.
+YARN_FIELDS = ("position_embedding_type", "yarn_rotary_scaling_factor")
 _FSDP_STRATEGY = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "none"}
 
 
@@ -130,6 +132,10 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         raise InputError(r.ctx.where, r.ctx.label("cross_entropy_fusion_impl"),
                          f"must be native or te (Megatron-LM's choices), got {impl!r}")
     job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"), "cross_entropy_fusion": fused_loss}
+    if model.position_embedding_type == "rope":  # Megatron fuses RoPE for 'rope' only; --no-rope-fusion says
+        job["kernels"]["rope_fusion"] = bool(r.get("apply_rope_fusion"))  # nothing about YaRN or other positions
+    else:
+        r.get("apply_rope_fusion")
     if fused_loss:
         job["kernels"]["cross_entropy_fusion_impl"] = impl
     elif impl == "te":
@@ -180,6 +186,10 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
                  "weights and stored activations; the activation function differs")
     if r.get("use_rotary_position_embeddings"):
         fields["position_embedding_type"] = "rope"
+    if fields.get("position_embedding_type") == "yarn":  # core_v0.19.0: --rotary-scaling-factor is YaRN's factor
+        fields["yarn_rotary_scaling_factor"] = r.get("rotary_scaling_factor")
+    elif base is not None and base.position_embedding_type == "yarn":
+        fields["yarn_rotary_scaling_factor"] = None  # a Primus model file's YaRN overridden by another type
     if r.has("vocab_size"):
         fields["vocab_size"] = r.get("vocab_size")
     elif r.has("padded_vocab_size"):
@@ -232,8 +242,17 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
     spec = build_model(fields, ctx.where)
     if ctx.header_model is not None:
         named = resolve_model(ctx.header_model, ctx.where, "primus-job.model")
-        diff = differences(named, spec, ignore=INEXPRESSIBLE)
+        # a YaRN model is written for a release that cannot build it as RoPE without fusion (`yarn_as_rope`):
+        # the header's model decides, as for the fields no Megatron-LM option states
+        as_rope = (named.position_embedding_type == "yarn" and spec.position_embedding_type == "rope"
+                   and not r.get("apply_rope_fusion"))
+        diff = differences(named, spec, ignore=INEXPRESSIBLE + (YARN_FIELDS if as_rope else ()))
         if not diff:
+            if as_rope:
+                out.note("position_embedding_type yarn from the primus-job header: the file states RoPE with "
+                         "--no-rope-fusion, which is how primus writes YaRN for a Megatron that cannot build it")
+                spec = build_model({**fields, "position_embedding_type": "yarn",
+                                    "yarn_rotary_scaling_factor": named.yarn_rotary_scaling_factor}, ctx.where)
             return ctx.header_model, spec
         out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")
     ref, how = model_reference(spec, ctx.prefer, ctx.model_name)

@@ -14,12 +14,14 @@ from typing import Any, Final
 from primus.errors import InputError
 from primus.job import Job
 from primus.launch.megatron_args import BY_DEST
+from primus.launch.megatron_export import yarn_as_rope
 from primus.parallel import Layout
 from primus.stacks.megatron_release import (
     FP16_MOE_FROM,
     GROUPED_MLP_REMOVED_IN,
     OPTION_WINDOWS,
     VALUE_WINDOWS,
+    YARN_FROM,
     MegatronTarget,
     has_option,
     has_value,
@@ -56,6 +58,12 @@ def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTa
         raise InputError(where, "precision", f"fp16 with MoE layers: Megatron-LM {target.tag} ({target.why}) asserts "
                          "'GroupedGEMM for MoE only supports bf16' and 'Expert parallelism is not supported with fp16' "
                          f"(NVIDIA/Megatron-LM #2495, 4193f3aa9b, removed both in {FP16_MOE_FROM}): use bf16")
+    if job.model.position_embedding_type == "yarn":
+        if target.before(YARN_FROM):
+            notes.append(yarn_as_rope(job.model.yarn_rotary_scaling_factor, f"Megatron-LM {target.tag}"))
+        else:  # the release's own YaRN: it turns RoPE fusion off for any type but rope itself
+            out.update(position_embedding_type="yarn", rotary_scaling_factor=job.model.yarn_rotary_scaling_factor,
+                       apply_rope_fusion=None)
     vp = out.get("num_virtual_stages_per_pipeline_rank")
     if vp and not has_option(target.tag, "--num-virtual-stages-per-pipeline-rank"):
         # before core_v0.11.0 interleaving is given in layers per virtual stage, an even split only

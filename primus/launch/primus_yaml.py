@@ -36,6 +36,7 @@ from primus.launch.common import (
     shorten,
 )
 from primus.launch.megatron_args import BY_DEST, coerce
+from primus.launch.megatron_export import yarn_as_rope
 from primus.launch.megatron_job import ImportContext, args_from_job, job_from_args
 from primus.launch.primus_models import (
     BASE_MODEL_FILE,
@@ -300,9 +301,20 @@ def _yaml_value(value: Any) -> Any:
 def export_primus(job: Job, layout: Layout) -> Exported:
     ns, notes, written = args_from_job(job, layout, fsdp="torch" if _torch_fsdp_ok(job, layout) else "megatron",
                                        primus=True)
+    if job.model.position_embedding_type == "yarn":
+        notes.append(yarn_as_rope(job.model.yarn_rotary_scaling_factor, "AMD Primus's Megatron"))
     slug = job.spec.model if isinstance(job.spec.model, str) else None
     model_file = MODEL_FILES.get(slug or "", BASE_MODEL_FILE)
     overrides = {k: _yaml_value(v) for k, v in ns.items() if v is not None}  # Primus's default is null too
+    # ...but not the model file's: a key it sets that the job leaves at Megatron's default is written as null
+    # (Primus's gpt_oss_120B.yaml, from deepseek_v2_base.yaml, sets moe_shared_expert_intermediate_size 2880;
+    # gpt-oss has no shared expert), which import reads back as the default
+    published = published_model_file(model_file, job.where, Collector())
+    for key, value in (published.values.items() if published is not None else ()):
+        if value is not None and key in ns and ns[key] is None and key in BY_DEST:
+            overrides[key] = None
+            notes.append(f"{key}: null written over {model_file}'s {shown(value)} (the job leaves it at Megatron's "
+                         "default)")
     if job.model.is_moe and job.spec.moe.token_dispatcher == "flex":  # Primus-Turbo's DeepEP, as import reads it
         overrides.update({TURBO_KEY: True, DEEPEP_KEY: True})
     if job.model.is_moe and job.spec.moe.sync_free:

@@ -64,7 +64,7 @@ def _cuda_row(model: ModelSpec, kind: str, seq: int, mbs: int, device: torch.dev
     with device:  # build the weights on the GPU directly (initialising billions of them on the host is slow)
         layer = ReferenceLayer(model, kind, moe_probs="activation", dtype=dtype)
     rope = None
-    if model.position_embedding_type == "rope":
+    if model.rotary:
         rope = tuple(t.to(device) for t in rope_tables(seq, model.head_dim, dtype))
     x0 = torch.randn(seq, mbs, model.hidden_size, device=device, dtype=dtype, requires_grad=True)
     torch.cuda.synchronize(device)

@@ -136,7 +136,7 @@ def _memop_recipe(model: ModelSpec, ctx: OpContext, name: str, nbytes: float, fw
         return Recipe("residual", (elems,), backward, f"{p:g}")
     elif name == "rotary":
         d = (model.qk_pos_emb_head_dim or model.head_dim) if model.multi_latent_attention else model.head_dim
-        elems = int(fwd_bytes // (2 * ACT))
+        elems = int(fwd_bytes // ((2 if ctx.rope_fused else 12) * ACT))  # `primus.projection.ops.rotary_op`
         if d and elems % d == 0:
             return Recipe("rope", (elems // d, d), backward)
     elif name == "cross_entropy":

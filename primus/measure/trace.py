@@ -126,7 +126,7 @@ def trace_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, kind: str,
     with FakeTensorMode():
         layer = ReferenceLayer(model, kind, moe_probs=moe_probs, dtype=dtype)
         rope = None
-        if model.position_embedding_type == "rope":
+        if model.rotary:
             rope = rope_tables(seq_len, model.head_dim, dtype)
         x0 = torch.empty(seq_len, mbs, model.hidden_size, dtype=dtype, requires_grad=True)
         external = [x0, *(rope or ())]

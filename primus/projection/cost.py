@@ -103,6 +103,10 @@ class CostSettings:
     moe_host: float = 0.0  # seconds the host exposes per MoE layer forward (profile host.moe_layer_us)
     interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
     launch: float = 0.0  # seconds of host dispatch per kernel (profile host.kernel_launch_us)
+    #: seconds one blocking host round trip inside a MoE layer exposes (`MemOp.host_syncs`): the profile's
+    #: host.moe_layer_us, the round trip of the dispatcher's own synchronisation, spent whether or not the
+    #: dispatcher is sync-free
+    host_sync: float = 0.0
     recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
 
 
@@ -271,6 +275,12 @@ def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape
             remat += t if op.name not in MAXTEXT_REMAT_SKIPS else 0.0
         if op.module in mods:
             modules += t
+        if op.host_syncs and s.host_sync > 0:
+            stall = op.host_syncs * s.host_sync
+            fv[HOST] += stall
+            fc[HOST] += op.host_syncs
+            if op.module in mods:
+                modules += stall
         bv[bcat] += bt
         bc[bcat] += op.launches if op.bwd_launches is None else op.bwd_launches
         bm[bcat] += bmeas

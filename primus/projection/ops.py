@@ -90,6 +90,9 @@ class MemOp:
     module: str | None = None  # the recompute module that re-runs it (primus.memory.recompute)
     launches: int = 1  # kernels the host issues for it in forward (a Python loop over experts: several)
     bwd_launches: int | None = None  # in backward, when not `launches`
+    #: blocking host synchronisations it makes per forward (the GPU drains, then waits while the host
+    #: launches what follows): each costs `CostSettings.host_sync`, and again when its module is recomputed
+    host_syncs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,9 @@ class OpContext:
     #: (its clamp and the expert biases too) runs inside the FC1 grouped GEMM's epilogue (TE v2.16
     #: ops/fused/forward_grouped_mlp.py, `grouped_gemm_glu_wrapper_sm100`), so no activation kernel of its own
     fused_grouped_mlp: bool = False
+    #: RoPE runs Transformer Engine's fused kernel (`KernelOptions.rope_fusion` with position_embedding_type
+    #: rope); off, Megatron-Core's eager path (`rotary_op`)
+    rope_fused: bool = True
 
     @property
     def T(self) -> int:
@@ -243,6 +249,21 @@ def _core_attention(model: ModelSpec, ctx: OpContext, heads: int, d_qk: int, d_v
     return Block("attn", gemms=gemms, memops=tuple(mem), comms=comms)
 
 
+def rotary_op(elements: int, fused: bool, module: str | None = None) -> MemOp:
+    """RoPE on `elements` of q and k. Fused (Transformer Engine's kernel): each read and written once in
+    either pass. Eager (Megatron-Core core_v0.15.0-core_v0.18.0 rope_utils.py `_apply_rotary_pos_emb_bshd`,
+    called once for q and once for k; the aten ops autograd runs, traced with torch 2.13): forward `t * cos`,
+    the `-x2` and the cat of `_rotate_half`, `* sin`, the sum and the cat with the (empty) pass-through part,
+    6.5 reads and 5.5 writes per element in 6 kernels, plus the cos/sin tables (cos, sin, `* mscale`, `.to`: 6
+    small kernels); backward `dy * sin`, the negation, the cat of the chunk's gradient, `dy * cos`, the sum of
+    the two paths, the pass-through slice's gradient (`slice_backward`: a zero tensor of t's size) and its sum
+    with the rest, 7.5 reads and 6.5 writes in 7 kernels. Under multi-latent attention the de-interleaving cat
+    of the rotary part is not counted."""
+    if fused:
+        return MemOp("rotary", elements * 2 * ACT, elements * 2 * ACT, module)
+    return MemOp("rotary", elements * 12 * ACT, elements * 14 * ACT, module, 2 * 12, 2 * 7)
+
+
 def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:
     tp, T, Tn, h = ctx.act.tp, ctx.T, ctx.Tn, model.hidden_size
     heads = model.num_attention_heads // tp
@@ -260,9 +281,8 @@ def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) ->
     mem = [norm_op("input_layernorm", Tn, h, ctx, fused_cast=True)]
     if gate:  # x * sigmoid(gate.float()): read x and the gate, write the product; backward reads those and dy
         mem.append(MemOp("attention.output_gate", T * gate * 3 * ACT, T * gate * 5 * ACT))
-    if model.position_embedding_type == "rope":  # rotary on q and k: read and write each, both passes
-        qk = T * (heads + groups) * d * 2 * ACT
-        mem.append(MemOp("rotary", qk, qk))
+    if model.rotary:
+        mem.append(rotary_op(T * (heads + groups) * d, ctx.rope_fused))
     if model.qk_layernorm:
         mem.append(norm_op("qk_layernorm", T, (heads + groups) * d, ctx, fused_cast=False))
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
@@ -300,8 +320,7 @@ def _mla_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Bloc
     comms += tp_in(ctx, kv_lora + rope, fp8_gather=True)
     gemms.append(Gemm("attention.linear_proj", T, h, heads * v, cast_input=True))
     comms += tp_out(ctx, h)
-    pe = T * (heads + 1) * rope * 2 * ACT  # rotary on q_pe (per head) and the shared k_pe
-    mem.append(MemOp("rotary", pe, pe, up))
+    mem.append(rotary_op(T * (heads + 1) * rope, ctx.rope_fused, up))  # on q_pe (per head) and the shared k_pe
     mem.append(_residual("attention.bias_dropout_add", Tn, h, model.hidden_dropout > 0))
     core = _core_attention(model, ctx, heads, qk + rope, v, heads, window)
     return Block("attention", tuple(gemms), (), tuple(mem), comms) + core
@@ -429,7 +448,12 @@ def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int
       forward two clamps (read and write f each) and a cat (read and write 2f), 16f bytes; backward PyTorch's
       `clamp_backward`, `where(mask, dy, 0)` with its mask from `ge`/`le` (and `logical_and_` for the
       two-sided half): 14 bytes per element of the linear half and 8 of the gate half, then the chunk's
-      gradient cat (read and write 2f), 30f bytes; 3 kernels forward, 7 backward.
+      gradient cat (read and write 2f), 30f bytes; 3 kernels forward, 7 backward. The same function builds
+      `torch.tensor(linear_offset, device=...)` from a Python float on every call (line 434), a blocking
+      host-to-device copy: PyTorch copies a CPU tensor to the GPU with `memcpy_and_sync` (cudaMemcpyAsync,
+      then cudaStreamSynchronize) unless non_blocking (aten/src/ATen/native/cuda/Copy.cu `copy_kernel_cuda`;
+      pytorch/pytorch issues 120996 and 190217), so one more host round trip per MoE layer forward, and one
+      per recompute of `moe_act`.
     - expert biases (`add_bias_linear`): FC2 runs with skip_bias_add, and `TEGroupedMLP._apply_bias`
       (experts.py lines 608-626) adds them in a Python loop over the local experts, `t + b * p` per expert,
       then one cat of the h-wide output: forward b*p written, t and b*p read and the sum written, the cat
@@ -444,7 +468,7 @@ def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int
         return []
     out: list[MemOp] = []
     if model.activation_func_clamp_value is not None:
-        out.append(MemOp("mlp.experts.activation_clamp", R * f * 16, R * f * 30, "moe_act", 3, 7))
+        out.append(MemOp("mlp.experts.activation_clamp", R * f * 16, R * f * 30, "moe_act", 3, 7, host_syncs=1))
     if model.add_bias_linear:
         h = model.hidden_size
         if ctx.dispatcher == "flex":  # fp32 intermediates: b*p 4, t + b*p 2 + 4 + 4, cat 4 + 4, to(bf16) 4 + 2

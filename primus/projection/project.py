@@ -102,6 +102,10 @@ class Projector:
         self.tied = not self.model.untie_embeddings_and_output_weights
         self.model_flops_per_token = _training_flops(self.model, spec.seq_len)
         self.peak_flops = job.cluster.accelerator.peak_flops(peak_dtype(spec.precision))
+        # Megatron-LM and Megatron-Bridge run the fused RoPE kernel for position_embedding_type rope only
+        # (`KernelOptions.rope_fusion`); other frameworks' rotary is priced as one pass, as before
+        self.rope_fused = spec.framework != "megatron" or (
+            spec.kernels.rope_fusion and self.model.position_embedding_type == "rope")
         self.recompute_method = spec.parallel.recompute_method or "uniform"
         self.recompute_layer_ids = self.memory.recompute_layer_ids
         ov = self.profile.overlap
@@ -114,6 +118,7 @@ class Projector:
                 1 + (0 if spec.moe.permutes_fused else spec.moe.unfused_permute_syncs)),
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
+            host_sync=float(self.profile.host.moe_layer_us.value) * 1e-6,
             recompute_modules=selective_modules(spec.parallel.recompute_modules),
         )
         # what selective recompute keeps and re-runs: the ledger's own mode
@@ -164,7 +169,8 @@ class Projector:
         return OpContext(act, layout.ep, self.model.padded_vocab_size(layout.tp), self.low, spec.moe.token_dispatcher,
                          per_expert_launches=act.te_grouped_mlp,
                          permute_fusion=spec.moe.permutes_fused,
-                         fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused")
+                         fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused",
+                         rope_fused=self.rope_fused)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
                    cid: int | None = None) -> BlockCost:

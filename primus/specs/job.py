@@ -206,6 +206,12 @@ class KernelOptions(Spec):
     #: allocates no second logit-sized tensor. Read only with `cross_entropy_fusion`.
     cross_entropy_fusion_impl: Literal["native", "te"] = "native"
     eager_cross_entropy: Bool = False
+    #: Megatron's fused RoPE kernel (`apply_rope_fusion`: on in Megatron-LM unless --no-rope-fusion, and in
+    #: every Megatron-Bridge performance recipe). It applies to position_embedding_type rope only: Megatron-LM
+    #: (arguments.py, core_v0.15.0 lines 1004-1005) and Megatron-Bridge (gpt_provider.py `provide`) turn it off
+    #: for any other type. Off, Megatron-Core's eager `_apply_rotary_pos_emb_bshd` runs
+    #: (`primus.projection.ops.rotary_op`). Read by the megatron framework only.
+    rope_fusion: Bool = True
 
     @model_validator(mode="after")
     def _one_loss(self) -> KernelOptions:

@@ -153,7 +153,16 @@ class ModelSpec(Spec):
     kv_channels: PosInt | None = None
     vocab_size: PosInt
     make_vocab_size_divisible_by: PosInt = 128
-    position_embedding_type: Literal["rope", "learned_absolute", "alibi", "none"] = "learned_absolute"
+    #: "yarn": rotary embeddings with YaRN's frequency scaling (Megatron-Core GPTModel's
+    #: position_embedding_type 'yarn', YarnRotaryEmbedding; gpt-oss: HF rope_scaling rope_type yarn). The
+    #: same weights and saved bytes as "rope"; what differs is which kernel applies it: Megatron-LM
+    #: (arguments.py, core_v0.15.0 lines 1004-1005) and Megatron-Bridge (gpt_provider.py `provide`,
+    #: utils/fusions.py `validate_rope_fusion_compatibility`, v0.2.0 to v0.6.0) turn the fused RoPE kernel
+    #: off for any type but "rope", so it runs Megatron-Core's eager `_apply_rotary_pos_emb_bshd`
+    position_embedding_type: Literal["rope", "yarn", "learned_absolute", "alibi", "none"] = "learned_absolute"
+    #: YaRN's context-extension factor (Megatron-Core ``yarn_rotary_scaling_factor``, HF rope_scaling
+    #: ``factor``; gpt-oss 32); required with position_embedding_type yarn
+    yarn_rotary_scaling_factor: PosFloat | None = None
     max_position_embeddings: PosInt | None = None
     untie_embeddings_and_output_weights: Bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
@@ -248,6 +257,15 @@ class ModelSpec(Spec):
             raise ValueError("swiglu and squared_relu are mutually exclusive")
         if self.position_embedding_type == "learned_absolute" and self.max_position_embeddings is None:
             raise ValueError("position_embedding_type learned_absolute needs max_position_embeddings")
+        if self.position_embedding_type == "yarn":
+            if self.yarn_rotary_scaling_factor is None:
+                raise ValueError("position_embedding_type yarn needs yarn_rotary_scaling_factor")
+            if self.multi_latent_attention:
+                raise ValueError("position_embedding_type yarn is for standard attention: multi-latent attention "
+                                 "applies its own rotary part (state it as rope)")
+        elif self.yarn_rotary_scaling_factor is not None:
+            raise ValueError(f"yarn_rotary_scaling_factor is read only with position_embedding_type yarn "
+                             f"(this model's is {self.position_embedding_type}; set yarn_rotary_scaling_factor: null)")
         if self.num_experts is not None:
             if self.moe_router_topk is None:
                 raise ValueError("an MoE model (num_experts set) needs moe_router_topk")
@@ -279,6 +297,11 @@ class ModelSpec(Spec):
     @property
     def is_moe(self) -> bool:
         return self.num_experts is not None
+
+    @property
+    def rotary(self) -> bool:
+        """Rotary position embeddings on q and k (plain RoPE or YaRN-scaled): no weights, one op per pass."""
+        return self.position_embedding_type in ("rope", "yarn")
 
     @cached_property
     def moe_layers(self) -> tuple[bool, ...]:

@@ -88,6 +88,7 @@ OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--qk-pos-emb-head-dim": ("core_v0.10.0", None),
     "--v-head-dim": ("core_v0.10.0", None),
     "--mtp-num-layers": ("core_v0.12.0", None),
+    "--rotary-scaling-factor": ("core_v0.10.0", None),
 }
 
 #: (argument, value) -> (the first release of `RELEASES` whose argparse `choices` hold the value, None): values
@@ -120,6 +121,13 @@ TE_LOSS_REFUSED_FROM: Final = "core_v0.18.2"
 #: all-gathers its output over TP and keeps one key/value head and its query heads (get_query_key_value_tensors).
 #: core_v0.15.3 (its release branch, 2026-02-06) still raises "must be a multiple of tensor_model_parallel_size".
 KV_SUBSHARDING_FROM: Final = "core_v0.16.0"
+#: The first release whose arguments build YaRN RoPE for standard attention: core_v0.19.0 argument_utils.py
+#: `_apply_yarn_config_from_args` (line 384) sets the `yarn_*` attributes GPTModel's 'yarn' branch reads
+#: (`--rotary-scaling-factor` becomes yarn_rotary_scaling_factor). core_v0.18.0 takes 'yarn' among the
+#: --position-embedding-type choices, but GPTModel reads getattr(config, "yarn_rotary_scaling_factor") with no
+#: default and no argument sets it; before, 'yarn' is no choice. Earlier releases get RoPE with --no-rope-fusion,
+#: as Megatron-LM's examples/gptoss/02_train.sh trains gpt-oss (`primus.launch.megatron_export.YARN_AS_ROPE`).
+YARN_FROM: Final = "core_v0.19.0"
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""
 #: The stacks whose jobs run Megatron-Core's own modules as that release has them (AMD Primus does not:

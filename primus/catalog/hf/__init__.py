@@ -167,6 +167,7 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
     "window_attn_skip_freq": ("sliding_window_pattern", "no_rope_layer_interval", "layer_types", "no_rope_layers"),
     "untie_embeddings_and_output_weights": ("tie_word_embeddings",),
     "add_qkv_bias": ("attention_bias", "qkv_bias"),
+    "yarn_rotary_scaling_factor": ("rope_scaling", "rope_parameters"),
 }
 
 _FIELD_NAME = re.compile(r"\b[a-z][a-z0-9_]*\b")
