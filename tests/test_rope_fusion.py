@@ -251,3 +251,16 @@ def test_a_gpt_oss_job_exported_and_imported_with_its_header_is_the_same_job(kin
     assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
     assert differences(back.model, job.model) == []
     assert back.model.position_embedding_type == "yarn"
+
+
+def test_a_projection_says_when_rope_runs_eager() -> None:
+    from primus.projection import project
+
+    def said(job: Any) -> list[str]:
+        return [a for a in project(job, pinned_layout(job)).assumptions if a.startswith("RoPE")]
+
+    assert said(_job("gpt-oss-120b")) and "position_embedding_type rope only" in said(_job("gpt-oss-120b"))[0]
+    qwen = "qwen3-30b-a3b"
+    assert not said(_job(qwen))
+    off = said(_job(qwen, kernels={"rope_fusion": False}))
+    assert off and "kernels.rope_fusion is off" in off[0]

@@ -124,6 +124,11 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
         out.append("unfused attention: score and context BMMs over the full s×s at the GEMM rate, plus softmax passes")
     out.append(f"memory-bound kernels (norms, activations, residuals, rotary, permutes, casts, loss) at "
                f"{float(prof.hbm.efficiency.value):.2f} of {acc.hbm_bandwidth_gb_s:,.0f} GB/s")
+    if p.model.rotary and not p.rope_fused:
+        why = ("Megatron fuses it for position_embedding_type rope only" if p.model.position_embedding_type != "rope"
+               else "kernels.rope_fusion is off")
+        out.append(f"RoPE on Megatron-Core's eager path: 6 times the fused kernel's traffic over q and k forward, "
+                   f"7 times backward ({why})")
     gr = p.groups(layout)
     named = [("TP", "tp"), ("CP", "cp_group"), ("DP×CP", "dp_cp"), ("PP", "pp_group")]
     if p.model.is_moe:
