@@ -264,3 +264,34 @@ def test_a_projection_says_when_rope_runs_eager() -> None:
     assert not said(_job(qwen))
     off = said(_job(qwen, kernels={"rope_fusion": False}))
     assert off and "kernels.rope_fusion is off" in off[0]
+
+
+HF_DIR = Path(__file__).parent / "data" / "hf"
+
+
+def test_an_hf_config_with_yarn_rope_scaling_is_yarn_unless_its_attention_is_multi_latent() -> None:
+    # Megatron-Bridge v0.6.0 model_bridge.py: rope_type 'yarn' makes a GPT provider 'yarn', never an MLA one;
+    # Qwen's model cards add rope_scaling {rope_type: yarn, factor: 4.0, original_max_position_embeddings: 32768}
+    path = HF_DIR / "qwen3_moe-Qwen3-30B-A3B" / "config.json"
+    data = json.loads(path.read_text())
+    assert model_from_hf_config(data, str(path)).position_embedding_type == "rope"
+    data["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    m = model_from_hf_config(data, str(path))
+    assert (m.position_embedding_type, m.yarn_rotary_scaling_factor) == ("yarn", 4.0)
+    dsv3 = HF_DIR / "deepseek_v3-DeepSeek-V3" / "config.json"
+    v3 = json.loads(dsv3.read_text())
+    assert v3["rope_scaling"]["type"] == "yarn"
+    assert model_from_hf_config(v3, str(dsv3)).position_embedding_type == "rope"
+    llama = HF_DIR / "llama-Llama-3.1-8B" / "config.json"  # rope_type llama3: the same fused kernel
+    assert model_from_hf_config(json.loads(llama.read_text()), str(llama)).position_embedding_type == "rope"
+
+
+def test_a_malformed_rope_scaling_is_refused_by_key() -> None:
+    path = HF_DIR / "qwen3-Qwen3-8B" / "config.json"
+    data = json.loads(path.read_text())
+    data["rope_scaling"] = "yarn"
+    with pytest.raises(InputError, match=r"rope_scaling.*mapping"):
+        model_from_hf_config(data, str(path))
+    data["rope_scaling"] = {"rope_type": "yarn"}
+    with pytest.raises(InputError, match=r"rope_scaling\.factor.*required"):
+        model_from_hf_config(data, str(path))

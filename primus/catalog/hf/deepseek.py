@@ -41,6 +41,9 @@ def _dense_first(r: Reader, out: dict[str, Any], first_dense_default: int, exper
 def _mla(r: Reader, out: dict[str, Any], q_lora_default: int | None) -> None:
     out.pop("num_query_groups", None)
     out.pop("kv_channels", None)
+    # MLA applies YaRN in its own rotary part: the provider stays 'rope' (Megatron-Bridge v0.6.0 model_bridge.py)
+    out["position_embedding_type"] = "rope"
+    out.pop("yarn_rotary_scaling_factor", None)
     out["multi_latent_attention"] = True
     # an explicit null means no query compression (DeepSeek-V2-Lite, Moonlight), not the class default
     out["q_lora_rank"] = None if r.explicit_null("q_lora_rank") else r.opt_int("q_lora_rank", q_lora_default)

@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from primus.catalog.hf.dense import mistral
-from primus.catalog.hf.reader import Reader, attention_bias, common, gated_mlp, layer_step, window_every
+from primus.catalog.hf.reader import (
+    Reader,
+    attention_bias,
+    common,
+    gated_mlp,
+    layer_step,
+    rope_scaling_key,
+    window_every,
+)
 from primus.errors import shown
 from primus.specs.model import every_nth, moe_layer_pattern
 
@@ -109,29 +117,21 @@ def phimoe(r: Reader) -> dict[str, Any]:
     return out
 
 
-def _yarn_factor(r: Reader) -> float | None:
-    """gpt-oss's RoPE is YaRN-scaled (`rope_scaling`, transformers v5 `rope_parameters`: rope_type yarn, factor
-    32 in GptOssConfig's class default and in openai/gpt-oss-120b's config.json); an explicit null is plain RoPE
-    (None), and another scaling is not gpt-oss's architecture."""
-    key = "rope_parameters" if "rope_parameters" in r.data else "rope_scaling"
-    r.read.append(key)
+def _gpt_oss_rope(r: Reader, out: dict[str, Any]) -> None:
+    """gpt-oss's RoPE is YaRN-scaled (GptOssConfig's class default and openai/gpt-oss-120b's config.json:
+    rope_type yarn, factor 32); an explicit null is plain RoPE, and another scaling is not gpt-oss's."""
+    key = rope_scaling_key(r)
     if r.explicit_null(key):
         r.notes.append(f"{key}: null, so plain RoPE (no YaRN scaling)")
-        return None
-    scaling = r.data.get(key)
-    if scaling is None:
+        return
+    if key not in r.data:
         r.defaults_used.append(f"{key}={{rope_type: yarn, factor: 32}}")
-        return 32.0
-    if not isinstance(scaling, dict):
-        raise r.error(key, f"must be a mapping with rope_type and factor (got {shown(scaling)})")
-    inner = Reader(scaling, r.where, r.family, r.key(key))
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind != "yarn":
-        raise inner.error("rope_type", f"gpt-oss uses YaRN RoPE (rope_type yarn), got {shown(kind)}")
-    factor = inner.opt_float("factor", None)
-    if factor is None:
-        raise inner.error("factor", "required with rope_type yarn and missing")
-    return factor
+        out.update(position_embedding_type="yarn", yarn_rotary_scaling_factor=32.0)
+        return
+    if out.get("position_embedding_type") != "yarn":
+        scaling = r.data[key]
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+        raise r.error(f"{key}.rope_type", f"gpt-oss uses YaRN RoPE (rope_type yarn), got {shown(kind)}")
 
 
 def gpt_oss(r: Reader) -> dict[str, Any]:
@@ -144,10 +144,7 @@ def gpt_oss(r: Reader) -> dict[str, Any]:
     out["moe_ffn_hidden_size"] = r.req_int("intermediate_size")
     # GptOssExperts clamps the gate at `swiglu_limit` and the linear half at +-limit (HF default 7.0)
     out["activation_func_clamp_value"] = r.opt_float("swiglu_limit", 7.0)
-    factor = _yarn_factor(r)
-    if factor is not None:
-        out["position_embedding_type"] = "yarn"
-        out["yarn_rotary_scaling_factor"] = factor
+    _gpt_oss_rope(r, out)
     window = r.int_or("sliding_window", 128)
     types = r.data.get("layer_types")
     if types is not None:

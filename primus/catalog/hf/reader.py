@@ -170,7 +170,36 @@ def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head
     max_pos = r.data.get("max_position_embeddings")
     if max_pos is not None:
         out["max_position_embeddings"] = r.as_int("max_position_embeddings", max_pos)
+    factor = yarn_factor(r)
+    if factor is not None:
+        out["position_embedding_type"] = "yarn"
+        out["yarn_rotary_scaling_factor"] = factor
     return out
+
+
+def rope_scaling_key(r: Reader) -> str:
+    """Where the config keeps its RoPE scaling: `rope_scaling`, or transformers v5's `rope_parameters`."""
+    return "rope_parameters" if "rope_parameters" in r.data else "rope_scaling"
+
+
+def yarn_factor(r: Reader) -> float | None:
+    """YaRN's factor when the RoPE scaling is YaRN (rope_type or type 'yarn'), else None: Megatron-Bridge
+    (v0.6.0 model_bridge.py, the provider's position_embedding_type from HF rope_scaling) makes such a model
+    'yarn' unless its attention is multi-latent, and another scaling (Llama 3's 'llama3', 'linear') leaves
+    it 'rope' (those scale the frequencies of the same fused kernel)."""
+    key = rope_scaling_key(r)
+    scaling = r.data.get(key)
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise r.error(key, f"must be a mapping (got {shown(scaling)})")
+    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return None
+    r.read.append(key)
+    factor = Reader(scaling, r.where, r.family, r.key(key)).opt_float("factor", None)
+    if factor is None:
+        raise r.error(f"{key}.factor", "required with rope_type yarn and missing")
+    return factor
 
 
 def attention_bias(r: Reader, out: dict[str, Any], *, output_projection: bool = True) -> None:
