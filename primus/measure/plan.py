@@ -33,7 +33,7 @@ from typing import Any
 from primus.job import Job
 from primus.parallel import Layout, normalise
 from primus.projection.ends import cross_entropy_traffic, embedding_block, loss_block, mtp_block
-from primus.projection.ops import ACT, Block, OpContext, layer_block
+from primus.projection.ops import ACT, EAGER_ROPE_PASSES, FUSED_ROPE_PASSES, Block, OpContext, layer_block
 from primus.projection.profile import Profile, load_profile
 from primus.projection.project import Projector
 from primus.projection.report import Projection
@@ -136,7 +136,7 @@ def _memop_recipe(model: ModelSpec, ctx: OpContext, name: str, nbytes: float, fw
         return Recipe("residual", (elems,), backward, f"{p:g}")
     elif name == "rotary":
         d = (model.qk_pos_emb_head_dim or model.head_dim) if model.multi_latent_attention else model.head_dim
-        elems = int(fwd_bytes // ((2 if ctx.rope_fused else 12) * ACT))  # `primus.projection.ops.rotary_op`
+        elems = int(fwd_bytes // ((FUSED_ROPE_PASSES if ctx.rope_fused else EAGER_ROPE_PASSES[0]) * ACT))
         if d and elems % d == 0:
             return Recipe("rope", (elems // d, d), backward)
     elif name == "cross_entropy":

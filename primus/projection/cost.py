@@ -100,12 +100,12 @@ class CostSettings:
     tp_overlap: float | None  # profile fraction when TP comm overlap is on, else None
     ep_overlap: float | None
     fsdp_overlap: float
-    moe_host: float = 0.0  # seconds the host exposes per MoE layer forward (profile host.moe_layer_us)
+    moe_syncs: int = 0  # the dispatcher's host round trips per MoE layer forward, each `host_sync` long
     interference: float = 0.0  # share of hidden communication time the overlapped compute still loses
     launch: float = 0.0  # seconds of host dispatch per kernel (profile host.kernel_launch_us)
-    #: seconds one blocking host round trip inside a MoE layer exposes (`MemOp.host_syncs`): the profile's
-    #: host.moe_layer_us, the round trip of the dispatcher's own synchronisation, spent whether or not the
-    #: dispatcher is sync-free
+    #: seconds one blocking host round trip inside a MoE layer exposes (profile host.moe_layer_us): the
+    #: dispatcher's (`moe_syncs`) and any op's (`MemOp.host_syncs`, spent whether or not the dispatcher is
+    #: sync-free)
     host_sync: float = 0.0
     recompute_modules: frozenset[str] = DEFAULT_SELECTIVE  # what selective recompute re-runs
 
@@ -358,8 +358,8 @@ def finish_cost(tallies: Tallies, s: CostSettings, fsdp: tuple[float, float, boo
             calls[FSDP] += 1
             meas[FSDP] += int(fsdp[2])
             hidden[FSDP] += hide
-    if tallies.kind == "moe" and s.moe_host > 0:
-        fv[HOST] += s.moe_host
+    if tallies.kind == "moe" and s.moe_syncs and s.host_sync > 0:
+        fv[HOST] += s.host_sync * s.moe_syncs
         fc[HOST] += 1
     if s.launch > 0:  # the host issues every kernel: a block cannot run faster than its launches
         for v, calls in ((fv, fc), (bv, bc)):

@@ -249,6 +249,13 @@ def _core_attention(model: ModelSpec, ctx: OpContext, heads: int, d_qk: int, d_v
     return Block("attn", gemms=gemms, memops=tuple(mem), comms=comms)
 
 
+#: Element-passes (reads plus writes per element of q and k) of Megatron-Core's eager RoPE, forward and
+#: backward, and its kernels per tensor (`rotary_op`); the fused kernel reads and writes each element once
+EAGER_ROPE_PASSES: tuple[int, int] = (12, 14)
+EAGER_ROPE_KERNELS: tuple[int, int] = (12, 7)
+FUSED_ROPE_PASSES = 2
+
+
 def rotary_op(elements: int, fused: bool, module: str | None = None) -> MemOp:
     """RoPE on `elements` of q and k. Fused (Transformer Engine's kernel): each read and written once in
     either pass. Eager (Megatron-Core core_v0.15.0-core_v0.18.0 rope_utils.py `_apply_rotary_pos_emb_bshd`,
@@ -260,8 +267,9 @@ def rotary_op(elements: int, fused: bool, module: str | None = None) -> MemOp:
     with the rest, 7.5 reads and 6.5 writes in 7 kernels. Under multi-latent attention the de-interleaving cat
     of the rotary part is not counted."""
     if fused:
-        return MemOp("rotary", elements * 2 * ACT, elements * 2 * ACT, module)
-    return MemOp("rotary", elements * 12 * ACT, elements * 14 * ACT, module, 2 * 12, 2 * 7)
+        return MemOp("rotary", elements * FUSED_ROPE_PASSES * ACT, elements * FUSED_ROPE_PASSES * ACT, module)
+    (fwd, bwd), (kf, kb) = EAGER_ROPE_PASSES, EAGER_ROPE_KERNELS
+    return MemOp("rotary", elements * fwd * ACT, elements * bwd * ACT, module, 2 * kf, 2 * kb)  # q and k
 
 
 def _standard_attention(model: ModelSpec, ctx: OpContext, window: int | None) -> Block:

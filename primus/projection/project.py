@@ -114,8 +114,8 @@ class Projector:
             tp_overlap=float(ov.tp_comm.value) if spec.overlap.tp_comm else None,
             ep_overlap=float(ov.moe_a2a.value) if spec.overlap.moe_a2a else None,
             fsdp_overlap=float(ov.fsdp_prefetch.value),
-            moe_host=0.0 if spec.moe.sync_free else float(self.profile.host.moe_layer_us.value) * 1e-6 * (
-                1 + (0 if spec.moe.permutes_fused else spec.moe.unfused_permute_syncs)),
+            moe_syncs=0 if spec.moe.sync_free
+            else 1 + (0 if spec.moe.permutes_fused else spec.moe.unfused_permute_syncs),
             interference=float(ov.interference.value),
             launch=float(self.profile.host.kernel_launch_us.value) * 1e-6,
             host_sync=float(self.profile.host.moe_layer_us.value) * 1e-6,

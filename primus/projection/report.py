@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from primus.memory.ledger import Reserves
 from primus.memory.offload import offload_applies
 from primus.parallel import Layout
+from primus.projection.ops import EAGER_ROPE_PASSES, FUSED_ROPE_PASSES
 from primus.projection.profile import PEAK_DTYPE, Profile
 
 if TYPE_CHECKING:
@@ -127,8 +128,9 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     if p.model.rotary and not p.rope_fused:
         why = ("Megatron fuses it for position_embedding_type rope only" if p.model.position_embedding_type != "rope"
                else "kernels.rope_fusion is off")
-        out.append(f"RoPE on Megatron-Core's eager path: 6 times the fused kernel's traffic over q and k forward, "
-                   f"7 times backward ({why})")
+        fwd, bwd = (n // FUSED_ROPE_PASSES for n in EAGER_ROPE_PASSES)
+        out.append(f"RoPE on Megatron-Core's eager path: {fwd} times the fused kernel's traffic over q and k forward, "
+                   f"{bwd} times backward ({why})")
     gr = p.groups(layout)
     named = [("TP", "tp"), ("CP", "cp_group"), ("DP×CP", "dp_cp"), ("PP", "pp_group")]
     if p.model.is_moe:

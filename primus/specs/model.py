@@ -300,7 +300,8 @@ class ModelSpec(Spec):
 
     @property
     def rotary(self) -> bool:
-        """Rotary position embeddings on q and k (plain RoPE or YaRN-scaled): no weights, one op per pass."""
+        """Rotary position embeddings on q and k (plain RoPE or YaRN-scaled): no weights; which kernel applies
+        them is the framework's (`KernelOptions.rope_fusion`)."""
         return self.position_embedding_type in ("rope", "yarn")
 
     @cached_property

@@ -126,7 +126,7 @@ KV_SUBSHARDING_FROM: Final = "core_v0.16.0"
 #: (`--rotary-scaling-factor` becomes yarn_rotary_scaling_factor). core_v0.18.0 takes 'yarn' among the
 #: --position-embedding-type choices, but GPTModel reads getattr(config, "yarn_rotary_scaling_factor") with no
 #: default and no argument sets it; before, 'yarn' is no choice. Earlier releases get RoPE with --no-rope-fusion,
-#: as Megatron-LM's examples/gptoss/02_train.sh trains gpt-oss (`primus.launch.megatron_export.YARN_AS_ROPE`).
+#: as Megatron-LM's examples/gptoss/02_train.sh trains gpt-oss (`primus.launch.megatron_export.yarn_as_rope`).
 YARN_FROM: Final = "core_v0.19.0"
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""

@@ -17,6 +17,7 @@ from primus.catalog.hf.reader import (
     gated_mlp,
     layer_step,
     rope_scaling_key,
+    rope_type,
     window_every,
 )
 from primus.errors import shown
@@ -130,7 +131,7 @@ def _gpt_oss_rope(r: Reader, out: dict[str, Any]) -> None:
         return
     if out.get("position_embedding_type") != "yarn":
         scaling = r.data[key]
-        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+        kind = rope_type(scaling) if isinstance(scaling, dict) else None
         raise r.error(f"{key}.rope_type", f"gpt-oss uses YaRN RoPE (rope_type yarn), got {shown(kind)}")
 
 

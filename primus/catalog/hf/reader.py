@@ -182,6 +182,11 @@ def rope_scaling_key(r: Reader) -> str:
     return "rope_parameters" if "rope_parameters" in r.data else "rope_scaling"
 
 
+def rope_type(scaling: Mapping[str, Any]) -> Any:
+    """A RoPE scaling's type: `rope_type`, or the older `type`."""
+    return scaling.get("rope_type", scaling.get("type"))
+
+
 def yarn_factor(r: Reader) -> float | None:
     """YaRN's factor when the RoPE scaling is YaRN (rope_type or type 'yarn'), else None: Megatron-Bridge
     (v0.6.0 model_bridge.py, the provider's position_embedding_type from HF rope_scaling) makes such a model
@@ -193,7 +198,7 @@ def yarn_factor(r: Reader) -> float | None:
         return None
     if not isinstance(scaling, dict):
         raise r.error(key, f"must be a mapping (got {shown(scaling)})")
-    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+    if rope_type(scaling) != "yarn":
         return None
     r.read.append(key)
     factor = Reader(scaling, r.where, r.family, r.key(key)).opt_float("factor", None)
