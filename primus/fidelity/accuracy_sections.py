@@ -130,7 +130,8 @@ GPT_OSS_KERNELS = (
     "band holds 23% of the causal keys). No per-model factor was fitted. NVIDIA's own model TFLOP/s for "
     "gpt-oss undercount the "
     "expert FFN through 26.04.01 (flop_utils.py applied the GLU's 3/2 only to SiLU; v0.5.0 line 443 fixed it), "
-    "so those figures are not comparable across releases; primus compares tokens/s/GPU."
+    "so those figures are not comparable across releases; primus compares tokens/s/GPU. How fast the "
+    "memory-bound kernels above run is the next section's subject."
 )
 
 
