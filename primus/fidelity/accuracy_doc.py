@@ -18,9 +18,9 @@ from primus.fidelity.accuracy_sections import (
     gpt_oss_section,
     unstated_section,
 )
+from primus.fidelity.change_sections import HBM, LAYOUT, change_section
 from primus.fidelity.defaults import all_rules
 from primus.fidelity.dispatcher_section import dispatcher_section
-from primus.fidelity.hbm_section import hbm_section
 from primus.fidelity.heldout_bridge import heldout_section
 from primus.fidelity.kin_section import kin_paragraph
 from primus.fidelity.loso import SPLIT_MIN_RUNS, is_large_group
@@ -159,9 +159,10 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *conflict_section(report, bars), "",
         *unstated_section(report), "",
         *gpt_oss_section(), "",
-        *hbm_section(report, bars, heldout), "",
+        *change_section(HBM, report, bars, heldout), "",
         *a2a_overlap_section(report, bars, heldout), "",
         *dispatcher_section(report, bars, heldout), "",
+        *change_section(LAYOUT, report, bars, heldout), "",
         *amd_section(amd, bars, amd_fit), "",
         *heldout_section(heldout),
     ]

@@ -36,7 +36,7 @@ from primus.memory.evaluate import MemoryModel, pinned_layout
 from primus.memory.shapes import layout_for
 from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
-from primus.stacks.apply import pipeline_split
+from primus.stacks.apply import model_pipeline_layout, pipeline_split
 from primus.stacks.schema import loss_kernels
 
 PRECISIONS: dict[str, tuple[str, str | None]] = {
@@ -313,13 +313,12 @@ def build(row: RunRow) -> RowJobs:
             assumed.append(f"selective_recompute={shipped.settings.selective_recompute} (the stack's recipe: "
                            f"{shipped.source})")
     stated_layout = row.pipeline_layout if pp > 1 else None
-    pipeline = ({"layout": stated_layout} if stated_layout
-                else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
+    pipeline, why = (({"layout": stated_layout}, "") if stated_layout
+                     else _pipeline_options(rule, model, pp, vp or 1, row.run_id))
     if pipeline:
         base["pipeline"] = pipeline
     if pipeline and not stated_layout:
-        assumed.append("pipeline split: " + ", ".join(f"{k}={v}" for k, v in pipeline.items())
-                       + " (the even split does not divide the layers)")
+        assumed.append("pipeline split: " + ", ".join(f"{k}={v}" for k, v in pipeline.items()) + f" ({why})")
     if recipe:
         base["fp8_recipe"] = recipe
     where = f"{row.run_id} (line {row.line})"
@@ -357,7 +356,7 @@ def completion(row: RunRow, jobs: RowJobs, values: dict[str, int]) -> Job:
     spec = jobs.project.spec
     updates: dict[str, Any] = {"parallel": {**spec.parallel.model_dump(exclude_none=True), **values}}
     if "vp" in values and not row.pipeline_layout:
-        split = _pipeline_options(jobs.rule, spec.model, spec.parallel.pp or 1, values["vp"], row.run_id)
+        split, _ = _pipeline_options(jobs.rule, spec.model, spec.parallel.pp or 1, values["vp"], row.run_id)
         updates["pipeline"] = split  # replaces the point's split (empty: Megatron's even split)
     return jobs.project.with_spec(**updates)
 
@@ -399,24 +398,29 @@ def published_job(row: RunRow) -> dict[str, Any]:
     return job
 
 
-def _pipeline_options(rule: SourceRule, model: Any, pp: int, vp: int, where: str) -> dict[str, Any]:
-    """How the source's recipes split layers that do not divide evenly over PP × VP chunks: the
-    stack's split (`primus.stacks.apply.pipeline_split`); for a stack that only splits evenly, the
-    same fallback, recorded as assumed by the caller."""
+def _pipeline_options(rule: SourceRule, model: Any, pp: int, vp: int, where: str) -> tuple[dict[str, Any], str]:
+    """How the source's recipes split the layers over PP × VP chunks, and why: the layout the model's
+    recipe names there, else, when the layers do not divide evenly, the stack's split
+    (`primus.stacks.apply.pipeline_split`); for a stack that only splits evenly, the same fallback,
+    recorded as assumed by the caller."""
     if pp == 1:
-        return {}
+        return {}, ""
     from primus.catalog.models import resolve_model
 
     spec = resolve_model(model, where)
+    named = model_pipeline_layout(rule.stack, spec, pp, vp)
+    if named is not None:
+        return {"layout": named.layout}, f"the stack's recipe for {named.model}: {named.source}"
+    uneven = "the even split does not divide the layers"
     split = pipeline_split(rule.stack, spec, pp, vp)
     if split or rule.stack["pipeline_split"] != "even":
-        return split
+        return split, uneven
     try:
         layout_for(spec, PipelineOptions(), pp, vp)
-        return {}
+        return {}, ""
     except InputError:
         fallback = replace(rule.stack, values={**rule.stack.values, "pipeline_split": "even_else_accounted"})
-        return pipeline_split(fallback, spec, pp, vp)
+        return pipeline_split(fallback, spec, pp, vp), uneven
 
 
 def _with_options(row: RunRow, keys: dict[str, Any], model: Any, assumed: list[str]) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 from primus.errors import InputError
 from primus.memory.activations import implied_selective
 from primus.stacks.core import Stack
-from primus.stacks.schema import loss_kernels
+from primus.stacks.schema import ModelPipelineLayout, loss_kernels
 
 ACCOUNTED = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
 
@@ -114,13 +114,34 @@ def _short(text: str, limit: int = 480) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
-    """The `pipeline` options the stack's recipes use for `spec` at PP x VP: {} when the even split
-    works or the stack only splits evenly; the embedding and the loss counted as layers when that
-    divides; else an explicit layout with the extra layers off the first and last stages."""
+def model_pipeline_layout(stack: Stack, spec: Any, pp: int, vp: int) -> ModelPipelineLayout | None:
+    """The layout the stack's recipe for this model names at PP x VP (`Stack.pipeline_layout_for`), when
+    it fits the model as given (a model whose layers were overridden falls back to the stack's split)."""
     from primus.memory.shapes import layout_for
     from primus.specs.job import PipelineOptions
 
+    named = stack.pipeline_layout_for(spec.name, pp, vp) if pp > 1 else None
+    if named is None:
+        return None
+    try:
+        layout_for(spec, PipelineOptions(layout=named.layout), pp, vp)
+    except InputError:
+        return None
+    return named
+
+
+def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
+    """The `pipeline` options the stack's recipes use for `spec` at PP x VP: the layout the model's
+    recipe names there (`model_pipeline_layout`, as Megatron-Bridge's DeepSeek-V3 recipe sets it before
+    anything else); {} when the even split works or the stack only splits evenly; the embedding and the
+    loss counted as layers when that divides; else an explicit layout with the extra layers off the first
+    and last stages."""
+    from primus.memory.shapes import layout_for
+    from primus.specs.job import PipelineOptions
+
+    named = model_pipeline_layout(stack, spec, pp, vp)
+    if named is not None:
+        return {"layout": named.layout}
     if pp == 1 or stack.values["pipeline_split"] == "even":
         return {}
     try:
@@ -140,8 +161,8 @@ def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str
     """An explicit `pipeline_model_parallel_layout` as the recipes write them when the layers do not
     divide: chunk sizes differ by at most one, and the extra layers go to the middle pipeline ranks,
     never to the first rank (it holds the most in-flight microbatches) nor the last one (it holds the
-    output layer and the loss) while another rank can take them (e.g. DeepSeek-V3's
-    "Et*4|(t*4|)*14tmL" in Megatron-Bridge)."""
+    output layer and the loss) while another rank can take them. A model whose recipe names its own
+    layout (Megatron-Bridge's DeepSeek-V3 "Et*4|(t*4|)*14tmL") gets that one (`model_pipeline_layout`)."""
     chunks = pp * vp
     base, extra = divmod(num_layers, chunks)
     ranks = sorted(range(pp), key=lambda r: (r in (0, pp - 1), abs(2 * r - (pp - 1)), r))

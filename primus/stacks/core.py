@@ -17,7 +17,14 @@ from typing import Any
 from primus.errors import InputError, did_you_mean
 from primus.paths import data_dir
 from primus.specs.base import parse_spec
-from primus.stacks.schema import LAYOUT_AXES, PARTITION_AXES, Recipe, RecipeLayout, StackFile
+from primus.stacks.schema import (
+    LAYOUT_AXES,
+    PARTITION_AXES,
+    ModelPipelineLayout,
+    Recipe,
+    RecipeLayout,
+    StackFile,
+)
 from primus.yamlio import load_mapping
 
 DEFAULT_STACK = "megatron-lm"
@@ -75,6 +82,8 @@ class Stack:
     release_name: str | None = field(compare=False, default=None)
     #: the Megatron-LM release this one runs, and its source (`stacks.schema.MegatronPin`)
     megatron_lm: tuple[str, str] | None = field(compare=False, default=None)
+    #: layouts a model recipe names per (PP, VP) (`stacks.schema.ModelPipelineLayout`)
+    pipeline_layouts: tuple[ModelPipelineLayout, ...] = field(compare=False, default=())
 
     @property
     def label(self) -> str:
@@ -138,6 +147,21 @@ class Stack:
         holding = [r for r in found if _contradicted(r.layout, stated, PARTITION_AXES) == 0]
         return min(holding, key=lambda r: (_contradicted(r.layout, stated, LAYOUT_AXES),
                                            not _same_batch(r.layout, stated), holding.index(r)), default=None)
+
+
+    def pipeline_layout_for(self, model: str, pp: int, vp: int) -> ModelPipelineLayout | None:
+        """The layout the framework's recipe for `model` names at PP x VP in the release asked for, if any."""
+        mine = _key(self.requested or self.release)
+        for r in self.pipeline_layouts:
+            if (r.model, r.pp, r.vp) != (model, pp, vp):
+                continue
+            since = _key(r.since) if r.since else None
+            until = _key(r.until) if r.until else None
+            if (since is not None and mine is not None and mine < since) or (
+                    until is not None and mine is not None and mine > until):
+                continue
+            return r
+        return None
 
 
 def _contradicted(preset: RecipeLayout | None, stated: Mapping[str, int | None], axes: tuple[str, ...]) -> int:
@@ -211,7 +235,7 @@ def resolve_stack(ref: str | None, where: str = "stack", field_name: str | None 
     pins = [r.megatron_lm for r in spec.releases[:chosen + 1] if r.megatron_lm is not None]
     pin = (pins[-1].release, pins[-1].source) if pins else None
     return Stack(name, rel.release, spec.title, values, sources, rel.source, note, tuple(spec.recipes),
-                 release if note else None, own_name, pin)
+                 release if note else None, own_name, pin, tuple(spec.pipeline_layouts))
 
 
 def _release_name(spec: StackFile, release: str) -> tuple[str, str] | None:

@@ -57,6 +57,13 @@ def render() -> str:
                          f"{md_code(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
         if spec.recipes:
             lines.append("")
+        for lay in spec.pipeline_layouts:
+            span = (f" (releases {lay.since or '…'} to {lay.until or '…'})" if lay.until
+                    else f" (releases {lay.since} on)" if lay.since else "")
+            lines.append(f"- pipeline layout {_cell(f'{lay.model} at pp {lay.pp}, vp {lay.vp}{span}')}: "
+                         f"{md_code(lay.layout)} — {_cell(lay.source)}")
+        if spec.pipeline_layouts:
+            lines.append("")
     a = allocators()
     lines += ["### Allocator reserves (`stacks/allocators.yaml`)", "", "| allocator | reserve (share of HBM "
               "after the runtime context) | derivation |", "|---|---:|---|",

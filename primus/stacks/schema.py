@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from primus.errors import InputError
+from primus.schedule.layout import parse_layout_string
 from primus.specs.base import Bool, PosInt, Spec, Text
 from primus.specs.job import Dtype, Fp8Recipe, Recompute, RecomputeModule, SelectiveMode, Sharding
 
@@ -148,6 +150,33 @@ class Recipe(Spec):
     source: Source
 
 
+class ModelPipelineLayout(Spec):
+    """A model recipe's own `pipeline_model_parallel_layout` at one PP x VP, whatever GPU or precision
+    runs it (Megatron-Bridge's DeepSeek-V3 and Kimi-K2 recipes map (PP, VP) to a layout): where the
+    framework names one, the stack's split (`pipeline_split`) does not guess."""
+
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    pp: PosInt
+    vp: PosInt
+    #: a Megatron layout string (`primus.schedule.layout.parse_layout_string`) of PP x VP chunks
+    layout: Annotated[str, Field(min_length=1, max_length=400)]
+    since: Label | None = None
+    until: Label | None = None
+    source: Source
+
+    @model_validator(mode="after")
+    def _layout_has_pp_times_vp_chunks(self) -> ModelPipelineLayout:
+        """A layout that does not parse, or names another number of chunks than PP x VP, is a bad stack
+        file, refused when the file is read rather than when a job happens to reach it."""
+        try:
+            chunks = len(parse_layout_string(self.layout))
+        except InputError as exc:
+            raise ValueError(exc.reason) from None
+        if chunks != self.pp * self.vp:
+            raise ValueError(f"layout {self.layout!r} has {chunks} chunks, not pp x vp = {self.pp * self.vp}")
+        return self
+
+
 class MegatronPin(Spec):
     """The Megatron-LM release a release of another Megatron-based framework runs (a tag of
     `stacks/megatron-lm.yaml`'s `release_names`): what `export --to megatron` writes for its jobs."""
@@ -187,3 +216,4 @@ class StackFile(Spec):
     releases: list[ReleaseSpec] = Field(min_length=1, max_length=200)
     release_names: dict[Label, ReleaseName] = Field(default_factory=dict)
     recipes: list[Recipe] = Field(default_factory=list, max_length=2000)
+    pipeline_layouts: list[ModelPipelineLayout] = Field(default_factory=list, max_length=200)

@@ -1,0 +1,95 @@
+"""A model recipe's own pipeline layout per (PP, VP): Megatron-Bridge's DeepSeek-V3 and Kimi-K2 recipes name
+one, and the perf scripts apply it at the preset's PP and VP (stacks/megatron-bridge.yaml `pipeline_layouts`).
+
+DeepSeek-V3 has 61 decoder layers and one MTP layer; at PP 16 Megatron-Bridge v0.2.0-v0.6.0 put the
+embedding and four layers on the first stage, four on each of the next fourteen, and one layer, the MTP
+layer and the loss on the last ("Et*4|(t*4|)*14tmL", recipes/deepseek/deepseek_v3.py layout_map). A
+balanced guess put three layers, the MTP layer and the loss on the last stage, the pipeline's bottleneck.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from primus.fidelity.runs import read_runs
+from primus.fidelity.validate import prepare
+from primus.job import job_from_mapping
+from primus.stacks.core import resolve_stack
+from primus.stacks.schema import ModelPipelineLayout
+
+HELD_OUT = Path(__file__).resolve().parent.parent / "primus" / "fidelity" / "data" / "heldout_bridge.csv"
+DSV3_PP16 = "Et*4|(t*4|)*14tmL"
+JOB: dict[str, Any] = {"model": "deepseek-v3", "hardware": "b200", "gpus": 256, "seq_len": 4096,
+                       "global_batch_size": 4096, "precision": "fp8", "fp8_recipe": "mxfp8",
+                       "parallel": {"tp": 1, "pp": 16, "vp": 1, "ep": 8, "mbs": 1}}
+
+
+def test_a_megatron_bridge_deepseek_v3_job_at_pp16_gets_the_recipes_layout_and_says_whose() -> None:
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04"}, "t")
+    assert job.spec.pipeline.layout == DSV3_PP16
+    said = [a for a in job.assumed if a.startswith("pipeline (")]
+    assert said and "the stack's recipe for deepseek-v3" in said[0] and "layout_map" in said[0]
+
+
+@pytest.mark.parametrize(("pp", "vp", "layout"), [(8, 1, "Et*8|(t*8|)*6t*5mL"), (8, 2, DSV3_PP16),
+                                                  (4, 4, DSV3_PP16), (4, 1, "Et*16|t*16|t*16|t*13mL")])
+def test_every_pp_vp_the_deepseek_v3_recipe_maps_gets_its_layout(pp: int, vp: int, layout: str) -> None:
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.06", "gpus": 512,
+                            "parallel": {**JOB["parallel"], "pp": pp, "vp": vp}}, "t")
+    assert job.spec.pipeline.layout == layout
+
+
+def test_a_pp_vp_the_recipe_does_not_map_keeps_the_stacks_split() -> None:
+    # PP 2 x VP 8 is in Kimi-K2's map (v0.4.0 on), not in DeepSeek-V3's
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04", "parallel": {**JOB["parallel"], "pp": 2,
+                                                                                 "vp": 8}}, "t")
+    assert job.spec.pipeline.layout is not None and job.spec.pipeline.layout != DSV3_PP16
+    kimi = job_from_mapping({**JOB, "model": "kimi-k2", "stack": "megatron-bridge@26.04",
+                             "parallel": {**JOB["parallel"], "pp": 2, "vp": 8}}, "t")
+    assert kimi.spec.pipeline.layout == "Et*4|(t*4|)*14tL"  # no MTP layer
+
+
+def test_releases_and_stacks_without_the_recipe_keep_the_balanced_split() -> None:
+    # 25.09 set one 32-chunk layout for every GPU (deepseek_v3_llm_pretrain.yaml): not described; Megatron-LM
+    # ships no DeepSeek-V3 layout
+    for stack in ("megatron-bridge@25.09", "megatron-lm"):
+        job = job_from_mapping({**JOB, "stack": stack}, "t")
+        assert job.spec.pipeline.layout != DSV3_PP16
+
+
+def test_a_model_whose_layers_were_overridden_falls_back_to_the_stacks_split() -> None:
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04",
+                            "model": {"base": "deepseek-v3", "num_layers": 60}}, "t")
+    assert job.spec.pipeline.layout != DSV3_PP16
+
+
+def test_the_layout_the_job_writes_wins() -> None:
+    own = "Et*3|(t*4|)*14t*2mL"
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04", "pipeline": {"layout": own}}, "t")
+    assert job.spec.pipeline.layout == own
+
+
+def test_a_stack_layout_with_the_wrong_number_of_chunks_is_refused_when_read() -> None:
+    with pytest.raises(ValueError, match="has 16 chunks, not pp x vp = 8"):
+        ModelPipelineLayout(model="deepseek-v3", pp=8, vp=1, layout=DSV3_PP16, source="test source")
+    with pytest.raises(ValueError, match="Et\\*4"):
+        ModelPipelineLayout(model="deepseek-v3", pp=16, vp=1, layout="Et*4|(t*4|)*14tmL)", source="test source")
+
+
+def test_the_recipe_applies_from_the_release_that_ships_it() -> None:
+    assert resolve_stack("megatron-bridge@25.11").pipeline_layout_for("deepseek-v3", 16, 1) is not None
+    assert resolve_stack("megatron-bridge@26.02").pipeline_layout_for("kimi-k2", 16, 1) is None  # v0.3.0: no perf
+    assert resolve_stack("megatron-bridge@26.02.01").pipeline_layout_for("kimi-k2", 16, 1) is not None
+
+
+def test_the_published_b200_run_is_projected_with_the_recipes_layout() -> None:
+    # MB26.04 DGX-B200 DeepSeek-V3 MXFP8: 256 GPUs, TP1 PP16 EP8, 2,815 tokens/s/GPU (Megatron-Bridge
+    # docs/performance-summary-archive.md at 4ab94df); -29.8% with the balanced split, -2.9% with the recipe's
+    rows = [r for r in read_runs(HELD_OUT) if r.run_id == "MB26.04-DGX-B200-DeepSeek-V3-MXFP8"]
+    (p,), bad = prepare(rows)
+    assert not bad and p.jobs.project.spec.pipeline.layout == DSV3_PP16
+    assert any("the stack's recipe for deepseek-v3" in a for a in p.jobs.assumed)
+
