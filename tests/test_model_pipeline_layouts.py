@@ -19,6 +19,7 @@ from primus.fidelity.validate import prepare
 from primus.job import job_from_mapping
 from primus.stacks.core import resolve_stack
 from primus.stacks.schema import ModelPipelineLayout
+from tests.conftest import as_json
 
 HELD_OUT = Path(__file__).resolve().parent.parent / "primus" / "fidelity" / "data" / "heldout_bridge.csv"
 DSV3_PP16 = "Et*4|(t*4|)*14tmL"
@@ -93,3 +94,13 @@ def test_the_published_b200_run_is_projected_with_the_recipes_layout() -> None:
     assert not bad and p.jobs.project.spec.pipeline.layout == DSV3_PP16
     assert any("the stack's recipe for deepseek-v3" in a for a in p.jobs.assumed)
 
+
+
+def test_stacks_show_lists_the_layouts_with_their_sources(run_cli) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("stacks", "show", "megatron-bridge@26.04", "--format", "json")
+    layouts = as_json(out)["pipeline_layouts"]
+    assert code == 0 and {"model": "deepseek-v3", "pp": 16, "vp": 1, "layout": DSV3_PP16}.items() <= next(
+        x for x in layouts if (x["model"], x["pp"], x["vp"]) == ("deepseek-v3", 16, 1)).items()
+    assert all("Megatron-Bridge" in x["source"] for x in layouts)
+    code, out, _ = run_cli("stacks", "show", "megatron-bridge@26.04")
+    assert code == 0 and "per-model pipeline layouts" in out

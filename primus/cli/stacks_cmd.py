@@ -64,3 +64,8 @@ def stacks_show(ref: str, fmt: str) -> None:
                         [(r.model, r.gpu, r.precision, r.since or "-", r.until or "-",
                           json.dumps(r.layout.model_dump(exclude_none=True)) if r.layout else "-",
                           json.dumps(r.settings.model_dump(exclude_none=True)), r.source) for r in stack.recipes]))
+    if stack.pipeline_layouts:
+        con.print(table("per-model pipeline layouts (pipeline.layout where a job pins PP and VP)",
+                        ["model", "pp", "vp", "since", "until", "layout", "source"],
+                        [(r.model, str(r.pp), str(r.vp), r.since or "-", r.until or "-", r.layout, r.source)
+                         for r in stack.pipeline_layouts]))

@@ -108,7 +108,8 @@ class Stack:
         out: dict[str, Any] = {"name": self.name, "release": self.release, "title": self.title,
                                "release_source": self.release_source,
                                "settings": {k: {"value": v, "source": self.sources[k]} for k, v in self.values.items()},
-                               "recipes": [r.model_dump(exclude_none=True) for r in self.recipes]}
+                               "recipes": [r.model_dump(exclude_none=True) for r in self.recipes],
+                               "pipeline_layouts": [r.model_dump(exclude_none=True) for r in self.pipeline_layouts]}
         if self.note:
             out["note"] = self.note
         return out
