@@ -44,10 +44,10 @@ def test_every_pp_vp_the_deepseek_v3_recipe_maps_gets_its_layout(pp: int, vp: in
 
 
 def test_a_pp_vp_the_recipe_does_not_map_keeps_the_stacks_split() -> None:
-    # PP 2 x VP 8 is in Kimi-K2's map (v0.4.0 on), not in DeepSeek-V3's
-    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04", "parallel": {**JOB["parallel"], "pp": 2,
-                                                                                 "vp": 8}}, "t")
-    assert job.spec.pipeline.layout is not None and job.spec.pipeline.layout != DSV3_PP16
+    # PP 8 x VP 4 (32 chunks) is in no DeepSeek-V3 map; PP 2 x VP 8 is in Kimi-K2's (v0.3.1 on)
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04", "gpus": 512,
+                            "parallel": {**JOB["parallel"], "pp": 8, "vp": 4}}, "t")
+    assert job.spec.pipeline.layout is not None and "(t*4|)*14" not in job.spec.pipeline.layout
     kimi = job_from_mapping({**JOB, "model": "kimi-k2", "stack": "megatron-bridge@26.04",
                              "parallel": {**JOB["parallel"], "pp": 2, "vp": 8}}, "t")
     assert kimi.spec.pipeline.layout == "Et*4|(t*4|)*14tL"  # no MTP layer
@@ -104,3 +104,39 @@ def test_stacks_show_lists_the_layouts_with_their_sources(run_cli) -> None:  # t
     assert all("Megatron-Bridge" in x["source"] for x in layouts)
     code, out, _ = run_cli("stacks", "show", "megatron-bridge@26.04")
     assert code == 0 and "per-model pipeline layouts" in out
+
+
+def test_a_hugging_face_config_of_the_model_gets_the_layout_by_architecture() -> None:
+    # the config.json is named after its folder, not "deepseek-v3"; its layers are the catalog entry's
+    hf = str(Path(__file__).resolve().parent / "data" / "hf" / "deepseek_v3-DeepSeek-V3" / "config.json")
+    job = job_from_mapping({**JOB, "model": hf, "stack": "megatron-bridge@26.04"}, "t")
+    assert job.model.name != "deepseek-v3" and job.spec.pipeline.layout == DSV3_PP16
+
+
+def test_the_gb300_presets_pp2_vp8_layout_is_carried_from_26_02() -> None:
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 pp_layout "Et*4|(t*4|)*14tmL" at PP 2 x VP 8 (v0.3.0 on)
+    at = {**JOB, "hardware": "gb300", "parallel": {**JOB["parallel"], "pp": 2, "vp": 8, "ep": 32, "mbs": 2}}
+    assert job_from_mapping({**at, "stack": "megatron-bridge@26.02"}, "t").spec.pipeline.layout == DSV3_PP16
+    assert job_from_mapping({**at, "stack": "megatron-bridge@25.11"}, "t").spec.pipeline.layout != DSV3_PP16
+
+
+def test_every_shipped_layout_names_a_catalog_model_it_fits_and_no_two_overlap() -> None:
+    from primus.catalog.models import resolve_model
+    from primus.memory.shapes import layout_for
+    from primus.specs.job import PipelineOptions
+    from primus.stacks.core import catalog_stacks, load_stack_file
+
+    for name in catalog_stacks():
+        entries = load_stack_file(name).pipeline_layouts
+        for r in entries:
+            layout_for(resolve_model(r.model, name), PipelineOptions(layout=r.layout), r.pp, r.vp)  # raises if not
+            same = [o for o in entries if (o.model, o.pp, o.vp) == (r.model, r.pp, r.vp)]
+            assert len(same) == 1, f"{name}: {r.model} at pp {r.pp}, vp {r.vp} is described twice"
+
+
+def test_fit_offers_the_recipes_layout_first_when_pp_is_pinned_and_vp_is_not(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # 61 layers split over no PP 16 x VP without an option; the stack's recipe names one at VP 1
+    job = {**JOB, "stack": "megatron-bridge@26.04", "parallel": {k: v for k, v in JOB["parallel"].items() if k != "vp"}}
+    code, out, _ = run_cli("fit", write_job(job), "--format", "json")
+    first = as_json(out)["alternatives"][0]
+    assert code == 1 and first["options"] == {"pipeline.layout": DSV3_PP16} and first["pins_changed"] == []

@@ -13,11 +13,11 @@ Each change keeps the figures of the docs/accuracy.md before it, as history; the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from primus.fidelity.a2a_section import _pair_rows, headline_figures
+from primus.fidelity.a2a_section import headline_figures
 from primus.fidelity.accuracy_sections import _f, _wrap
 from primus.fidelity.heldout_bridge import heldout_figures
 from primus.fidelity.validate import ValidationReport
@@ -51,10 +51,13 @@ LAYOUT_TEXT = (
     "a second output projection and loss over the 129,280-entry vocabulary. The stack file now carries the "
     "recipes' layouts (`pipeline_layouts`, per model, PP, VP and release: docs/stacks.md), and a job on the "
     "stack that pins PP and VP gets the recipe's layout, its source in the job's assumptions, unless it writes "
-    "its own or overrides the model's layers. The 25.09 preset set one 32-chunk layout for every GPU "
-    "(deepseek_v3_llm_pretrain.yaml) and is not described; H100 presets that name pp_layout "
-    "(\"Et|(tt|)*30mL\") are per GPU and stay unmodelled. Effect on the rows: DeepSeek-V3 on B200 at PP 16 "
-    "(26.02 to 26.04) -26.5% to -29.8% become -2.9% to +1.7%, on GB200 at PP 4 x VP 4 about 5 points less "
+    "its own or overrides the model's layers; a model is the recipe's by catalog name or by architecture (a "
+    "Hugging Face config.json of DeepSeek-V3 is). The GB300 presets' own pp_layout at PP 2 x VP 8 (the same "
+    "\"Et*4|(t*4|)*14tmL\", v0.3.0 on) is carried too, as the only preset at that PP x VP. The 25.09 preset set "
+    "one 32-chunk layout for every GPU (deepseek_v3_llm_pretrain.yaml) and is not described; the H100 presets' "
+    "pp_layout (\"Et|(tt|)*30mL\" at PP 8 x VP 4) is per GPU and stays unmodelled. Effect on the rows: "
+    "DeepSeek-V3 on B200 at PP 16 (26.02 to 26.04) -26.5% to -29.8% become -2.9% to +1.7%, on GB200 at PP 4 "
+    "x VP 4 about 5 points less "
     "slow; on B300 at PP 16 -12.8% to -16.9% become +19.0% to +24.9% (B300 projects with GB300's factors, "
     "fitted on NVL72 runs), and the 25.11 B200 run (-11.0%) reads +21.4%, as that release's other B200 MoE "
     "runs read fast."
@@ -62,41 +65,68 @@ LAYOUT_TEXT = (
 
 
 @dataclass(frozen=True)
-class Change:
-    """One change's section: its title, its text, and the previous page's figures (median, p90)."""
+class Snapshot:
+    """The figures of one docs/accuracy.md: headline figures, then (median, p90) of |error| in percent of the
+    dev set by accelerator and of the held-out rows by accelerator x kind and by model."""
 
-    title: str
-    text: str
-    figures: Mapping[str, float]
+    headline: Mapping[str, float]
     dev_accelerator: Mapping[str, tuple[float, float]]
     heldout_group: Mapping[str, tuple[float, float]]
     heldout_model: Mapping[str, tuple[float, float]]
 
 
+@dataclass(frozen=True)
+class Change:
+    """One change's section: its title, its text, the page's figures before it, and (once a later change
+    moved them) right after it; the figures now are computed."""
+
+    title: str
+    text: str
+    before: Snapshot
+    after: Snapshot | None = None
+
+
+def _rows(snaps: Sequence[Mapping[str, tuple[float, float]]], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = []
+    for key in sorted(set(now).union(*snaps)):
+        cur = now.get(key, {})
+        meds = [_f(s[key][0]) if key in s else "-" for s in snaps] + [_f(cur.get("median_abs_pct"))]
+        p90s = [_f(s[key][1]) if key in s else "-" for s in snaps] + [_f(cur.get("p90_abs_pct"))]
+        out.append(f"| {key} | {' | '.join(meds)} | {' | '.join(p90s)} |")
+    return out
+
+
 def change_section(change: Change, report: ValidationReport, bars: Mapping[str, Any],
                    heldout: ValidationReport | None) -> list[str]:
-    """The change's text, then its figures before and after: headline, dev by accelerator, held-out by
-    accelerator x kind and by model."""
+    """The change's text, then its figures before, after (when a later change moved them) and now: headline,
+    dev by accelerator, held-out by accelerator x kind and by model."""
     held = heldout_figures(heldout) if heldout is not None else None
-    after = headline_figures(report, bars, held)
-    lines = [f"## {change.title}", "", *_wrap(change.text, 110), "",
-             "| figure (%) | before | after |", "|---|---:|---:|"]
-    lines += [f"| {k} | {_f(v)} | {_f(after[k])} |" for k, v in change.figures.items()]
-    lines += ["", "Development set by accelerator (in-sample):", "",
-              "| accelerator | median before | median after | p90 before | p90 after |", "|---|---:|---:|---:|---:|",
-              *_pair_rows(change.dev_accelerator, report.summary["by_accelerator"])]
+    now = headline_figures(report, bars, held)
+    snaps = [change.before] + ([change.after] if change.after else [])
+    names = ["before"] + (["after", "now"] if change.after else ["after"])
+    cols = len(names)
+    rule = "|---|" + "---:|" * cols
+    lines = [f"## {change.title}", "", *_wrap(change.text, 110), ""]
+    if change.after:
+        lines += [*_wrap("Columns: before this change, right after it, and now (with every later change on this "
+                         "page).", 110), ""]
+    lines += [f"| figure (%) | {' | '.join(names)} |", rule]
+    lines += [f"| {k} | {' | '.join(_f(s.headline.get(k)) for s in snaps)} | {_f(now[k])} |"
+              for k in change.before.headline]
+    head = " | ".join([f"median {n}" for n in names] + [f"p90 {n}" for n in names])
+    wide = "|---|" + "---:|" * (2 * cols)
+    lines += ["", "Development set by accelerator (in-sample):", "", f"| accelerator | {head} |", wide,
+              *_rows([s.dev_accelerator for s in snaps], report.summary["by_accelerator"])]
     if held:
-        for title, key, before in (("accelerator × kind", "groups", change.heldout_group),
-                                   ("model", "models", change.heldout_model)):
-            lines += ["", f"Held-out Megatron-Bridge rows by {title}:", "",
-                      f"| {title} | median before | median after | p90 before | p90 after |",
-                      "|---|---:|---:|---:|---:|", *_pair_rows(before, held[key])]
+        for title, key, pick in (("accelerator × kind", "groups", lambda s: s.heldout_group),
+                                 ("model", "models", lambda s: s.heldout_model)):
+            lines += ["", f"Held-out Megatron-Bridge rows by {title}:", "", f"| {title} | {head} |", wide,
+                      *_rows([pick(s) for s in snaps], held[key])]
     return lines
 
 
-HBM = Change(
-    "Memory-bound efficiency on Blackwell", HBM_TEXT,
-    # docs/accuracy.md at f17a60c: dev in-sample, leave-one-source-out, coverage, held-out median / p90
+#: docs/accuracy.md at f17a60c
+F17A60C = Snapshot(
     {"dev median": 4.1, "dev p90": 16.4, "dev LOSO median": 6.0, "dev LOSO p90": 19.0, "dev LOSO coverage": 64.9,
      "held-out median": 8.5, "held-out p90": 35.6},
     {"a100-80gb": (3.5, 11.5), "b200": (65.7, 121.3), "gb200": (6.8, 39.9), "gb300": (3.7, 16.5),
@@ -108,9 +138,8 @@ HBM = Change(
      "llama3-8b": (6.9, 12.5), "llama3.1-405b": (7.0, 16.7), "qwen3-235b-a22b": (5.7, 30.3),
      "qwen3-30b-a3b": (3.5, 22.4)})
 
-LAYOUT = Change(
-    "DeepSeek-V3 and Kimi-K2: the recipe's pipeline layout", LAYOUT_TEXT,
-    # docs/accuracy.md at 99828de
+#: docs/accuracy.md at 99828de (the memory-bound efficiency fitted on Blackwell)
+C99828DE = Snapshot(
     {"dev median": 4.2, "dev p90": 16.4, "dev LOSO median": 6.0, "dev LOSO p90": 19.0, "dev LOSO coverage": 64.9,
      "held-out median": 8.3, "held-out p90": 27.3},
     {"a100-80gb": (3.5, 11.5), "b200": (65.7, 121.3), "gb200": (6.7, 28.8), "gb300": (5.0, 16.9),
@@ -121,3 +150,6 @@ LAYOUT = Change(
     {"deepseek-v3": (11.1, 29.2), "gpt-oss-120b": (21.9, 48.1), "kimi-k2": (1.8, 6.9), "llama3-70b": (5.1, 16.1),
      "llama3-8b": (6.8, 12.5), "llama3.1-405b": (6.3, 16.2), "qwen3-235b-a22b": (7.6, 23.9),
      "qwen3-30b-a3b": (4.3, 14.7)})
+
+HBM = Change("Memory-bound efficiency on Blackwell", HBM_TEXT, F17A60C, C99828DE)
+LAYOUT = Change("DeepSeek-V3 and Kimi-K2: the recipe's pipeline layout", LAYOUT_TEXT, C99828DE)

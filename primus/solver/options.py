@@ -28,6 +28,7 @@ from primus.errors import InputError
 from primus.job import Job
 from primus.memory.shapes import layout_for
 from primus.specs.job import PIPELINE_FIELDS, PipelineOptions
+from primus.stacks.apply import model_pipeline_layout
 
 #: The pipeline options no option set: Megatron's default split, and all that survives at PP 1.
 ONE_STAGE = PipelineOptions()
@@ -131,6 +132,10 @@ def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions
         return [blank] if not own and _splits(job, blank, pp, vps) else []
     model = job.model
     out: list[PipelineOptions] = []
+    for vp in vps[:1]:  # the layout the stack's recipe for this model names at this PP x VP, first
+        named = model_pipeline_layout(job.resolved_stack, model, pp, vp)
+        if named is not None:
+            out.append(blank.model_copy(update={"layout": named.layout}))
     for emb, loss in ((True, True), (True, False), (False, True)):
         opts = blank.model_copy(update={"account_for_embedding_in_pipeline_split": emb,
                                         "account_for_loss_in_pipeline_split": loss})
@@ -155,7 +160,7 @@ def _pipeline_options(job: Job, pp: int, vps: list[int]) -> list[PipelineOptions
     for vp in vps[:1]:
         text = layout_string(model.num_layers, pp, vp, model.mtp_num_layers)
         opts = blank.model_copy(update={"layout": text})
-        if _splits(job, opts, pp, [vp]):
+        if _splits(job, opts, pp, [vp]) and opts not in out:
             out.append(opts)
     return out
 

@@ -114,13 +114,41 @@ def _short(text: str, limit: int = 480) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+#: What makes a model the one a recipe's layout was written for, whatever it is called (a Hugging Face
+#: config.json of DeepSeek-V3 is named after its folder): the layers the layout places and their kind.
+ARCHITECTURE = ("num_layers", "mtp_num_layers", "hidden_size", "num_attention_heads", "num_experts",
+                "moe_ffn_hidden_size", "multi_latent_attention", "vocab_size")
+
+
+def _recipe_model(stack: Stack, spec: Any) -> str | None:
+    """The model of the stack's `pipeline_layouts` that `spec` is: by catalog name, else by architecture
+    (`ARCHITECTURE`) against the catalog entry of that name."""
+    from primus.catalog.models import resolve_model
+
+    names = sorted({r.model for r in stack.pipeline_layouts})
+    if spec.name in names:
+        return str(spec.name)
+    mine = tuple(getattr(spec, f, None) for f in ARCHITECTURE)
+    for name in names:
+        try:
+            known = resolve_model(name, "stack pipeline_layouts")
+        except InputError:
+            continue
+        if tuple(getattr(known, f, None) for f in ARCHITECTURE) == mine:
+            return name
+    return None
+
+
 def model_pipeline_layout(stack: Stack, spec: Any, pp: int, vp: int) -> ModelPipelineLayout | None:
     """The layout the stack's recipe for this model names at PP x VP (`Stack.pipeline_layout_for`), when
     it fits the model as given (a model whose layers were overridden falls back to the stack's split)."""
     from primus.memory.shapes import layout_for
     from primus.specs.job import PipelineOptions
 
-    named = stack.pipeline_layout_for(spec.name, pp, vp) if pp > 1 else None
+    if pp == 1 or not stack.pipeline_layouts:
+        return None
+    model = _recipe_model(stack, spec)
+    named = stack.pipeline_layout_for(model, pp, vp) if model is not None else None
     if named is None:
         return None
     try:

@@ -57,11 +57,14 @@ def render() -> str:
                          f"{md_code(r.settings.model_dump(exclude_none=True, mode='json'))} — {_cell(r.source)}")
         if spec.recipes:
             lines.append("")
+        if spec.pipeline_layouts:
+            lines += ["Pipeline layouts the model recipes name (`pipeline_layouts`):", "",
+                      "| model | PP | VP | releases | layout | source |", "|---|---:|---:|---|---|---|"]
         for lay in spec.pipeline_layouts:
-            span = (f" (releases {lay.since or '…'} to {lay.until or '…'})" if lay.until
-                    else f" (releases {lay.since} on)" if lay.since else "")
-            lines.append(f"- pipeline layout {_cell(f'{lay.model} at pp {lay.pp}, vp {lay.vp}{span}')}: "
-                         f"{md_code(lay.layout)} — {_cell(lay.source)}")
+            span = (f"{lay.since or '…'} to {lay.until or '…'}" if lay.until
+                    else f"{lay.since} on" if lay.since else "all")
+            lines.append(f"| {_cell(lay.model)} | {lay.pp} | {lay.vp} | {_cell(span)} | {md_code(lay.layout)} | "
+                         f"{_cell(lay.source)} |")
         if spec.pipeline_layouts:
             lines.append("")
     a = allocators()
