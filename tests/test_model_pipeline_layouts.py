@@ -140,3 +140,14 @@ def test_fit_offers_the_recipes_layout_first_when_pp_is_pinned_and_vp_is_not(run
     code, out, _ = run_cli("fit", write_job(job), "--format", "json")
     first = as_json(out)["alternatives"][0]
     assert code == 1 and first["options"] == {"pipeline.layout": DSV3_PP16} and first["pins_changed"] == []
+
+
+def test_project_and_memory_say_the_layout_is_the_recipes(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    pinned = {**JOB, "stack": "megatron-bridge@26.04",
+              "parallel": {**JOB["parallel"], "cp": 1, "etp": 1, "recompute": "none", "sharding": "dist_opt"}}
+    path = write_job(pinned)
+    for command in ("project", "memory"):
+        code, out, _ = run_cli(command, path, "--format", "json")
+        said = [a for a in as_json(out)["assumptions"] if a.startswith("pipeline layout")]
+        assert code == 0 and said == [f"pipeline layout {DSV3_PP16} at PP 16 x VP 1: megatron-bridge@26.04's "
+                                      "recipe for deepseek-v3 (primus stacks show)"]

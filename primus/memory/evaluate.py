@@ -16,6 +16,7 @@ from primus.memory.shapes import PipelineKey, layout_for, stage_shapes
 from primus.memory.units import act_units, param_units
 from primus.parallel import Layout, normalise
 from primus.schedule.pipeline import build_schedule
+from primus.stacks.apply import recipe_layout_note
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,9 @@ class MemoryModel:
                        "unsharded bf16 copies of the current and prefetched layer")
         out.append(f"{layout.schedule} pipeline schedule: stage 0 holds {stage0_in_flight} microbatch chunk(s) in "
                    f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
+        note = recipe_layout_note(self.job.resolved_stack, self.model, spec.pipeline.layout, layout.pp, layout.vp)
+        if note:
+            out.append(note)
         out.append("flash attention: q, k, v, output and fp32 log-sum-exp kept, no s×s scores"
                    if spec.kernels.flash_attention else "unfused attention: s×s softmax (and dropout) kept")
         mode = self.act_context(layout).selective_mode

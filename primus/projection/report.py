@@ -10,6 +10,7 @@ from primus.memory.offload import offload_applies
 from primus.parallel import Layout
 from primus.projection.ops import EAGER_ROPE_PASSES, FUSED_ROPE_PASSES
 from primus.projection.profile import PEAK_DTYPE, Profile
+from primus.stacks.apply import recipe_layout_note
 
 if TYPE_CHECKING:
     from primus.projection.project import Projector
@@ -141,6 +142,9 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append(f"{layout.schedule} schedule, PP {layout.pp} × VP {layout.vp}, {m} microbatches, timed by {method}; "
                f"pipeline rank {crit} ends last, rank {bottleneck} has the most work (the breakdown's view); "
                f"P2P sends of each activation ({split} across TP) as a link delay")
+    note = recipe_layout_note(stack, p.model, spec.pipeline.layout, layout.pp, layout.vp)
+    if note:
+        out.append(note)
     if not split_ok:
         out.append("Megatron cannot split the layers this way with the job's pipeline options; the most balanced "
                    "split is timed instead")

@@ -158,6 +158,16 @@ def model_pipeline_layout(stack: Stack, spec: Any, pp: int, vp: int) -> ModelPip
     return named
 
 
+def recipe_layout_note(stack: Stack, spec: Any, layout: str | None, pp: int, vp: int) -> str | None:
+    """The assumption line for a job whose pipeline layout is the one the stack's recipe names at PP x VP
+    (what the result rests on: the split decides the bottleneck stage); None otherwise."""
+    named = model_pipeline_layout(stack, spec, pp, vp) if layout is not None else None
+    if named is None or layout != named.layout:
+        return None
+    return f"pipeline layout {named.layout} at PP {pp} x VP {vp}: {stack.label}'s recipe for {named.model} " \
+           "(primus stacks show)"
+
+
 def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
     """The `pipeline` options the stack's recipes use for `spec` at PP x VP: the layout the model's
     recipe names there (`model_pipeline_layout`, as Megatron-Bridge's DeepSeek-V3 recipe sets it before
