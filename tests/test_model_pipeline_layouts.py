@@ -151,3 +151,11 @@ def test_project_and_memory_say_the_layout_is_the_recipes(run_cli, write_job) ->
         said = [a for a in as_json(out)["assumptions"] if a.startswith("pipeline layout")]
         assert code == 0 and said == [f"pipeline layout {DSV3_PP16} at PP 16 x VP 1: megatron-bridge@26.04's "
                                       "recipe for deepseek-v3 (primus stacks show)"]
+
+
+@pytest.mark.parametrize(("mtp", "layout"), [(0, "Et*4|(t*4|)*14tL"), (2, "Et*4|(t*4|)*14tmmL")])
+def test_the_recipes_mtp_tail_follows_the_models_mtp_layers(mtp: int, layout: str) -> None:
+    # Megatron-Bridge: last_layer = ['mtp'] * mtp_num_layers + ['loss'] (recipes/deepseek/deepseek_v3.py)
+    job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04",
+                            "model": {"base": "deepseek-v3", "mtp_num_layers": mtp}}, "t")
+    assert job.spec.pipeline.layout == layout

@@ -67,5 +67,6 @@ def stacks_show(ref: str, fmt: str) -> None:
     if stack.pipeline_layouts:
         con.print(table("per-model pipeline layouts (pipeline.layout where a job pins PP and VP)",
                         ["model", "pp", "vp", "since", "until", "layout", "source"],
-                        [(r.model, str(r.pp), str(r.vp), r.since or "-", r.until or "-", r.layout, r.source)
+                        [(r.model, str(r.pp), str(r.vp), r.since or "-", r.until or "-",
+                          r.layout + (" (the m: the model's MTP layers)" if r.mtp_from_model else ""), r.source)
                          for r in stack.pipeline_layouts]))

@@ -14,6 +14,7 @@ Every key the stack set is returned by name, so `job show` and reports can list 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -151,6 +152,9 @@ def model_pipeline_layout(stack: Stack, spec: Any, pp: int, vp: int) -> ModelPip
     named = stack.pipeline_layout_for(model, pp, vp) if model is not None else None
     if named is None:
         return None
+    if named.mtp_from_model:
+        tail = "m" * (spec.mtp_num_layers or 0) + "L"
+        named = named.model_copy(update={"layout": re.sub(r"m(\*\d+)?L$|L$", tail, named.layout)})
     try:
         layout_for(spec, PipelineOptions(layout=named.layout), pp, vp)
     except InputError:

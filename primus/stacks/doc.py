@@ -63,7 +63,8 @@ def render() -> str:
         for lay in spec.pipeline_layouts:
             span = (f"{lay.since or '…'} to {lay.until or '…'}" if lay.until
                     else f"{lay.since} on" if lay.since else "all")
-            lines.append(f"| {_cell(lay.model)} | {lay.pp} | {lay.vp} | {_cell(span)} | {md_code(lay.layout)} | "
+            mtp = " (the m: the model's MTP layers)" if lay.mtp_from_model else ""
+            lines.append(f"| {_cell(lay.model)} | {lay.pp} | {lay.vp} | {_cell(span)} | {md_code(lay.layout)}{mtp} | "
                          f"{_cell(lay.source)} |")
         if spec.pipeline_layouts:
             lines.append("")

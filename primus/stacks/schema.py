@@ -162,6 +162,10 @@ class ModelPipelineLayout(Spec):
     layout: Annotated[str, Field(min_length=1, max_length=400)]
     since: Label | None = None
     until: Label | None = None
+    #: the recipe builds the last chunk's MTP layers from the model's mtp_num_layers (Megatron-Bridge's
+    #: DeepSeek-V3 layout_map: last_layer = ['mtp'] * mtp_num_layers + ['loss']); `layout` has the
+    #: catalog model's count, and a model with another count gets that many
+    mtp_from_model: Bool = False
     source: Source
 
     @model_validator(mode="after")
