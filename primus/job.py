@@ -20,7 +20,7 @@ from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS, JobSpec, PipelineOptions, split_conflict
 from primus.specs.model import ModelSpec
-from primus.stacks.apply import apply_stack, model_pipeline_layout, pipeline_split
+from primus.stacks.apply import apply_stack, recipe_origin, stack_split
 from primus.stacks.core import Stack, resolve_stack
 from primus.yamlio import load_mapping
 
@@ -90,12 +90,11 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
     pins = written.parallel
     if "pipeline" not in data and pins.pp is not None:
         # VP free: only the accounting switches (they hold for any VP); an explicit layout fixes VP
-        split = pipeline_split(resolved, model, pins.pp, pins.vp or 1)
+        split, named = stack_split(resolved, model, pins.pp, pins.vp or 1)
         if split and (pins.vp is not None or "layout" not in split):
             merged["pipeline"] = split
-            named = model_pipeline_layout(resolved, model, pins.pp, pins.vp or 1)
             assumed.append("pipeline (" + ", ".join(f"{k}={v}" for k, v in split.items())
-                           + (f"; the stack's recipe for {named.model}: {named.source}" if named else "") + ")")
+                           + (f"; {recipe_origin(named)}" if named else "") + ")")
     spec = parse_spec(JobSpec, merged, where)
     _check_pipeline_options(spec, model, where)
     check_framework_asserts(spec, model, resolved, where)

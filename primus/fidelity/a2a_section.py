@@ -10,7 +10,7 @@ docs/accuracy.md (commit c07c15e), kept here as history; the figures after are c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from primus.fidelity.accuracy_sections import _f, _wrap
@@ -51,13 +51,20 @@ TEXT = (
 )
 
 
-def _pair_rows(before: Mapping[str, tuple[float, float]], after: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def snapshot_rows(snaps: Sequence[Mapping[str, tuple[float, float]]],
+                  now: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Table rows of (median, p90) |error| per key: each earlier page's figures, then now's."""
     out = []
-    for key in sorted(set(before) | set(after)):
-        b, a = before.get(key), after.get(key, {})
-        out.append(f"| {key} | {_f(b[0]) if b else '-'} | {_f(a.get('median_abs_pct'))} | "
-                   f"{_f(b[1]) if b else '-'} | {_f(a.get('p90_abs_pct'))} |")
+    for key in sorted(set(now).union(*snaps)):
+        cur = now.get(key, {})
+        meds = [_f(s[key][0]) if key in s else "-" for s in snaps] + [_f(cur.get("median_abs_pct"))]
+        p90s = [_f(s[key][1]) if key in s else "-" for s in snaps] + [_f(cur.get("p90_abs_pct"))]
+        out.append(f"| {key} | {' | '.join(meds)} | {' | '.join(p90s)} |")
     return out
+
+
+def _pair_rows(before: Mapping[str, tuple[float, float]], after: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return snapshot_rows([before], after)
 
 
 def headline_figures(report: ValidationReport, bars: Mapping[str, Any],

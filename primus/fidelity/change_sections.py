@@ -13,11 +13,11 @@ Each change keeps the figures of the docs/accuracy.md before it, as history; the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from primus.fidelity.a2a_section import headline_figures
+from primus.fidelity.a2a_section import headline_figures, snapshot_rows
 from primus.fidelity.accuracy_sections import _f, _wrap
 from primus.fidelity.heldout_bridge import heldout_figures
 from primus.fidelity.validate import ValidationReport
@@ -86,16 +86,6 @@ class Change:
     after: Snapshot | None = None
 
 
-def _rows(snaps: Sequence[Mapping[str, tuple[float, float]]], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    out = []
-    for key in sorted(set(now).union(*snaps)):
-        cur = now.get(key, {})
-        meds = [_f(s[key][0]) if key in s else "-" for s in snaps] + [_f(cur.get("median_abs_pct"))]
-        p90s = [_f(s[key][1]) if key in s else "-" for s in snaps] + [_f(cur.get("p90_abs_pct"))]
-        out.append(f"| {key} | {' | '.join(meds)} | {' | '.join(p90s)} |")
-    return out
-
-
 def change_section(change: Change, report: ValidationReport, bars: Mapping[str, Any],
                    heldout: ValidationReport | None) -> list[str]:
     """The change's text, then its figures before, after (when a later change moved them) and now: headline,
@@ -116,12 +106,12 @@ def change_section(change: Change, report: ValidationReport, bars: Mapping[str, 
     head = " | ".join([f"median {n}" for n in names] + [f"p90 {n}" for n in names])
     wide = "|---|" + "---:|" * (2 * cols)
     lines += ["", "Development set by accelerator (in-sample):", "", f"| accelerator | {head} |", wide,
-              *_rows([s.dev_accelerator for s in snaps], report.summary["by_accelerator"])]
+              *snapshot_rows([s.dev_accelerator for s in snaps], report.summary["by_accelerator"])]
     if held:
         for title, key, pick in (("accelerator × kind", "groups", lambda s: s.heldout_group),
                                  ("model", "models", lambda s: s.heldout_model)):
             lines += ["", f"Held-out Megatron-Bridge rows by {title}:", "", f"| {title} | {head} |", wide,
-                      *_rows([pick(s) for s in snaps], held[key])]
+                      *snapshot_rows([pick(s) for s in snaps], held[key])]
     return lines
 
 

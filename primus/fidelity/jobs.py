@@ -36,7 +36,7 @@ from primus.memory.evaluate import MemoryModel, pinned_layout
 from primus.memory.shapes import layout_for
 from primus.specs.job import PipelineOptions
 from primus.specs.model import ModelSpec
-from primus.stacks.apply import model_pipeline_layout, pipeline_split
+from primus.stacks.apply import pipeline_split, recipe_origin, stack_split
 from primus.stacks.schema import loss_kernels
 
 PRECISIONS: dict[str, tuple[str, str | None]] = {
@@ -408,11 +408,10 @@ def _pipeline_options(rule: SourceRule, model: Any, pp: int, vp: int, where: str
     from primus.catalog.models import resolve_model
 
     spec = resolve_model(model, where)
-    named = model_pipeline_layout(rule.stack, spec, pp, vp)
+    split, named = stack_split(rule.stack, spec, pp, vp)
     if named is not None:
-        return {"layout": named.layout}, f"the stack's recipe for {named.model}: {named.source}"
+        return split, recipe_origin(named)
     uneven = "the even split does not divide the layers"
-    split = pipeline_split(rule.stack, spec, pp, vp)
     if split or rule.stack["pipeline_split"] != "even":
         return split, uneven
     try:

@@ -172,31 +172,41 @@ def recipe_layout_note(stack: Stack, spec: Any, layout: str | None, pp: int, vp:
            "(primus stacks show)"
 
 
-def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
-    """The `pipeline` options the stack's recipes use for `spec` at PP x VP: the layout the model's
-    recipe names there (`model_pipeline_layout`, as Megatron-Bridge's DeepSeek-V3 recipe sets it before
-    anything else); {} when the even split works or the stack only splits evenly; the embedding and the
-    loss counted as layers when that divides; else an explicit layout with the extra layers off the first
-    and last stages."""
+def recipe_origin(named: ModelPipelineLayout) -> str:
+    """Where a recipe's layout comes from, as a job's assumptions say it."""
+    return f"the stack's recipe for {named.model}: {named.source}"
+
+
+def stack_split(stack: Stack, spec: Any, pp: int, vp: int) -> tuple[dict[str, Any], ModelPipelineLayout | None]:
+    """The `pipeline` options the stack's recipes use for `spec` at PP x VP, and the recipe layout they are
+    when they are one: the layout the model's recipe names there (`model_pipeline_layout`, as
+    Megatron-Bridge's DeepSeek-V3 recipe sets it before anything else); {} when the even split works or
+    the stack only splits evenly; the embedding and the loss counted as layers when that divides; else an
+    explicit layout with the extra layers off the first and last stages."""
     from primus.memory.shapes import layout_for
     from primus.specs.job import PipelineOptions
 
     named = model_pipeline_layout(stack, spec, pp, vp)
     if named is not None:
-        return {"layout": named.layout}
+        return {"layout": named.layout}, named
     if pp == 1 or stack.values["pipeline_split"] == "even":
-        return {}
+        return {}, None
     try:
         layout_for(spec, PipelineOptions(), pp, vp)
-        return {}
+        return {}, None
     except InputError:
         pass
     try:
         layout_for(spec, PipelineOptions(**ACCOUNTED), pp, vp)
-        return dict(ACCOUNTED)
+        return dict(ACCOUNTED), None
     except InputError:
         pass
-    return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}
+    return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}, None
+
+
+def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
+    """The `pipeline` options of `stack_split`."""
+    return stack_split(stack, spec, pp, vp)[0]
 
 
 def recipe_layout(num_layers: int, pp: int, vp: int, mtp_layers: int = 0) -> str:
