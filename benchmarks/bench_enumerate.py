@@ -28,7 +28,8 @@ def timed(fn):  # type: ignore[no-untyped-def]
 def main() -> None:
     print("| job | engine | legal layouts | seconds | layouts/s |")
     print("|---|---|---:|---:|---:|")
-    for name, brute in (("deepseek-v3-h100-1024.yaml", False), ("llama3.1-70b-mi300x-free.yaml", True)):
+    for name, brute in (("deepseek-v3-h100-1024.yaml", False), ("deepseek-v3-b200-256-bridge.yaml", False),
+                        ("llama3.1-70b-mi300x-free.yaml", True)):
         job = load_job(ROOT / "examples" / name)
         q = Question(job)
         count, secs = timed(q.count)

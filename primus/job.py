@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from primus.specs.base import parse_spec
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import ACCOUNTING_OPTIONS, STAGE_SIZE_OPTIONS, JobSpec, PipelineOptions, split_conflict
 from primus.specs.model import ModelSpec
-from primus.stacks.apply import apply_stack, recipe_origin, stack_split
+from primus.stacks.apply import apply_stack, recipe_origin, search_split, stack_split
 from primus.stacks.core import Stack, resolve_stack
 from primus.yamlio import load_mapping
 
@@ -36,6 +37,8 @@ class Job:
     base_dir: Path | None = field(default=None, compare=False)
     stack: Stack | None = field(default=None, compare=False)
     assumed: tuple[str, ...] = field(default=(), compare=False)
+    #: the job file gives no `pipeline` section: the stack's recipes split the layers (`pipeline_at`)
+    split_from_stack: bool = field(default=False, compare=False)
 
     @property
     def resolved_stack(self) -> Stack:
@@ -48,6 +51,17 @@ class Job:
         out = [f"stack {stack.label}" + (f" ({stack.note})" if stack.note else "")]
         out += [f"{key} from {stack.label}" for key in self.assumed]
         return out
+
+    def pipeline_at(self, pp: int, vp: int) -> PipelineOptions:
+        """The pipeline split options at PP x VP, the one answer memory, projection, search and export
+        read. The job's own when its file gives any (or when its stack gave them for its pinned PP on
+        load); else, for a job that leaves the split to its stack, the layout the stack's recipe for the
+        model names at that PP x VP (`primus.stacks.apply.search_split`): a search over PP then counts
+        Megatron-Bridge's DeepSeek-V3 layouts as legal at the (PP, VP) its recipe names, as the recipe runs
+        them, instead of the even split that 61 layers never give above PP 1."""
+        if not self.split_from_stack or self.stack is None or self.spec.pipeline != _NO_SPLIT:
+            return self.spec.pipeline
+        return _stack_pipeline(self.stack, self.model, pp, vp)
 
     @property
     def num_gpus(self) -> int:
@@ -72,7 +86,16 @@ class Job:
         data = self.spec.model_dump()
         data.update(updates)
         spec = parse_spec(JobSpec, data, self.where)
-        return Job(spec, self.model, self.cluster, self.where, self.base_dir, self.stack, self.assumed)
+        return Job(spec, self.model, self.cluster, self.where, self.base_dir, self.stack, self.assumed,
+                   self.split_from_stack)
+
+
+_NO_SPLIT = PipelineOptions()
+
+
+@lru_cache(maxsize=4096)
+def _stack_pipeline(stack: Stack, model: ModelSpec, pp: int, vp: int) -> PipelineOptions:
+    return PipelineOptions(**search_split(stack, model, pp, vp))
 
 
 def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None = None,
@@ -102,7 +125,7 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
             cluster.accelerator.vendor == "nvidia" and cluster.accelerator.compute_major == 10):
         raise InputError(where, "moe.grouped_gemm", f"te_fused needs compute capability 10.x (B200, GB200, B300, "
                          f"GB300: TE's CuTe-DSL grouped MLP kernels), not {cluster.name}; use grouped_gemm te")
-    job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed))
+    job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed), "pipeline" not in data)
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",
                          f"{spec.gpus} GPUs is not a whole number of {cluster.gpus_per_node}-GPU nodes")

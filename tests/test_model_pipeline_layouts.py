@@ -9,6 +9,7 @@ balanced guess put three layers, the MTP layer and the loss on the last stage, t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +135,23 @@ def test_every_shipped_layout_names_a_catalog_model_it_fits_and_no_two_overlap()
             assert len(same) == 1, f"{name}: {r.model} at pp {r.pp}, vp {r.vp} is described twice"
 
 
-def test_fit_offers_the_recipes_layout_first_when_pp_is_pinned_and_vp_is_not(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    # 61 layers split over no PP 16 x VP without an option; the stack's recipe names one at VP 1
+def test_fit_with_pp_pinned_and_vp_free_takes_the_recipes_layout(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # 61 layers split over no PP 16 x VP evenly; the stack's recipe names a layout at VP 1, which is legal
     job = {**JOB, "stack": "megatron-bridge@26.04", "parallel": {k: v for k, v in JOB["parallel"].items() if k != "vp"}}
     code, out, _ = run_cli("fit", write_job(job), "--format", "json")
+    doc = as_json(out)
+    assert code == 0 and doc["parallel"]["pp"] == 16 and doc["parallel"]["vp"] == 1
+    assert f"pipeline layout {DSV3_PP16} at PP 16 x VP 1: megatron-bridge@26.04's recipe for deepseek-v3 " \
+           "(primus stacks show)" in doc["assumptions"]
+
+
+def test_fit_offers_the_recipes_layout_first_when_the_job_splits_otherwise(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # the job's own split (first/last stage sizes) fails at PP 16: the recipe's layout is the first fix
+    job = {**JOB, "stack": "megatron-bridge@26.04", "pipeline": {"decoder_first_pipeline_num_layers": 2},
+           "parallel": {k: v for k, v in JOB["parallel"].items() if k != "vp"}}
+    code, out, _ = run_cli("fit", write_job(job), "--format", "json")
     first = as_json(out)["alternatives"][0]
-    assert code == 1 and first["options"] == {"pipeline.layout": DSV3_PP16} and first["pins_changed"] == []
+    assert code == 1 and first["options"]["pipeline.layout"] == DSV3_PP16 and first["pins_changed"] == []
 
 
 def test_project_and_memory_say_the_layout_is_the_recipes(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
@@ -159,3 +171,21 @@ def test_the_recipes_mtp_tail_follows_the_models_mtp_layers(mtp: int, layout: st
     job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04",
                             "model": {"base": "deepseek-v3", "mtp_num_layers": mtp}}, "t")
     assert job.spec.pipeline.layout == layout
+
+
+def _pairs(run_cli, write_job, stack: str) -> set[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    free = {**JOB, "stack": stack, "parallel": {"tp": 1, "ep": 8, "mbs": 1}}
+    code, out, _ = run_cli("enumerate", write_job(free), "--format", "jsonl")
+    assert code == 0
+    return {(row["parallel"]["pp"], row["parallel"]["vp"]) for row in map(json.loads, out.splitlines())}
+
+
+def test_enumerate_counts_the_recipes_pp_vp_pairs_as_legal_on_its_stack(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # 61 layers split evenly over no PP above 1; Megatron-Bridge's recipe names layouts at these (PP, VP)
+    # (v0.4.0 recipes/deepseek/deepseek_v3.py layout_map; the GB300 presets' PP 2 x VP 8 from 26.02)
+    assert _pairs(run_cli, write_job, "megatron-bridge@26.04") == {(1, 1), (2, 8), (4, 1), (4, 2), (4, 4), (8, 1),
+                                                                   (8, 2), (16, 1)}
+
+
+def test_enumerate_on_a_stack_without_recipe_layouts_keeps_megatrons_even_split(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    assert _pairs(run_cli, write_job, "megatron-lm") == {(1, 1)}

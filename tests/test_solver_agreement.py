@@ -49,6 +49,11 @@ JOBS = {
     # MaxText's remat policy: its kept bytes per layer and the rebuilt layer in the backward working set
     "maxtext-remat": {"stack": "maxtext", "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2,
                       "seq_len": 8192, "global_batch_size": 32, "parallel": {"recompute": "selective"}},
+    # a stack's recipe layouts per (PP, VP) (Megatron-Bridge's DeepSeek-V3 layout_map, `Job.pipeline_at`):
+    # stage slots differ by pair, the last slot always the last stage
+    "stack-recipe-layouts": {"model": "deepseek-v3", "hardware": "b200", "nodes": 4, "seq_len": 4096,
+                             "global_batch_size": 64, "precision": "fp8", "fp8_recipe": "mxfp8",
+                             "stack": "megatron-bridge@26.04"},
 }
 
 
@@ -157,3 +162,23 @@ def test_memory_columns_do_not_depend_on_the_order_of_the_rows(name):
     for key in ("peak_bytes", "first_stage_bytes", "last_stage_bytes", "peak_stage", "weights_bytes",
                 "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes"):
         assert np.array_equal(again.cols[key], structural.cols[key][shuffled]), key
+
+
+def test_stack_recipe_layouts_agree_to_the_byte_at_every_pp_with_and_without_a_layout():
+    """Megatron-Bridge's DeepSeek-V3 recipe names a layout at PP 16 (every stage a slot) but none at PP 32,
+    where Megatron's even split (illegal for 61 layers, still sized) puts its last stage past the slots the
+    layouts need: the last slot is always the last stage, so first, last and peak stage agree everywhere."""
+    job, _, structural, _, built = setup("stack-recipe-layouts")
+    pp = structural.cols["pp"]
+    assert job.pipeline_at(16, 1).layout == "Et*4|(t*4|)*14tmL" and job.pipeline_at(32, 1).layout is None
+    for want in (1, 4, 16, 32):
+        rows = np.flatnonzero(pp == want)
+        assert rows.size, want
+        for i in rows[:: max(1, len(rows) // 3)]:
+            report = MemoryModel(job).evaluate(structural.layout(i), strict=False)
+            assert int(structural.cols["last_stage_bytes"][i]) == report.stages[-1].bytes
+            assert int(structural.cols["peak_stage"][i]) == report.peak.stage
+            solver, status = fixed_solve(built, structural.layout(i), enforce_rules=False)
+            assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+            assert solver.value(built.memory["peak_bytes"]) == report.peak_bytes
+            assert solver.value(built.memory["last_stage_bytes"]) == report.stages[-1].bytes

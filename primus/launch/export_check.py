@@ -73,7 +73,7 @@ def split_for_export(job: Job) -> ExportCheck:
     from primus.memory.shapes import split_layout
 
     layout = pinned_layout(job)
-    if split_layout(job.model, job.spec.pipeline, layout.pp, layout.vp)[1]:
+    if split_layout(job.model, job.pipeline_at(layout.pp, layout.vp), layout.pp, layout.vp)[1]:
         return ExportCheck(job, None)
     if not _accounting_may_be_added(job):
         return ExportCheck(job, None, split_ok=False)

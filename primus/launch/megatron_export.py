@@ -100,7 +100,7 @@ def _split_options(job: Job, layout: Layout, notes: list[str]) -> PipelineOption
     refused on load: Megatron-LM runs such a job, and an imported argument line may carry them."""
     unset = unset_at_pp(job, layout.pp)
     if not unset:
-        return job.spec.pipeline
+        return job.pipeline_at(layout.pp, layout.vp)
     notes.append(", ".join(unset) + " dropped at PP 1: one stage builds the embedding, every layer and the loss, "
                  "the same with or without them")
     return apply_options(job, unset).spec.pipeline
@@ -246,7 +246,7 @@ def _layer_ids(job: Job, layout: Layout, primus: bool) -> dict[str, Any]:
     from primus.memory.recompute import recomputed_mask
     from primus.memory.shapes import split_layout
 
-    playout, _ = split_layout(job.model, job.spec.pipeline, layout.pp, layout.vp)
+    playout, _ = split_layout(job.model, job.pipeline_at(layout.pp, layout.vp), layout.pp, layout.vp)
     chunks = [playout.decoder_layers(c) for c in range(layout.pp * playout.vp)]
     listed = frozenset(ids)
     wanted = [recomputed_mask(layers, "block", None, listed) for layers in chunks]

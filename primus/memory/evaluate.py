@@ -141,7 +141,8 @@ class MemoryModel:
             raise InputError(self.job.where, "global_batch_size",
                              f"{gbs} is not divisible by MBS×DP = {layout.mbs * layout.dp}")
         if strict:
-            layout_for(self.model, self.job.spec.pipeline, layout.pp, layout.vp, where=self.job.where)
+            layout_for(self.model, self.job.pipeline_at(layout.pp, layout.vp), layout.pp, layout.vp,
+                       where=self.job.where)
             m = layout.num_microbatches(gbs)
             cap = 4 * layout.pp  # same legality, small schedule: interleaving needs M % PP == 0
             build_schedule(layout.pp, layout.vp, m if m <= cap else cap + m % layout.pp, "auto", where=self.job.where)
@@ -149,7 +150,7 @@ class MemoryModel:
                 raise InputError(self.job.where, "cpu_offloading",
                                  "Megatron-Core offloads activations only without pipeline parallelism and "
                                  f"without recompute (this layout: PP {layout.pp}, recompute {layout.recompute})")
-        shapes = stage_shapes(self.model, self.job.spec.pipeline, self.pipeline_key(layout))
+        shapes = stage_shapes(self.model, self.job.pipeline_at(layout.pp, layout.vp), self.pipeline_key(layout))
         pu = param_units(self.model, layout.tp, layout.ep, layout.etp)
         au = act_units(self.model, self.act_context(layout), layout.recompute, self.model.padded_vocab_size(layout.tp))
         comm = self.communicator_bytes(layout)
@@ -182,7 +183,8 @@ class MemoryModel:
                        "unsharded bf16 copies of the current and prefetched layer")
         out.append(f"{layout.schedule} pipeline schedule: stage 0 holds {stage0_in_flight} microbatch chunk(s) in "
                    f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
-        note = recipe_layout_note(self.job.resolved_stack, self.model, spec.pipeline.layout, layout.pp, layout.vp)
+        note = recipe_layout_note(self.job.resolved_stack, self.model,
+                                  self.job.pipeline_at(layout.pp, layout.vp).layout, layout.pp, layout.vp)
         if note:
             out.append(note)
         out.append("flash attention: q, k, v, output and fp32 log-sum-exp kept, no s×s scores"

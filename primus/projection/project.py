@@ -250,7 +250,7 @@ class Projector:
         """(pipeline layout, Megatron can split it, per chunk (interned id, item keys))."""
         out = self._keys.get((pp, vp))
         if out is None:
-            playout, ok, keys = _split_keys(self.model, self.job.spec.pipeline, pp, vp)
+            playout, ok, keys = _split_keys(self.model, self.job.pipeline_at(pp, vp), pp, vp)
             out = (playout, ok, tuple((self._intern(k), k) for k in keys))
             self._keys[(pp, vp)] = out
         return out

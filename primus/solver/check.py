@@ -24,7 +24,8 @@ def layout_values(question: Question, layout: Layout) -> dict[str, Any] | None:
     if split_ok is None:
         from primus.memory.shapes import split_layout
 
-        split_ok = split_layout(question.job.model, question.job.spec.pipeline, layout.pp, layout.vp)[1]
+        split_ok = split_layout(question.job.model, question.job.pipeline_at(layout.pp, layout.vp), layout.pp,
+                                layout.vp)[1]
     values: dict[str, Any] = {
         **s.facts, "tp": layout.tp, "pp": layout.pp, "vp": layout.vp, "cp": layout.cp, "ep": layout.ep,
         "etp": layout.etp, "dp": layout.dp, "edp": layout.edp, "mbs": layout.mbs,

@@ -258,12 +258,7 @@ class ModelBuilder:
         mem["peak_bytes"] = self._int(0, BIG, "peak_bytes")
         m.add_max_equality(mem["peak_bytes"], built.slot_bytes)
         mem["first_stage_bytes"] = built.slot_bytes[0]
-        if t.options.layout is not None:
-            last = self._int(0, BIG, "last_stage_bytes")
-            m.add_element(ax["pp"] - 1, built.slot_bytes, last)
-            mem["last_stage_bytes"] = last
-        else:
-            mem["last_stage_bytes"] = built.slot_bytes[-1]
+        mem["last_stage_bytes"] = built.slot_bytes[-1]  # the last slot is the last stage (`slot_stages`)
         for key in BREAKDOWN_KEYS:
             v = self._int(0, BIG, f"{key}_bytes")
             m.add_max_equality(v, [p[key] for p in built.slot_parts])

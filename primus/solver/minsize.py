@@ -9,6 +9,8 @@ size (`state_floor_bytes`); when that exceeds the capacity the `memory` rule ref
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from primus.job import Job
 from primus.memory.ledger import StateWidths
 from primus.memory.units import param_units
@@ -46,7 +48,7 @@ def fits_at(question: Question, world: int, capacity: int, memory_rule: bool) ->
     if memory_rule and state_floor_bytes(job, world) > capacity:
         return False  # too small to hold the model's state in any layout
     spec = job.spec.model_copy(update={"nodes": None, "gpus": world})
-    trial_job = Job(spec, job.model, job.cluster, job.where, job.base_dir)
+    trial_job = replace(job, spec=spec)
     trial = question.with_job(trial_job).with_pins({})  # same rules, pins released
     return Enumerator(trial.tables, trial.ruleset, {}).first().n > 0
 

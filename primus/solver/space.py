@@ -189,9 +189,9 @@ class Space:
 
     @cached_property
     def split_pairs(self) -> dict[tuple[int, int], bool]:
-        """(pp, vp) → can Megatron split the layers that way (given the job's pipeline options)."""
+        """(pp, vp) → can Megatron split the layers that way (given the job's pipeline options there,
+        `Job.pipeline_at`)."""
         out: dict[tuple[int, int], bool] = {}
-        options = self.job.spec.pipeline
         pinned_vp = self.job.spec.parallel.vp
         for pp in self.pp_values:
             top = 1 if pp == 1 else max(1, (self.job.model.num_layers + 2) // pp)
@@ -202,7 +202,7 @@ class Space:
                 if pp == 1 and vp != 1:
                     continue
                 try:
-                    layout_for(self.job.model, options, pp, vp)
+                    layout_for(self.job.model, self.job.pipeline_at(pp, vp), pp, vp)
                     out[(pp, vp)] = True
                 except InputError:
                     out[(pp, vp)] = False
@@ -267,5 +267,5 @@ def rule_names_doc() -> dict[str, dict[str, str]]:
 
 def widest_chunk(job: Job, pp: int, vp: int) -> int:
     """The most decoder layers any virtual stage holds (block recompute of that many re-runs them all)."""
-    playout, _ = split_layout(job.model, job.spec.pipeline, pp, vp)
+    playout, _ = split_layout(job.model, job.pipeline_at(pp, vp), pp, vp)
     return max(len(playout.decoder_layers(k)) for k in range(playout.num_chunks))

@@ -33,7 +33,6 @@ class LedgerTables:
         self.space = space or Space(job)
         self.memory = MemoryModel(job)
         self.model = job.model
-        self.options = job.spec.pipeline
         self.method = self.memory.recompute_method
         self._shapes: dict[tuple[int, ...], tuple[StageShape, ...]] = {}
         self._params: dict[tuple[int, int, int], ParamUnits] = {}
@@ -41,20 +40,20 @@ class LedgerTables:
 
     @cached_property
     def num_slots(self) -> int:
-        """Stage slots the peak is taken over: {0, 1, PP−1} (aliased for small PP), or every stage
-        when an explicit layout fixes PP×VP."""
-        if self.options.layout is not None:
-            return max(self.space.pp_values)
-        return 3
+        """Stage slots the peak is taken over, the same number at every PP x VP: 3 ({0, 1, PP−1}, enough
+        for Megatron's own splits), or the largest PP at which an explicit layout (the job's, or the one
+        its stack's recipe names there, `Job.pipeline_at`) may make any rank the worst."""
+        layouts = [pp for (pp, vp) in self.space.split_pairs if self.job.pipeline_at(pp, vp).layout is not None]
+        return max([3, *layouts])
 
-    def slot_stages(self, pp: int) -> tuple[int, ...]:
-        """Stage index of each slot for a given PP (slots beyond PP alias the last stage)."""
-        classes = stage_classes(pp, self.options)
-        if self.options.layout is not None:
-            return tuple(min(i, pp - 1) for i in range(self.num_slots))
-        first, second, last = 0, min(1, pp - 1), pp - 1
-        assert set(classes) <= {first, second, last}
-        return first, second, last
+    def slot_stages(self, pp: int, vp: int) -> tuple[int, ...]:
+        """Stage index of each slot at PP x VP (`slot_stage`): the first slots the first stages, the last
+        slot always the last stage, slots beyond PP − 1 aliasing it. Every stage an explicit layout may
+        make the worst is in a slot (PP is at most `num_slots` there); for Megatron's own splits the
+        classes {0, 1, PP−1} are (`stage_classes`)."""
+        out = tuple(slot_stage(i, self.num_slots, pp) for i in range(self.num_slots))
+        assert set(stage_classes(pp, self.job.pipeline_at(pp, vp))) <= set(out)
+        return out
 
     def shapes(self, pp: int, vp: int, microbatches: int, recompute: str, recompute_num_layers: int | None
                ) -> tuple[StageShape, ...]:
@@ -65,8 +64,8 @@ class LedgerTables:
                               recompute_num_layers=recompute_num_layers, recompute_method=self.method,
                               recompute_layer_ids=self.memory.recompute_layer_ids,
                               offloaded_layers=self.memory.offloaded_layers)
-            all_stages = stage_shapes(self.model, self.options, key)
-            hit = tuple(all_stages[i] for i in self.slot_stages(pp))
+            all_stages = stage_shapes(self.model, self.job.pipeline_at(pp, vp), key)
+            hit = tuple(all_stages[i] for i in self.slot_stages(pp, vp))
             self._shapes[memo_key] = hit
         return hit
 
@@ -89,6 +88,11 @@ class LedgerTables:
 
     def comm_figure(self) -> int:
         return self.memory.comm_figure
+
+
+def slot_stage(slot: int, num_slots: int, pp: int) -> int:
+    """The stage a slot holds at PP `pp` (`LedgerTables.slot_stages`)."""
+    return pp - 1 if slot == num_slots - 1 or slot >= pp - 1 else slot
 
 
 class Gathered:

@@ -310,7 +310,6 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
     width = len(SHAPE_FIELDS)
     shapes = [_view(StageShape, SHAPE_FIELDS, shape_table, s * width) for s in range(num_slots)]
     heads_n = len(heads)
-    span = np.arange(heads_n)
     names = ("peak_bytes", "first_stage_bytes", "last_stage_bytes", *(f"{k}_bytes" for k in BREAKDOWN_KEYS),
              "peak_stage")
     # per name, one row of per-head values for each sharding present; every candidate then reads its
@@ -322,12 +321,8 @@ def add_memory_columns(tables: LedgerTables, cands: Candidates) -> None:
                    for shape in shapes]
         slot_bytes = np.stack([np.broadcast_to(r.bytes, (heads_n,)) for r in results])
         slot = slot_bytes.argmax(axis=0)
-        if tables.options.layout is not None:
-            last = slot_bytes[p["pp"] - 1, span]
-            stage = slot
-        else:  # slots are stages (0, min(1, PP-1), PP-1)
-            last = slot_bytes[num_slots - 1]
-            stage = np.where(slot == 0, 0, np.where(slot == 1, np.minimum(1, p["pp"] - 1), p["pp"] - 1))
+        last = slot_bytes[num_slots - 1]  # the last slot is the last stage (`LedgerTables.slot_stages`)
+        stage = np.where((slot == num_slots - 1) | (slot >= p["pp"] - 1), p["pp"] - 1, slot)
         per_head = {"peak_bytes": slot_bytes.max(axis=0), "first_stage_bytes": slot_bytes[0],
                     "last_stage_bytes": last, "peak_stage": stage}
         for key in BREAKDOWN_KEYS:

@@ -204,6 +204,29 @@ def stack_split(stack: Stack, spec: Any, pp: int, vp: int) -> tuple[dict[str, An
     return {"layout": recipe_layout(spec.num_layers, pp, vp, spec.mtp_num_layers)}, None
 
 
+def search_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
+    """The `pipeline` options the stack gives the model at a PP x VP that a search tries, for a job that
+    leaves the split to it: the layout the model's recipe names there (Megatron-Bridge's DeepSeek-V3 recipe
+    sets it from its `layout_map` for the (PP, VP) it is run at), else none, Megatron's even split (which
+    the rule `pipeline-split` refuses where the layers do not divide). Unlike `stack_split`, which sizes a
+    pinned PP the way the stack's published runs were split, nothing stack-wide: the embedding and loss
+    accounting is set per model by the recipes that use it (Llama 3.1 405B's, Qwen3's), not by every
+    recipe of the stack, and a recipe that names no layout leaves the split to Megatron (Bridge's
+    `set_deepseek_v3_pipeline_model_parallel_layout` sets nothing for a (PP, VP) its map lacks), so a search
+    counts as legal no split that no recipe writes."""
+    named = model_pipeline_layout(stack, spec, pp, vp)
+    return {"layout": named.layout} if named is not None else {}
+
+
+def search_split_text(stack: Stack, spec: Any) -> str | None:
+    """What `search_split` does for this model on this stack, in words; None when it leaves every PP x VP to
+    Megatron's even split."""
+    named = _recipe_model(stack, spec) if stack.pipeline_layouts else None
+    if named is None:
+        return None
+    return f"the layouts {stack.label}'s recipe for {named} names (primus stacks show), else Megatron's default split"
+
+
 def pipeline_split(stack: Stack, spec: Any, pp: int, vp: int) -> dict[str, Any]:
     """The `pipeline` options of `stack_split`."""
     return stack_split(stack, spec, pp, vp)[0]

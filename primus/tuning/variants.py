@@ -28,6 +28,7 @@ from primus.solver.api import Question
 from primus.solver.fit import free_pipeline_fixes
 from primus.solver.options import apply_options, pipeline_difference
 from primus.solver.suggest import option_text
+from primus.stacks.apply import search_split_text
 
 if TYPE_CHECKING:
     from primus.tuning.agent import Tuner
@@ -46,7 +47,8 @@ def pipeline_options_text(job: Job) -> str:
     """The job's pipeline options as the certificate scopes its claim to them."""
     set_ = job.spec.pipeline.model_dump(exclude_defaults=True)
     if not set_:
-        return "none set: Megatron's default split"
+        recipes = search_split_text(job.resolved_stack, job.model) if job.split_from_stack else None
+        return "none set: " + (recipes or "Megatron's default split")
     return ", ".join(option_text(f"pipeline.{k}", v) for k, v in sorted(set_.items()))
 
 
