@@ -49,9 +49,12 @@ ROOT = Path(__file__).resolve().parent.parent
 MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
 STACK = ROOT / "stacks" / "megatron-bridge.yaml"
 #: NeMo container -> Megatron-Bridge tag (docs/releases/software-versions.md; the .01 containers are the
-#: patch tags, 26.08 the first tag after 26.06.01)
+#: patch tags, 26.08 the first tag after 26.06.01). 26.04.01 is v0.4.2, not v0.4.1: v0.4.2 (2026-05-28) is the
+#: first tag whose docs/performance-summary.md has the "26.04.01 NeMo Container" section, and its presets are
+#: the configurations that section prints (all 34 of its runs match a v0.4.2 preset's layout, 32 a v0.4.1 one:
+#: B200 DeepSeek-V3 MXFP8 at PP 8 x VP 2, EP 32 and B300 DeepSeek-V3 at PP 8, MBS 2 are v0.4.2's V2 presets).
 RELEASES = {"25.09": "v0.1.0rc3", "25.11": "v0.2.0", "26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0",
-            "26.04.01": "v0.4.1", "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}
+            "26.04.01": "v0.4.2", "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}
 ORDER = list(RELEASES)
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA31_405B": "llama3.1-405b",
           "DEEPSEEK_V3": "deepseek-v3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "qwen3-30b-a3b",

@@ -51,7 +51,7 @@ def load_job(source: JobLike, *, stack: str | None = None, where: str | None = N
     `stack` (NAME[@RELEASE], as `--stack`) replaces the job's `stack:`."""
     if isinstance(source, Job):
         return source if stack is None else job_from_mapping(
-            {**source.spec.model_dump(mode="json", exclude_none=True), "stack": stack}, source.where,
+            {**source.as_mapping(), "stack": stack}, source.where,
             source.base_dir)
     if not isinstance(source, str | PathLike | Mapping):
         raise InputError(where or "<job>", None, f"a job is a job file's path, a mapping as in a job file or a "
@@ -372,7 +372,7 @@ def tune(job: JobLike, *, out: str | PathLike[str] = "primus-tune", rules: Seque
     j = load_job(job, stack=stack)
     path = Path(job) if isinstance(job, (str, PathLike)) else Path(j.where) if Path(j.where).is_file() else None
     text = job_text_with_stack(read_text(path), stack) if path is not None else yaml.safe_dump(
-        j.spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+        j.as_mapping(), sort_keys=False)
     options = {"job_file": str(path.resolve()) if path is not None else None, "stack": stack, "rule_texts": list(rules),
                "rule_files": [str(Path(f).resolve()) for f in rule_files], "without": list(without),
                "exhaustive_limit": exhaustive_limit, "llm_mode": "auto" if llm else "none", "llm_base_url": llm,

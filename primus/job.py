@@ -37,8 +37,10 @@ class Job:
     base_dir: Path | None = field(default=None, compare=False)
     stack: Stack | None = field(default=None, compare=False)
     assumed: tuple[str, ...] = field(default=(), compare=False)
-    #: the job file gives no `pipeline` section: the stack's recipes split the layers (`pipeline_at`)
-    split_from_stack: bool = field(default=False, compare=False)
+    #: the stack whose recipes split the layers (`pipeline_at`): the job's own when its file gives no
+    #: `pipeline` section; kept when a launch file moves the job to its runner's stack, whose file then
+    #: states the split (`primus.launch.target.on_target_stack`)
+    split_stack: Stack | None = field(default=None, compare=False)
 
     @property
     def resolved_stack(self) -> Stack:
@@ -59,9 +61,17 @@ class Job:
         model names at that PP x VP (`primus.stacks.apply.search_split`): a search over PP then counts
         Megatron-Bridge's DeepSeek-V3 layouts as legal at the (PP, VP) its recipe names, as the recipe runs
         them, instead of the even split that 61 layers never give above PP 1."""
-        if not self.split_from_stack or self.stack is None or self.spec.pipeline != _NO_SPLIT:
+        if self.split_stack is None or self.spec.pipeline != _NO_SPLIT:
             return self.spec.pipeline
-        return _stack_pipeline(self.stack, self.model, pp, vp)
+        return _stack_pipeline(self.split_stack, self.split_stack.requested, self.model, pp, vp)
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The job as a job file's mapping (JSON types, nothing unset), without a `pipeline` section when
+        the stack splits the layers: reloaded, it is the same job (`split_stack` is set again)."""
+        data = self.spec.model_dump(mode="json", exclude_none=True)
+        if self.split_stack is not None and self.spec.pipeline == _NO_SPLIT:
+            data.pop("pipeline", None)
+        return data
 
     @property
     def num_gpus(self) -> int:
@@ -87,14 +97,16 @@ class Job:
         data.update(updates)
         spec = parse_spec(JobSpec, data, self.where)
         return Job(spec, self.model, self.cluster, self.where, self.base_dir, self.stack, self.assumed,
-                   self.split_from_stack)
+                   self.split_stack)
 
 
 _NO_SPLIT = PipelineOptions()
 
 
 @lru_cache(maxsize=4096)
-def _stack_pipeline(stack: Stack, model: ModelSpec, pp: int, vp: int) -> PipelineOptions:
+def _stack_pipeline(stack: Stack, requested: str | None, model: ModelSpec, pp: int, vp: int) -> PipelineOptions:
+    """`search_split` as options, cached; `requested` is in the key because a release the stack does not
+    describe resolves to an earlier one (equal as a Stack) yet takes the recipe layouts of its own date."""
     return PipelineOptions(**search_split(stack, model, pp, vp))
 
 
@@ -125,7 +137,8 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
             cluster.accelerator.vendor == "nvidia" and cluster.accelerator.compute_major == 10):
         raise InputError(where, "moe.grouped_gemm", f"te_fused needs compute capability 10.x (B200, GB200, B300, "
                          f"GB300: TE's CuTe-DSL grouped MLP kernels), not {cluster.name}; use grouped_gemm te")
-    job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed), "pipeline" not in data)
+    job = Job(spec, model, cluster, where, base_dir, resolved, tuple(assumed),
+              resolved if "pipeline" not in data else None)
     if spec.gpus is not None and spec.gpus % cluster.gpus_per_node and spec.gpus > cluster.gpus_per_node:
         raise InputError(where, "gpus",
                          f"{spec.gpus} GPUs is not a whole number of {cluster.gpus_per_node}-GPU nodes")

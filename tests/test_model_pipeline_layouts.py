@@ -189,3 +189,52 @@ def test_enumerate_counts_the_recipes_pp_vp_pairs_as_legal_on_its_stack(run_cli,
 
 def test_enumerate_on_a_stack_without_recipe_layouts_keeps_megatrons_even_split(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
     assert _pairs(run_cli, write_job, "megatron-lm") == {(1, 1)}
+
+
+FREE_DSV3 = {**JOB, "stack": "megatron-bridge@26.04", "parallel": {"tp": 1, "ep": 8, "mbs": 1, "cp": 1, "etp": 1,
+                                                                   "recompute": "selective", "sharding": "dist_opt"}}
+
+
+def test_a_job_from_the_python_api_keeps_its_stacks_split_through_a_stack_change() -> None:
+    import primus
+
+    job = primus.load_job(FREE_DSV3)
+    again = primus.load_job(job, stack="megatron-bridge@26.06")
+    assert again.pipeline_at(16, 1).layout == DSV3_PP16 and "pipeline" not in again.as_mapping()
+
+
+def test_a_tune_through_the_python_api_is_audited_as_it_ran(tmp_path: Path) -> None:
+    # the recorded inputs/job.yaml leaves the split to the stack, so audit verify finds the same legal set
+    from click.testing import CliRunner
+
+    import primus
+    from primus.cli.main import cli
+
+    answer = primus.tune(FREE_DSV3, out=tmp_path / "run", workers=1)
+    assert answer.best["parallel"]["pp"] > 1
+    verify = CliRunner().invoke(cli, ["audit", "verify", str(tmp_path / "run"), "--workers", "1"])
+    assert verify.exit_code == 0, verify.output
+
+
+def test_a_release_the_stack_does_not_describe_takes_the_layouts_of_its_own_date() -> None:
+    # 25.11 resolves to the 25.09 description but its recipe has the layout_map (since 25.11); 25.09's has not,
+    # whichever is asked first in one process
+    later = job_from_mapping({**FREE_DSV3, "stack": "megatron-bridge@25.11"}, "t")
+    earlier = job_from_mapping({**FREE_DSV3, "stack": "megatron-bridge@25.09"}, "t")
+    assert later.pipeline_at(16, 1).layout == DSV3_PP16 and earlier.pipeline_at(16, 1).layout is None
+
+
+def test_tunes_certificate_names_the_recipe_split_only_where_the_release_has_one() -> None:
+    from primus.tuning.variants import pipeline_options_text
+
+    on = job_from_mapping(FREE_DSV3, "t")
+    off = job_from_mapping({**FREE_DSV3, "stack": "megatron-bridge@25.09"}, "t")
+    assert "megatron-bridge@26.04's recipe for deepseek-v3" in pipeline_options_text(on)
+    assert pipeline_options_text(off) == "none set: Megatron's default split"
+
+
+def test_export_complete_writes_the_recipes_layout_it_completed_with(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # the launch file runs on Megatron-LM, which has no recipe layouts: it states the one fit found legal
+    job = {k: v for k, v in FREE_DSV3.items() if k != "parallel"} | {"parallel": {"pp": 16}}
+    code, out, _ = run_cli("export", write_job(job), "--complete", "--to", "megatron")
+    assert code == 0 and f"--pipeline-model-parallel-layout '{DSV3_PP16}'" in out

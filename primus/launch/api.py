@@ -176,7 +176,7 @@ def tune_job(path: str | Path) -> Job:
 def axes_job(fields: Mapping[str, Any], base: Job | None = None) -> Job:
     """A job from command-line values: the top-level keys (model, hardware, nodes|gpus, seq_len,
     global_batch_size, precision, fp8_recipe) and the parallel axes, over `base` when given."""
-    data: dict[str, Any] = dict(base.spec.model_dump(exclude_none=True)) if base else {}
+    data: dict[str, Any] = base.as_mapping() if base else {}
     if base is not None:
         data["model"], data["hardware"] = base.spec.model, base.spec.hardware
     parallel = dict(data.get("parallel", {}))

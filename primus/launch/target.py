@@ -14,6 +14,7 @@ was exported from.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 from primus.errors import InputError
@@ -43,6 +44,9 @@ WRITTEN_BY: Final = {"megatron": WRITTEN | WRITTEN_MOE, "primus": WRITTEN | WRIT
 #: The formats whose file sets PyTorch's allocator when the job runs expandable segments (a Megatron-LM
 #: line exports PYTORCH_CUDA_ALLOC_CONF, `primus.launch.launch_env.allocator_env`), whichever stack chose it.
 STATES_ALLOCATOR: Final = ("megatron",)
+#: The formats whose file states the pipeline layout a stack's recipe split gives (Megatron arguments, and
+#: Primus's YAML of them); a torchtitan TOML states none (`primus.launch.torchtitan`).
+SPLIT_WRITTEN: Final = ("megatron", "primus")
 #: Keys that describe the framework itself: the target's stack supplies them.
 FRAMEWORK_KEYS: Final = ("framework", "selective_recompute")
 
@@ -88,7 +92,12 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
         _check_legacy_gemm(job, old, new)
     data: dict[str, Any] = nest(own)
     data["model"], data["hardware"] = job.spec.model, job.spec.hardware
-    return job_from_mapping(data, job.where, job.base_dir), tuple(notes)
+    target = job_from_mapping(data, job.where, job.base_dir)
+    if moved and kind in SPLIT_WRITTEN and job.split_stack is not None and "pipeline" not in data:
+        # the old stack's recipe split, which the file states (--pipeline-model-parallel-layout): a layout
+        # `fit` and `tune` found legal there stays so on the runner's stack, as the file runs it
+        target = replace(target, split_stack=job.split_stack)
+    return target, tuple(notes)
 
 
 def _new_stack(old: Stack, kind: str) -> str:

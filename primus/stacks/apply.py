@@ -222,8 +222,9 @@ def search_split_text(stack: Stack, spec: Any) -> str | None:
     """What `search_split` does for this model on this stack, in words; None when it leaves every PP x VP to
     Megatron's even split."""
     named = _recipe_model(stack, spec) if stack.pipeline_layouts else None
-    if named is None:
-        return None
+    if named is None or not any(stack.pipeline_layout_for(named, r.pp, r.vp) is not None
+                                for r in stack.pipeline_layouts if r.model == named):
+        return None  # no layout of this model's recipe holds for the release asked for
     return f"the layouts {stack.label}'s recipe for {named} names (primus stacks show), else Megatron's default split"
 
 

@@ -47,7 +47,7 @@ def pipeline_options_text(job: Job) -> str:
     """The job's pipeline options as the certificate scopes its claim to them."""
     set_ = job.spec.pipeline.model_dump(exclude_defaults=True)
     if not set_:
-        recipes = search_split_text(job.resolved_stack, job.model) if job.split_from_stack else None
+        recipes = search_split_text(job.split_stack, job.model) if job.split_stack is not None else None
         return "none set: " + (recipes or "Megatron's default split")
     return ", ".join(option_text(f"pipeline.{k}", v) for k, v in sorted(set_.items()))
 
