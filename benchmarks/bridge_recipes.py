@@ -239,10 +239,27 @@ def read_workload_configs(mirror: Mirror, release: str) -> list[Preset]:
                 continue
             set_here = {k: v for k, v in fields.items() if v != defaults.get(k)}
             notes = [f"{k} {set_here[k]!r}" if isinstance(set_here[k], str) else f"{k} {set_here[k]}"
-                     for k in UNMODELLED if set_here.get(k) not in (None, False, [], "none")]
+                     for k in UNMODELLED if set_here.get(k) not in (None, False, [], "none")
+                     and not (k == "pp_layout" and layout_modelled(model, fields, release, set_here[k]))]
             out.append(Preset(release, tag, commit, path, name, model, GPUS[gpu], PRECISIONS[prec] if prec else "*",
                               m.group("var") or "", fields, ["not modelled: " + ", ".join(notes)] if notes else []))
     return out
+
+
+def layout_modelled(model: str, fields: dict[str, Any], release: str, text: object) -> bool:
+    """Whether a preset's `pp_layout` is one the stack file's `pipeline_layouts` give the model at its PP x VP
+    in this release (then the projection runs it, `primus.stacks.apply.model_pipeline_layout`)."""
+    if not isinstance(text, str):
+        return False
+    pp = fields["pipeline_model_parallel_size"]
+    vp = fields.get("virtual_pipeline_model_parallel_size") or 1
+    at = ORDER.index(release)
+    for r in yaml.safe_load(STACK.read_text(encoding="utf-8")).get("pipeline_layouts", []):
+        if (r["model"], r["pp"], r.get("vp", 1)) != (model, pp, vp) or r["layout"] != "".join(text.split()):
+            continue
+        if ORDER.index(r.get("since", ORDER[0])) <= at <= ORDER.index(r.get("until", ORDER[-1])):
+            return True
+    return False
 
 
 def _model_key(model: str) -> str:

@@ -36,6 +36,17 @@ def test_a_megatron_bridge_deepseek_v3_job_at_pp16_gets_the_recipes_layout_and_s
     assert said and "the stack's recipe for deepseek-v3" in said[0] and "layout_map" in said[0]
 
 
+def test_the_h100_presets_32_chunk_layouts_are_the_stacks_from_26_02() -> None:
+    # Megatron-Bridge v0.3.0-v0.6.0 H100 presets: DeepSeek-V3 pp_layout "Et|(tt|)*30mL" at PP 8 x VP 4, Kimi-K2
+    # "Et|(tt|)*30L" at PP 16 x VP 2 (v0.3.1 on); v0.2.0 (25.11) names none
+    dsv3 = {**JOB, "hardware": "h100-80gb", "gpus": 1024, "parallel": {"tp": 2, "pp": 8, "vp": 4, "ep": 64, "mbs": 1}}
+    assert job_from_mapping({**dsv3, "stack": "megatron-bridge@26.02"}, "t").spec.pipeline.layout == "Et|(tt|)*30mL"
+    assert job_from_mapping({**dsv3, "stack": "megatron-bridge@25.11"}, "t").spec.pipeline.layout != "Et|(tt|)*30mL"
+    kimi = {**dsv3, "model": "kimi-k2", "stack": "megatron-bridge@26.04",
+            "parallel": {"tp": 8, "pp": 16, "vp": 2, "ep": 64, "mbs": 1}}
+    assert job_from_mapping(kimi, "t").spec.pipeline.layout == "Et|(tt|)*30L"
+
+
 @pytest.mark.parametrize(("pp", "vp", "layout"), [(8, 1, "Et*8|(t*8|)*6t*5mL"), (8, 2, DSV3_PP16),
                                                   (4, 4, DSV3_PP16), (4, 1, "Et*16|t*16|t*16|t*13mL")])
 def test_every_pp_vp_the_deepseek_v3_recipe_maps_gets_its_layout(pp: int, vp: int, layout: str) -> None:
@@ -45,9 +56,9 @@ def test_every_pp_vp_the_deepseek_v3_recipe_maps_gets_its_layout(pp: int, vp: in
 
 
 def test_a_pp_vp_the_recipe_does_not_map_keeps_the_stacks_split() -> None:
-    # PP 8 x VP 4 (32 chunks) is in no DeepSeek-V3 map; PP 2 x VP 8 is in Kimi-K2's (v0.3.1 on)
+    # PP 4 x VP 8 (32 chunks) is in no DeepSeek-V3 map nor preset; PP 2 x VP 8 is in Kimi-K2's (v0.3.1 on)
     job = job_from_mapping({**JOB, "stack": "megatron-bridge@26.04", "gpus": 512,
-                            "parallel": {**JOB["parallel"], "pp": 8, "vp": 4}}, "t")
+                            "parallel": {**JOB["parallel"], "pp": 4, "vp": 8}}, "t")
     assert job.spec.pipeline.layout is not None and "(t*4|)*14" not in job.spec.pipeline.layout
     kimi = job_from_mapping({**JOB, "model": "kimi-k2", "stack": "megatron-bridge@26.04",
                              "parallel": {**JOB["parallel"], "pp": 2, "vp": 8}}, "t")
@@ -182,9 +193,10 @@ def _pairs(run_cli, write_job, stack: str) -> set[tuple[int, int]]:  # type: ign
 
 def test_enumerate_counts_the_recipes_pp_vp_pairs_as_legal_on_its_stack(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
     # 61 layers split evenly over no PP above 1; Megatron-Bridge's recipe names layouts at these (PP, VP)
-    # (v0.4.0 recipes/deepseek/deepseek_v3.py layout_map; the GB300 presets' PP 2 x VP 8 from 26.02)
+    # (v0.4.0 recipes/deepseek/deepseek_v3.py layout_map; from 26.02 the GB300 presets' PP 2 x VP 8 and the H100
+    # presets' PP 8 x VP 4, "Et|(tt|)*30mL")
     assert _pairs(run_cli, write_job, "megatron-bridge@26.04") == {(1, 1), (2, 8), (4, 1), (4, 2), (4, 4), (8, 1),
-                                                                   (8, 2), (16, 1)}
+                                                                   (8, 2), (8, 4), (16, 1)}
 
 
 def test_enumerate_on_a_stack_without_recipe_layouts_keeps_megatrons_even_split(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]

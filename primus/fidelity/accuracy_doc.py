@@ -18,7 +18,7 @@ from primus.fidelity.accuracy_sections import (
     gpt_oss_section,
     unstated_section,
 )
-from primus.fidelity.change_sections import HBM, LAYOUT, change_section
+from primus.fidelity.change_sections import HBM, LAYOUT, RELEASE, change_section
 from primus.fidelity.defaults import all_rules
 from primus.fidelity.dispatcher_section import dispatcher_section
 from primus.fidelity.heldout_bridge import heldout_section
@@ -163,6 +163,7 @@ def render(report: ValidationReport, spec: ValidationReport, bars: Mapping[str, 
         *a2a_overlap_section(report, bars, heldout), "",
         *dispatcher_section(report, bars, heldout), "",
         *change_section(LAYOUT, report, bars, heldout), "",
+        *change_section(RELEASE, report, bars, heldout), "",
         *amd_section(amd, bars, amd_fit), "",
         *heldout_section(heldout),
     ]

@@ -9,6 +9,8 @@ Each change keeps the figures of the docs/accuracy.md before it, as history; the
 - DeepSeek-V3 and Kimi-K2 pipeline layouts: Megatron-Bridge's recipes for them name a layout per (PP, VP)
   (stacks/megatron-bridge.yaml `pipeline_layouts`), which the stack's balanced split had guessed. Before:
   99828de.
+- Megatron-Bridge 26.04.01 is v0.4.2: the presets of the tag that published the 26.04.01 table, and the H100
+  presets' 32-chunk layouts. Before: 722d5d4.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ LAYOUT_TEXT = (
     "Hugging Face config.json of DeepSeek-V3 is). The GB300 presets' own pp_layout at PP 2 x VP 8 (the same "
     "\"Et*4|(t*4|)*14tmL\", v0.3.0 on) is carried too, as the only preset at that PP x VP. The 25.09 preset set "
     "one 32-chunk layout for every GPU (deepseek_v3_llm_pretrain.yaml) and is not described; the H100 presets' "
-    "pp_layout (\"Et|(tt|)*30mL\" at PP 8 x VP 4) is per GPU and stays unmodelled. Effect on the rows: "
+    "pp_layout (\"Et|(tt|)*30mL\" at PP 8 x VP 4) is per GPU and stayed unmodelled (it is carried from the next "
+    "section on). Effect on the rows: "
     "DeepSeek-V3 on B200 at PP 16 (26.02 to 26.04) -26.5% to -29.8% become -2.9% to +1.7%, on GB200 at PP 4 "
     "x VP 4 about 5 points less "
     "slow; on B300 at PP 16 -12.8% to -16.9% become +19.0% to +24.9% (B300 projects with GB300's factors, "
@@ -141,5 +144,41 @@ C99828DE = Snapshot(
      "llama3-8b": (6.8, 12.5), "llama3.1-405b": (6.3, 16.2), "qwen3-235b-a22b": (7.6, 23.9),
      "qwen3-30b-a3b": (4.3, 14.7)})
 
+#: docs/accuracy.md at 722d5d4 (the recipes' pipeline layouts)
+C722D5D = Snapshot(
+    {"dev median": 4.2, "dev p90": 16.4, "dev LOSO median": 6.1, "dev LOSO p90": 19.0, "dev LOSO coverage": 64.9,
+     "held-out median": 7.6, "held-out p90": 26.7},
+    {"a100-80gb": (3.5, 11.5), "b200": (65.7, 121.3), "gb200": (5.7, 28.8), "gb300": (5.0, 16.9),
+     "h100-80gb": (3.8, 16.2), "h100-96gb-500w": (9.1, 13.8), "h200": (3.4, 4.3)},
+    {"b200 dense": (12.4, 14.1), "b200 moe": (14.6, 23.0), "b300 moe": (19.0, 111.8), "gb200 dense": (6.4, 16.1),
+     "gb200 moe": (7.3, 21.4), "gb300 dense": (4.2, 21.6), "gb300 moe": (6.9, 27.8), "h100-80gb dense": (9.2, 12.5),
+     "h100-80gb moe": (8.1, 25.8)},
+    {"deepseek-v3": (7.5, 24.9), "gpt-oss-120b": (21.9, 48.1), "kimi-k2": (2.5, 7.6), "llama3-70b": (5.1, 16.1),
+     "llama3-8b": (6.8, 12.5), "llama3.1-405b": (6.3, 16.2), "qwen3-235b-a22b": (7.6, 23.9),
+     "qwen3-30b-a3b": (4.3, 14.7)})
+
+RELEASE_TEXT = (
+    "Which Megatron-Bridge a NeMo container holds decides which presets its published runs used. primus read "
+    "26.04.01 as v0.4.1, the first patch tag after v0.4.0 (26.04). But v0.4.2 (2026-05-28) is the first tag "
+    "whose docs/performance-summary.md has the \"26.04.01 NeMo Container\" section (v0.4.1's, of 2026-05-06, "
+    "ends at 26.02.01), and its presets are the configurations that section prints: all 34 of its runs match "
+    "the layout of a v0.4.2 preset, 32 a v0.4.1 one. The two that only v0.4.2 has are B200 DeepSeek-V3 MXFP8 at "
+    "PP 8 x VP 2, EP 32 (DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: DeepEP, the all-to-all overlap, recompute "
+    "of mla_up_proj and mlp) and B300 DeepSeek-V3 at PP 8, MBS 2; v0.4.2 also dropped HybridEP from the GB200 "
+    "and B200 gpt-oss BF16 presets. benchmarks/bridge_recipes.py now reads 26.04.01 from v0.4.2 "
+    "(stacks/megatron-bridge.yaml recipes). The H100 presets' own pp_layout is carried too, as the GB300 one "
+    "was (stack file `pipeline_layouts`): DeepSeek-V3 \"Et|(tt|)*30mL\" at PP 8 x VP 4 (v0.3.0 to v0.6.0) and "
+    "Kimi-K2 \"Et|(tt|)*30L\" at PP 16 x VP 2 (v0.3.1 on), so no preset's pp_layout is left unmodelled; no "
+    "published run is at those layouts from 26.02 on, so no row moves for it, but `enumerate` and `tune` of "
+    "DeepSeek-V3 on H100 now count the layout NVIDIA runs it at as legal. Effect: the B200 DeepSeek-V3 26.04.01 "
+    "run, which no preset matched and which ran with the stack's non-overlapped all-to-all, -72.3% to -33.0%; "
+    "B300 DeepSeek-V3 26.04.01 +9.1% to +11.6%; gpt-oss BF16 26.04.01 on GB200 +10.3% to +19.6% and on B200 "
+    "+13.8% to +18.0% (the all-to-all dispatcher instead of HybridEP, as the preset says). What is left on the "
+    "B200 DeepSeek-V3 run is DeepEP across four nodes, which primus prices as the all-to-all. Two held-out "
+    "runs fit as typed now (the preset's recompute), so the rows whose recompute the projection escalated to "
+    "fit fall from 11 to 9 (held-out table below)."
+)
+
 HBM = Change("Memory-bound efficiency on Blackwell", HBM_TEXT, F17A60C, C99828DE)
-LAYOUT = Change("DeepSeek-V3 and Kimi-K2: the recipe's pipeline layout", LAYOUT_TEXT, C99828DE)
+LAYOUT = Change("DeepSeek-V3 and Kimi-K2: the recipe's pipeline layout", LAYOUT_TEXT, C99828DE, C722D5D)
+RELEASE = Change("Megatron-Bridge 26.04.01 is v0.4.2", RELEASE_TEXT, C722D5D)
