@@ -47,6 +47,12 @@ class Job:
         """The job's stack (the default stack for a job built without one)."""
         return self.stack if self.stack is not None else resolve_stack(self.spec.stack, self.where)
 
+    @property
+    def layout_stack(self) -> Stack:
+        """The stack whose recipes name the job's pipeline layouts: the one that split the layers when a
+        launch file moved the job to its runner's stack, else the job's own."""
+        return self.split_stack if self.split_stack is not None else self.resolved_stack
+
     def assumptions(self) -> list[str]:
         """The job's assumption list: its stack and release, then every setting the stack supplied."""
         stack = self.resolved_stack

@@ -250,3 +250,20 @@ def test_export_complete_writes_the_recipes_layout_it_completed_with(run_cli, wr
     job = {k: v for k, v in FREE_DSV3.items() if k != "parallel"} | {"parallel": {"pp": 16}}
     code, out, _ = run_cli("export", write_job(job), "--complete", "--to", "megatron")
     assert code == 0 and f"--pipeline-model-parallel-layout '{DSV3_PP16}'" in out
+
+
+def test_a_job_moved_to_megatron_lm_still_says_its_layout_is_the_recipes() -> None:
+    # export to a Megatron-LM file runs the job on megatron-lm, which has no recipes; the layout it uses and
+    # writes is still Megatron-Bridge's, and the ledger and the projection say so
+    from primus.launch.target import on_target_stack
+    from primus.memory.evaluate import MemoryModel, pinned_layout
+    from primus.projection.project import project
+
+    moved, _ = on_target_stack(job_from_mapping(FREE_DSV3, "t"), "megatron")
+    pinned = moved.with_spec(parallel={**moved.spec.parallel.model_dump(), "pp": 16, "vp": 1})
+    layout = pinned_layout(pinned)
+    said = f"pipeline layout {DSV3_PP16} at PP 16 x VP 1: megatron-bridge@26.04's recipe for deepseek-v3 " \
+           "(primus stacks show)"
+    assert moved.resolved_stack.name == "megatron-lm"
+    assert said in MemoryModel(pinned).evaluate(layout).assumptions
+    assert said in project(pinned, layout).assumptions

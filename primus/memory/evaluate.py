@@ -183,7 +183,7 @@ class MemoryModel:
                        "unsharded bf16 copies of the current and prefetched layer")
         out.append(f"{layout.schedule} pipeline schedule: stage 0 holds {stage0_in_flight} microbatch chunk(s) in "
                    f"flight at its peak (M = {layout.num_microbatches(spec.global_batch_size)})")
-        note = recipe_layout_note(self.job.resolved_stack, self.model,
+        note = recipe_layout_note(self.job.layout_stack, self.model,
                                   self.job.pipeline_at(layout.pp, layout.vp).layout, layout.pp, layout.vp)
         if note:
             out.append(note)

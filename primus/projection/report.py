@@ -142,7 +142,8 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
     out.append(f"{layout.schedule} schedule, PP {layout.pp} × VP {layout.vp}, {m} microbatches, timed by {method}; "
                f"pipeline rank {crit} ends last, rank {bottleneck} has the most work (the breakdown's view); "
                f"P2P sends of each activation ({split} across TP) as a link delay")
-    note = recipe_layout_note(stack, p.model, p.job.pipeline_at(layout.pp, layout.vp).layout, layout.pp, layout.vp)
+    note = recipe_layout_note(p.job.layout_stack, p.model, p.job.pipeline_at(layout.pp, layout.vp).layout,
+                              layout.pp, layout.vp)
     if note:
         out.append(note)
     if not split_ok:
