@@ -150,12 +150,14 @@ def fit(job: JobLike, *, rules: Sequence[str] = (), rule_files: Sequence[str | P
 class MemoryAnswer:
     """`primus memory`: the byte ledger of the job's pinned layout, and whether it may run at all.
 
-    A layout that breaks a rule `fit` reads the same pins with (EP 2 for a dense model, VP 4 at PP 1)
-    does not fit, whatever its bytes: `violated_rules` names the rules as `fit` does, and the bytes
-    are those of the layout the ledger reads (`notes` says which value each refused pin is read as)."""
+    A layout that breaks a rule `fit` reads the same pins with (EP 2 for a dense model, VP 4 at PP 1,
+    a global batch of no whole microbatches) does not fit, whatever its bytes: `violated_rules` names
+    the rules as `fit` does, and the bytes are those of the layout the ledger reads (`notes` says which
+    value each refused pin is read as). `report` is None where the pins describe no layout to count
+    bytes for (TP x PP x CP not dividing the GPUs, a global batch of no whole microbatches)."""
 
     job: Job = field(repr=False)
-    report: MemoryReport
+    report: MemoryReport | None
     #: rule id -> the arithmetic or the rule's reason, for every hard rule the pinned layout breaks
     rule_details: dict[str, str] = field(default_factory=dict)
     #: pins the ledger reads other than as written (Megatron-LM's normalisations, refused values)
@@ -172,7 +174,7 @@ class MemoryAnswer:
     @property
     def fits(self) -> bool:
         """Legal and within capacity: `fit`'s answer for the same pins."""
-        return self.legal and self.report.fits
+        return self.legal and self.report is not None and self.report.fits
 
     @property
     def negative(self) -> bool:
@@ -181,35 +183,60 @@ class MemoryAnswer:
     @property
     def verdict(self) -> str:
         """fits, tight or does not fit (a layout that breaks a rule does not fit)."""
+        if self.report is None:
+            return "does not fit"
         return self.report.reserves.verdict_fields(self.report.peak_bytes, self.legal)["verdict"]
 
     @property
     def assumptions(self) -> tuple[str, ...]:
-        return (*self.notes, *self.report.assumptions)
+        return (*self.notes, *(self.job.assumptions() if self.report is None else self.report.assumptions))
 
     def to_json(self) -> dict[str, Any]:
+        rules = {"legal": self.legal, "violated_rules": list(self.violated_rules),
+                 "rule_details": dict(self.rule_details)}
+        if self.report is None:
+            return {"parallel": self.job.spec.parallel.pinned(), "fits": False, "verdict": "does not fit",
+                    "tight": False, "peak_bytes": None, "stages": [], **rules, "notes": list(self.notes),
+                    "assumptions": list(self.assumptions)}
         doc = self.report.to_json()
         doc.update(fits=self.fits, **self.report.reserves.verdict_fields(self.report.peak_bytes, self.legal),
-                   legal=self.legal, violated_rules=list(self.violated_rules), rule_details=dict(self.rule_details),
-                   notes=list(self.notes), assumptions=list(self.assumptions))
+                   **rules, notes=list(self.notes), assumptions=list(self.assumptions))
         return doc
 
 
 def memory_ledger(job: JobLike) -> MemoryAnswer:
     """Exact bytes per rank at each pipeline stage's peak for a job with every axis pinned, and the rules
-    (as `fit` names them) the pinned layout breaks. A layout whose bytes cannot be described (pins
-    that do not fold into the world, a global batch of no whole microbatches, layers that do not split)
-    raises InputError."""
-    from primus.memory.evaluate import MemoryModel, pinned_layout
+    (as `fit` names them) the pinned layout breaks. Pins that break a rule are an answer (does not fit),
+    as `fit` gives it, not an error: the ledger is kept where the pins still describe a layout to count
+    (a schedule or layer split Megatron refuses), None where they do not. InputError only for free axes
+    or pins that break no rule and still describe no layout."""
+    from primus.memory.evaluate import MemoryModel, free_axes, pinned_layout
     from primus.solver.api import Question
     from primus.solver.check import pinned_breaks
-    from primus.solver.pins import normalisation_notes, refused_pin_notes
 
     j = load_job(job)
-    report = MemoryModel(j).evaluate(pinned_layout(j))
-    pins, parallel = j.spec.parallel.pinned(), report.layout.as_parallel()
-    notes = (*normalisation_notes(pins, parallel, j.model.name, j.model.is_moe), *refused_pin_notes(pins, parallel))
-    return MemoryAnswer(j, report, pinned_breaks(Question(j)), notes)
+    model = MemoryModel(j)
+    try:
+        report = model.evaluate(pinned_layout(j))
+    except InputError:
+        breaks = pinned_breaks(Question(j)) if not free_axes(j) else {}
+        if not breaks:
+            raise
+        try:
+            loose = model.evaluate(pinned_layout(j), strict=False)
+        except InputError:
+            return MemoryAnswer(j, None, breaks)
+        return MemoryAnswer(j, loose, breaks, _pin_notes(j, loose))
+    return MemoryAnswer(j, report, pinned_breaks(Question(j)), _pin_notes(j, report))
+
+
+def _pin_notes(job: Job, report: MemoryReport) -> tuple[str, ...]:
+    """The pins the ledger read other than as written (Megatron-LM's normalisations, refused values)."""
+    from primus.solver.pins import normalisation_notes, refused_pin_notes
+
+    pins, parallel = job.spec.parallel.pinned(), report.layout.as_parallel()
+    return (*normalisation_notes(pins, parallel, job.model.name, job.model.is_moe),
+            *refused_pin_notes(pins, parallel))
 
 
 # ---- enumerate -------------------------------------------------------------------------------------
@@ -225,12 +252,17 @@ class Enumeration:
     uncertainty: ErrorBar | None = None
     #: the job's stack and release, and every setting it supplied (as `fit` and `project` list them)
     assumptions: tuple[str, ...] = ()
+    #: only the number was asked for (`count_only`, `--count`): the document has no `layouts`
+    counted_only: bool = False
 
     @property
     def negative(self) -> bool:
         return self.count == 0
 
     def to_json(self) -> dict[str, Any]:
+        """The `--format json` document (`--count`: the count and the assumptions, no layouts)."""
+        if self.counted_only:
+            return {"count": self.count, "assumptions": list(self.assumptions)}
         doc: dict[str, Any] = {"count": self.count, "layouts": [dict(r) for r in self.rows]}
         if self.uncertainty is not None:
             doc.update(uncertainty_pct=self.uncertainty.pct, uncertainty_basis=self.uncertainty.basis)
@@ -251,7 +283,7 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
     c = q.candidates
     n = c.n
     if count_only:
-        return Enumeration(n, (), False, assumptions=tuple(q.job.assumptions()))
+        return Enumeration(n, (), False, assumptions=tuple(q.job.assumptions()), counted_only=True)
     capacity = q.space.reserves.capacity_bytes
     projections: list[Projection] = []
     bar = None
@@ -274,7 +306,7 @@ def enumerate_layouts(job: JobLike, *, rules: Sequence[str] = (), rule_files: Se
             for p, peak, st in zip(c.parallel_dicts(), peaks, stages, strict=True)]
     for row, p in zip(rows, projections, strict=False):
         row.update(tokens_per_s_per_gpu=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s, mfu=p.mfu,
-                   uncertainty_pct=bar.pct if bar is not None else None)
+                   uncertainty_pct=bar.pct if bar is not None else None, timing=p.timing)
     return Enumeration(n, tuple(rows), rank, bar, tuple(q.job.assumptions()))
 
 

@@ -184,9 +184,26 @@ def loads_yaml(text: str, where: str, shipped: bool = False) -> Any:
     return data
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object that names a key twice is refused, as a YAML mapping is: json keeps the last value
+    silently, so a config.json with two `hidden_size` would describe another model than it seems to."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key[:80]!r}")
+        out[key] = value
+    return out
+
+
 def loads_json(text: str, where: str) -> Any:
     try:
-        data = json.loads(text, parse_int=bounded_json_int)
+        data = json.loads(text, parse_int=bounded_json_int, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InputError(where, None, f"invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(where, None, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except _IntTooLong as exc:

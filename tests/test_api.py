@@ -63,7 +63,8 @@ def test_fit_explains_a_refusal_and_takes_rules() -> None:
 
 def test_enumerate_layouts_counts_and_ranks_as_the_cli_does() -> None:
     counted = primus.enumerate_layouts(FREE, count_only=True)
-    assert counted.count == cli_json("enumerate", str(FREE), "--count")["count"]
+    assert counted.to_json() == cli_json("enumerate", str(FREE), "--count")  # the count and the assumptions
+    assert "layouts" not in counted.to_json()
     ranked = primus.enumerate_layouts(FREE, rank=True, top=5)
     assert ranked.count == counted.count and len(ranked.rows) == 5
     speeds = [r["tokens_per_s_per_gpu"] for r in ranked.rows]

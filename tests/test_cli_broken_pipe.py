@@ -32,3 +32,17 @@ def test_a_table_whose_reader_stops_early_exits_141_not_the_negative_answers_1()
     err = proc.stderr.read()
     assert proc.wait(timeout=600) == 141
     assert b"Broken pipe" not in err and b"Traceback" not in err
+
+
+def test_a_csv_or_json_document_cut_short_exits_141_not_0() -> None:
+    # one large write that the reader cuts short returned as if complete, so a truncated document exited 0
+    for fmt in ("csv", "json"):
+        proc = subprocess.Popen([sys.executable, "-m", "primus.cli.main", "enumerate",
+                                 str(ROOT / "examples" / "llama3.1-70b-mi300x-free.yaml"), "--format", fmt],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does after its line
+        err = proc.stderr.read()
+        assert proc.wait(timeout=600) == 141, fmt
+        assert b"Broken pipe" not in err and b"Traceback" not in err

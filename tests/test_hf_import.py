@@ -213,3 +213,22 @@ def test_json_list_is_refused_in_one_line(tmp_path: Path) -> None:
 def test_every_fixture_is_valid_json_with_a_model_type(path: Path) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     assert isinstance(data, dict) and data["model_type"] in supported_families()
+
+
+def test_a_config_that_names_a_key_twice_is_refused(tmp_path: Path) -> None:
+    # json keeps the last value silently: two hidden_size would describe another model than the file seems to
+    text = LLAMA_3_1_8B.read_text().rstrip().rstrip("}") + ', "hidden_size": 8192}'
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load(path)
+    assert err.value.line() == f"{path}: invalid JSON: duplicate key 'hidden_size'"
+
+
+def test_a_config_of_a_billion_layers_is_refused_not_computed(tmp_path: Path) -> None:
+    # ten times the deepest transformer trained (DeepNet, Wang et al. 2022: 1,000 layers) is the bound
+    data = json.loads(LLAMA_3_1_8B.read_text())
+    path = write_config(tmp_path, {**data, "num_hidden_layers": 1_000_000_000})
+    with pytest.raises(InputError) as err:
+        load(path)
+    assert "num_hidden_layers" in err.value.line() and "10000" in err.value.line()

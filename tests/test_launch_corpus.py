@@ -307,3 +307,14 @@ def test_a_flavor_whose_vocabulary_comes_from_the_tokenizer_says_so() -> None:
     with pytest.raises(InputError, match="vocab_size is -1: torchtitan sets it from the tokenizer file"):
         import_launch("torchtitan", TT_CHECKOUT / "qwen3" / "train_configs" / "debug_model.toml",
                       hardware="h100-80gb", nodes=1)
+
+
+def test_the_nodes_a_contradicted_layout_needs_are_the_fewest_it_divides(tmp_path: Path) -> None:
+    # TP 3 on nodes of 8 GPUs: one node (8) and two (16) do not divide; three (24) are the fewest that do
+    text = (LAUNCH / "gpt3_175b_distributed.sh").read_text()
+    text = text.replace("--tensor-model-parallel-size 8", "--tensor-model-parallel-size 3").replace(
+        "--pipeline-model-parallel-size 16", "--pipeline-model-parallel-size 1")
+    path = tmp_path / "tp3.sh"
+    path.write_text(text)
+    with pytest.raises(InputError, match=r"TP×PP×CP = 3 does not divide.*--nodes 3 at the least"):
+        import_launch("megatron", path, hardware="h100-80gb")

@@ -34,9 +34,13 @@ def test_published_llama3_8b_h200_recipe_imports_and_fit_proves_it() -> None:
     assert job.spec.kernels.cross_entropy_fusion
     # no --normalization: Megatron's LayerNorm, so the nearest catalog model with that one change
     assert config.job["model"] == {"base": "llama3-8b", "name": "llama3_8b_h200_bf16", "normalization": "LayerNorm"}
-    for option in ("--lr 0.00015", "--apply-layernorm-1p", "--rotary-base 1000000", "--tokenizer-type "
+    for option in ("--lr 0.00015", "--apply-layernorm-1p", "--tokenizer-type "
                    "HuggingFaceTokenizer", "torchrun --master-port 6000"):
         assert option in config.unmodelled
+    # the recipe's RoPE base is read, and said to differ from Llama 3's (HF rope_theta 500000): no byte or second
+    # depends on it, but a run of the file trains it
+    assert "--rotary-base 1000000" not in config.unmodelled
+    assert any("rotary_base 1000000 (the model's 500000)" in n for n in config.notes)
     result = fit(Question(job))
     assert result.fits
     assert result.layout is not None and result.layout.as_parallel() == {**par, "recompute": "none"}
@@ -135,7 +139,7 @@ def test_moe_and_mla_options_build_the_model(tmp_path: Path) -> None:
     (BASE, {}, "give --hardware"),
     (BASE, {"hardware": "h100-80gb"}, "give --nodes or --gpus"),
     (BASE.replace("--micro-batch-size 1", ""), {"hardware": "h100-80gb", "gpus": 8}, "--micro-batch-size"),
-    (BASE + " --tensor-model-parallel-size $TP", {"hardware": "h100-80gb", "gpus": 8}, "unexpanded shell variable"),
+    (BASE + " --tensor-model-parallel-size $TP", {"hardware": "h100-80gb", "gpus": 8}, "shell text left unexpanded"),
     (BASE.replace("--bf16", ""), {"hardware": "h100-80gb", "gpus": 8}, "fp32 training is not modelled"),
     (BASE + " --tensor-model-parallel-size 3", {"hardware": "h100-80gb", "gpus": 8}, "does not divide"),
     (BASE + " --bf16=1", {"hardware": "h100-80gb", "gpus": 8}, "takes no value"),

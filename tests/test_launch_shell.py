@@ -220,3 +220,16 @@ def test_each_substitution_of_a_continued_command_is_reported_on_its_own_line(tm
                     "  --micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000 --save $(dirname $0)/ck\n")
     config = import_launch("megatron", path, hardware="h100-80gb")
     assert any(n.startswith("line 4: $(dirname $0) is not run") for n in config.notes), config.notes
+
+
+@pytest.mark.parametrize("doubling", ['A="$A$A"', 'A+=( "${A[@]}" )', 'B="$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A$A"'],
+                         ids=["string", "array", "one-line"])
+def test_a_script_whose_variables_blow_up_is_refused_in_one_line(doubling: str) -> None:
+    # a 1 KB script that doubles a variable per line would reach gigabytes (bash would too, then run out of
+    # memory); a launch script's variables hold a few kilobytes, so past 1,000,000 characters it is bad input
+    head = "A=(x)" if "[@]" in doubling else "A=x"
+    grow = ['A="$A$A"'] * 19 if doubling.startswith("B=") else [doubling] * 40  # 2**19 < 1,000,000
+    text = "\n".join([head, *grow, *([doubling] if doubling.startswith("B=") else []), "torchrun x.py"])
+    with pytest.raises(InputError) as err:
+        read_script(text, "blowup.sh")
+    assert err.value.line().startswith("blowup.sh: line ") and "characters" in err.value.line()

@@ -105,3 +105,39 @@ def test_the_python_api_gives_the_cli_document(run_cli, write_job):
     assert answer.negative and not answer.legal and answer.violated_rules == ("ep-needs-experts",)
     assert answer.report.peak_bytes == PEAK_TP2
     assert answer.to_json() == json.loads(run_cli("memory", path, "--format", "json")[1])
+
+
+# Megatron-LM asserts a global batch of whole microbatches on every data-parallel rank (arguments.py,
+# "global batch size (...) is not divisible by micro batch size (...) times data parallel size (...)"): 100 at
+# MBS 1 x DP 4 is 25 microbatches, 102 is not a whole number of them, and no layout exists to count bytes for.
+@pytest.mark.parametrize("command", ["memory", "project", "fit"])
+def test_a_global_batch_of_no_whole_microbatches_does_not_fit_in_every_command(run_cli, write_job, command):
+    code, out, err = run_cli(command, write_job({**job(), "global_batch_size": 102}), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and err == "" and doc["fits"] is False
+    said = doc.get("violated_rules") or [doc["reason"].split(":")[0].removeprefix("the pinned layout breaks ")]
+    assert "batch-divisible" in said  # fit also lists the pins it could not keep
+
+
+def test_pins_that_describe_no_layout_have_no_ledger_and_say_why(run_cli, write_job):
+    path = write_job({**job(), "global_batch_size": 102})
+    doc = json.loads(run_cli("memory", path, "--format", "json")[1])
+    assert doc["peak_bytes"] is None and doc["stages"] == [] and doc["legal"] is False
+    code, out, _ = run_cli("memory", path)
+    assert code == 1 and "DOES NOT FIT: the pinned layout breaks batch-divisible" in out
+    assert primus.memory_ledger(path).to_json() == doc
+
+
+# Megatron-LM's interleaved schedule runs microbatches in groups of PP (schedules.py
+# forward_backward_pipelining_with_interleaving: "number of microbatches ... is not divisible by pipeline-model-
+# parallel-size"): PP 4 x VP 2 with 6 microbatches is refused, but its bytes are still those of a layout.
+def test_an_interleaved_schedule_of_uneven_microbatch_groups_keeps_its_ledger(run_cli, write_job):
+    path = write_job({**job(pp=4, vp=2), "global_batch_size": 6})
+    code, out, _ = run_cli("memory", path, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["violated_rules"] == ["interleaved-microbatches"] and doc["peak_bytes"] > 0
+    fit = json.loads(run_cli("fit", path, "--format", "json")[1])
+    assert "interleaved-microbatches" in fit["violated_rules"]
+    code, out, err = run_cli("project", path, "--format", "json")
+    assert code == 1 and err == "" and json.loads(out)["reason"].startswith(
+        "the pinned layout breaks interleaved-microbatches")

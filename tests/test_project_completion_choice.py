@@ -41,3 +41,21 @@ def test_the_completion_line_calls_fastest_only_what_is_fastest(run_cli) -> None
     assert "the fastest of 4,477 legal layout(s) that fit, by projected tokens/s/GPU" in doc["completion"]
     assert (doc["parallel"]["tp"], doc["parallel"]["pp"], doc["parallel"]["cp"]) == (1, 1, 2)
     assert round(doc["tokens_per_s_per_gpu"]) == 1323
+
+
+def test_every_ranked_row_says_how_it_was_timed_and_project_re_times_a_bottleneck_row(run_cli, write_job) -> None:
+    # rank times most rows by the fast path; a row with uneven stages is the busiest-stage estimate, which
+    # project of the same layout replaces by the simulation (within 2%: tests/test_projection_timing.py)
+    from pathlib import Path
+
+    import yaml
+
+    code, out, _ = run_cli("enumerate", FREE, "--rank", "--format", "json")
+    rows = as_json(out)["layouts"]
+    assert code == 0 and {r["timing"] for r in rows} <= {"closed_form", "bottleneck", "simulation"}
+    row = next(r for r in rows[8:] if r["timing"] == "bottleneck")
+    pins = {k: v for k, v in row["parallel"].items() if k != "dp"}
+    pinned = {**yaml.safe_load(Path(FREE).read_text()), "parallel": pins}
+    project = as_json(run_cli("project", write_job(pinned), "--format", "json")[1])
+    assert project["timing"] == "simulation"
+    assert abs(project["tokens_per_s_per_gpu"] / row["tokens_per_s_per_gpu"] - 1) < 0.02

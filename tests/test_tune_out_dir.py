@@ -18,6 +18,7 @@ from primus.cli.launch_cmds import export_cmd, import_cmd
 from primus.cli.report_cmds import report_cmd
 from primus.cli.tune_cmd import tune_cmd
 from primus.fidelity import bundled_runs_path
+from primus.report.manifest import update_manifest
 from primus.report.owned import MARKER
 
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
@@ -104,6 +105,7 @@ def test_a_rerun_into_its_own_run_directory_keeps_the_files_a_user_added(tmp_pat
     marker = json.loads((out / MARKER).read_text())
     marker["files"] += ["llm/call-001.json", "../jobs/thesis.tex", "/etc/hostname"]  # ... and a forged entry
     (out / MARKER).write_text(json.dumps(marker))
+    update_manifest(out, ["llm/call-001.json"])  # that run recorded its file's sha256, as every run does
     thesis = (tmp_path / "jobs" / "thesis.tex").read_bytes()
 
     code, err = tune(str(job), "--out", str(out))
@@ -348,3 +350,30 @@ def test_measure_refuses_an_out_file_that_is_not_a_measured_profile(tmp_path: Pa
     result = CliRunner().invoke(measure_cmd, [str(job), "--device", "cpu", "--out", str(notes), "--budget-s", "5"])
     assert result.exit_code == 2 and "not a measured profile" in result.stderr
     assert notes.read_text() == '{"mine": true}\n'
+
+
+def test_a_marker_that_lists_a_file_tune_never_wrote_removes_nothing(tmp_path: Path):
+    # a hostile review: primus-run.json naming the user's file made a rerun delete it; the run's SHA256SUMS,
+    # which records every file tune wrote, does not vouch for it, so the rerun is refused and nothing is touched
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    out = tmp_path / "run"
+    assert tune(str(job), "--out", str(out))[0] == 0
+    (out / "precious.txt").write_text("keep\n")
+    marker = json.loads((out / MARKER).read_text())
+    marker["files"] += ["precious.txt"]
+    (out / MARKER).write_text(json.dumps(marker))
+    code, err = tune(str(job), "--out", str(out))
+    assert code == 2 and err.count("\n") == 1 and "precious.txt, which primus-run.json lists" in err
+    assert (out / "precious.txt").read_text() == "keep\n"
+
+
+def test_a_report_edited_since_the_run_is_not_replaced(tmp_path: Path):
+    # export, import and calibrate refuse to overwrite an output edited since they wrote it; so does tune
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    out = tmp_path / "run"
+    assert tune(str(job), "--out", str(out))[0] == 0
+    edited = (out / "report.md").read_text() + "my notes\n"
+    (out / "report.md").write_text(edited)
+    code, err = tune(str(job), "--out", str(out))
+    assert code == 2 and "report.md" in err and "edited since the run" in err
+    assert (out / "report.md").read_text() == edited

@@ -43,6 +43,20 @@ def print_memory_table(report: MemoryReport, title: str, breaks: Mapping[str, st
         con.print(f"  - {a}")
 
 
+def print_no_ledger(title: str, breaks: Mapping[str, str], assumptions: Sequence[str]) -> None:
+    """The answer for pins that describe no layout to count bytes for: the rules they break, as `fit`
+    names them."""
+    con = stdout_console()
+    con.print(f"{title}: DOES NOT FIT: the pinned layout breaks {', '.join(breaks)}; Megatron-LM cannot "
+              "build it, so it has no bytes to count")
+    for rid, why in breaks.items():
+        con.print(f"  - {rid}: {why}")
+    con.print("  `primus fit` on the same job names the nearest legal layouts")
+    con.print("assumptions:")
+    for a in assumptions:
+        con.print(f"  - {a}")
+
+
 @click.command("memory")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False))
 @launch_options
@@ -64,13 +78,18 @@ def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch
     answer = memory_ledger(job)
     report = answer.report
     report_import(imported)
+    title = f"{job.model.name} on {job.num_gpus} x {job.cluster.name}"
     if fmt == "json":
         emit_json(answer.to_json())
+    elif report is None:
+        if fmt == "csv":
+            emit_csv([], ["stage", "params", "bytes", *BREAKDOWN_KEYS, "capacity_bytes"])
+        else:
+            print_no_ledger(title, answer.rule_details, answer.assumptions)
     elif fmt == "csv":
         emit_csv([{"stage": s.stage, "params": s.params, "bytes": s.bytes, **s.breakdown,
                    "capacity_bytes": report.capacity_bytes} for s in report.stages])
     else:
-        print_memory_table(report, f"{job.model.name} on {job.num_gpus} x {job.cluster.name}",
-                           answer.rule_details, answer.assumptions)
+        print_memory_table(report, title, answer.rule_details, answer.assumptions)
     if answer.negative:
         raise Negative()

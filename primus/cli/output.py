@@ -103,7 +103,17 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
 
 
 def emit_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_default))
+    _write_lines(json.dumps(doc, indent=2, sort_keys=False, default=_default) + "\n")
+
+
+def _write_lines(text: str) -> None:
+    """Write a document line by line: one large write that a closing reader (`| head -1`) cuts short can
+    return as if it had all been written (CPython's buffered writer after a partial write), so the
+    truncated document would exit 0; a later line's write raises BrokenPipeError (exit 141, as jsonl)."""
+    out = sys.stdout
+    for line in text.splitlines(keepends=True):
+        out.write(line)
+    out.flush()
 
 
 def emit_jsonl(rows: Iterable[Mapping[str, Any]]) -> None:
@@ -120,11 +130,14 @@ def emit_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
     writer.writeheader()
     for row in rows:
         writer.writerow({k: _cell(row.get(k)) for k in cols})
-    sys.stdout.write(buf.getvalue())
-    sys.stdout.flush()
+    _write_lines(buf.getvalue())
 
 
 def _cell(value: Any) -> Any:
+    """A CSV cell: text from input (a run id, a source, a model name) with its control characters shown
+    escaped, as every other format shows them (an ESC written raw would restyle the reader's terminal)."""
+    if isinstance(value, str):
+        return escape_controls(value, keep_layout=True)
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

@@ -22,6 +22,7 @@ from primus.cli.output import (
     table,
     tight_text,
 )
+from primus.projection.complete import RESIMULATE
 from primus.rules.expr import MAX_TEXT
 from primus.solver.api import Question
 from primus.solver.fit import FitResult, sizes_text
@@ -30,6 +31,14 @@ from primus.solver.space import rule_names_doc
 from primus.solver.suggest import Alternative, changed_name, option_text
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: `enumerate --rank` times most rows by the fast path: where the pipeline's stages differ, its busiest-stage
+#: estimate (`primus.projection.timing`, within 2% of the simulation: tests/test_projection_timing.py), which
+#: `project` of the same layout replaces by the simulation, as rank does for its leaders
+BOUND_TIMING = "bottleneck"
+BOUND_NOTE = ("rows whose timing (a column of --format csv/json) is 'bottleneck' are the fast path's busiest-stage "
+              "estimate, within 2% of the simulation that `primus project` of the layout runs; the first "
+              f"{RESIMULATE} rows are re-timed by it")
 
 
 def rule_options(fn: F) -> F:
@@ -167,7 +176,11 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
     n, bar = found.count, found.uncertainty
     if count_only:
         if fmt == "json":
-            emit_json({"count": n})
+            emit_json(found.to_json())
+        elif fmt == "jsonl":
+            emit_jsonl([{"count": n}])
+        elif fmt == "csv":
+            emit_csv([{"count": n}])
         else:
             click.echo(n)
         if found.negative:
@@ -181,7 +194,8 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
     elif fmt == "csv":
         flat = [{**r["parallel"], **{k: v for k, v in r.items() if k != "parallel"}} for r in rows]
         cols = ["tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute", "sharding", "peak_bytes",
-                "headroom_bytes"] + (["tokens_per_s_per_gpu", "step_time_s", "uncertainty_pct"] if rank else [])
+                "headroom_bytes"] + (["tokens_per_s_per_gpu", "step_time_s", "uncertainty_pct", "timing"] if rank
+                                     else [])
         if any("recompute_num_layers" in r for r in flat):
             cols.insert(11, "recompute_num_layers")
         emit_csv(flat, cols)
@@ -199,6 +213,8 @@ def enumerate_cmd(job_file: str, rule_texts: tuple[str, ...], rule_files: tuple[
                          for r in shown for p in [r["parallel"]]]))
         if bar is not None:
             con.print(f"projected throughput uncertainty {bar.text()}: {bar.basis}")
+        if rank and any(r["timing"] == BOUND_TIMING for r in rows):
+            con.print(BOUND_NOTE)
         con.print("assumptions:")
         for a in found.assumptions:
             con.print(f"  - {a}")

@@ -29,6 +29,10 @@ MLA_ONLY = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
 VOCAB_FIELDS = ("vocab_size", "make_vocab_size_divisible_by")
 #: Fields that do not tell two architectures apart when a vocabulary is looked up by shape.
 SHAPE_IGNORED = (*VOCAB_FIELDS, "hidden_dropout", "attention_dropout")
+#: RoPE's base, rotated share and Llama 3 scaling: what a launch trains, not a byte or a second that primus
+#: answers, so no architecture is told apart by them (an argument line that leaves --rotary-base at
+#: Megatron's default still names llama3.1-70b); the import says where the file's differ from the model's
+ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
 
 
 def signature(spec: ModelSpec) -> dict[str, Any]:
@@ -52,6 +56,8 @@ def signature(spec: ModelSpec) -> dict[str, Any]:
         sig["window_attn_skip_freq"] = None
     if spec.position_embedding_type != "learned_absolute":
         sig["max_position_embeddings"] = None  # only a learned table makes it a weight
+    for key in ROPE_FIELDS:
+        sig[key] = None
     return sig
 
 

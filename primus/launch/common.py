@@ -13,6 +13,7 @@ over the file, and the file over the header.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,7 +254,8 @@ def data_parallel(world: int, tp: int, pp: int, cp: int, where: str, source: str
     if world % denom:
         hint = ""
         if source is not None and source != "the command line":
-            fewest = f"--nodes {-(-denom // gpus_per_node)}" if gpus_per_node else f"--gpus {denom}"
+            # the fewest whole nodes whose GPUs TP x PP x CP divides: 3 nodes of 8 for TP 3, not 1
+            fewest = f"--nodes {denom // math.gcd(denom, gpus_per_node)}" if gpus_per_node else f"--gpus {denom}"
             hint = (f": the world size is {source}, which contradicts the file's own layout; give the size it runs "
                     f"at ({fewest} at the least)")
         raise InputError(where, "parallel", f"TP×PP×CP = {denom} does not divide the {world} GPUs{hint}")

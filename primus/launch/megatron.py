@@ -44,7 +44,8 @@ _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _LAUNCHER_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "--module", "-m"}
 _ALWAYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
            "expert_model_parallel_size", "micro_batch_size", "global_batch_size", "seq_length",
-           "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout", "fp8_recipe"}
+           "normalization", "position_embedding_type", "hidden_dropout", "attention_dropout", "fp8_recipe",
+           "rotary_base"}
 SCRIPT = "pretrain_gpt.py"
 _HF_ID = re.compile(r"[\w.-]+/[\w.-]+")  # a Hugging Face model id: ORG/NAME
 
@@ -183,7 +184,8 @@ def parse_line(text: str, where: str, out: Collector, base_dir: Path | None = No
         else:
             if len(values) != 1:
                 raise InputError(where, name, f"expects one value, got {len(values)}")
-            hint = " (an unexpanded shell variable)" if values[0].startswith("$") else ""
+            hint = (" (shell text left unexpanded: a variable the script does not set, or arithmetic or a command "
+                    "primus does not evaluate)") if values[0].startswith("$") else ""
             try:
                 value = coerce(arg, values[0], where, name)
             except InputError as exc:

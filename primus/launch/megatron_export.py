@@ -66,6 +66,13 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
         "window_attn_skip_freq": m.window_attn_skip_freq,
         "multi_latent_attention": m.multi_latent_attention, "mtp_num_layers": m.mtp_num_layers or None,
     }
+    if m.rotary:
+        # unset ones at Megatron's defaults (1.0, 8.0), which a Primus model file may state
+        ns.update(rotary_base=m.rotary_base, rotary_percent=m.rotary_percent or 1.0,
+                  use_rope_scaling=m.rope_scaling_factor is not None, rope_scaling_factor=m.rope_scaling_factor or 8.0)
+        if m.rotary_base is None:
+            notes.append(f"--rotary-base not written: model {m.name} does not state its RoPE base (rotary_base; HF "
+                         "rope_theta), so Megatron-LM's default 10000 runs; add the model's own")
     if m.is_moe:
         ns.update(num_experts=m.num_experts, moe_router_topk=m.moe_router_topk,
                   moe_ffn_hidden_size=m.moe_ffn_hidden_size,

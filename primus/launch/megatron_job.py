@@ -28,6 +28,7 @@ from primus.launch.arch import (
 from primus.launch.common import Collector, data_parallel
 from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.launch.megatron_export import model_args, runtime_args
+from primus.launch.rope import rope_note
 from primus.launch.tokenizers import vocab_from_tokenizer
 from primus.memory.recompute import RECOMPUTE_MODULES
 from primus.parallel import Layout
@@ -156,6 +157,15 @@ def model_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -
 
 
 def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, ModelSpec]:
+    ref, spec = _architecture(r, ctx, out)
+    if spec.rotary:
+        note = rope_note(r.get, resolve_model(ref, ctx.where, "model"))
+        if note:
+            out.note(note)
+    return ref, spec
+
+
+def _architecture(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, ModelSpec]:
     base = ctx.base
     fields: dict[str, Any] = spec_fields(base) if base is not None else {}
 

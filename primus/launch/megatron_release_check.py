@@ -45,6 +45,7 @@ FIELD_OF: Final = {
     "moe_enable_deepep": "moe.token_dispatcher", "moe_token_dispatcher_type": "moe.token_dispatcher",
     "overlap_moe_expert_parallel_comm": "overlap.moe_a2a",
     "attention_backend": "kernels.flash_attention", "cross_entropy_fusion_impl": "kernels.cross_entropy_fusion_impl",
+    "use_rope_scaling": "model.rope_scaling_factor", "rope_scaling_factor": "model.rope_scaling_factor",
 }
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from primus.errors import InputError
 from primus.launch.shell_conditions import condition
+from primus.launch.shell_limits import bounded, check_statement, size
 from primus.launch.shell_source import MAX_SOURCES, sourced_path, split_here
 
 Value = str | list[str]
@@ -183,6 +184,7 @@ class Expander:
     def __init__(self, script: Script, where: str, source: str = "") -> None:
         self.script, self.where = script, where
         self.line = 0
+        self.expanded = 0  # characters the current statement's variable references expanded to
         self.in_test = False
         self.lines = source.splitlines()  # the file as written: a continued statement spans several
 
@@ -310,6 +312,13 @@ class Expander:
         value = self.script.variables.get(name)
         if value is None:
             return "" if self.in_test else raw
+        return self._charged(name, value)
+
+    def _charged(self, name: str, value: Value) -> Value:
+        """`value`, counted against the statement's expansion budget (`shell_limits`): a line of many
+        references to a large variable would otherwise build gigabytes before any assignment is checked."""
+        self.expanded += size(value)
+        check_statement(self.expanded, name, self.where, self.line)
         return value
 
     def _braced(self, body: str, raw: str) -> Value:
@@ -333,7 +342,7 @@ class Expander:
         if op is None:
             if value is None:
                 return "" if self.in_test else raw
-            return value
+            return self._charged(name, value)
         if op.endswith("+"):
             return "" if empty else " ".join(self.words(word or ""))
         if empty:
@@ -342,7 +351,7 @@ class Expander:
                 self.script.variables[name] = default
             return default
         assert value is not None
-        return value
+        return self._charged(name, value)
 
     def _inner(self, word: str) -> str:
         """A default word (``${X:-"a b"}``): quotes removed, expansions done, no splitting."""
@@ -428,7 +437,7 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
     queue = list(statements(text, where))
     while queue:
         line, stmt = queue.pop(0)
-        ex.line = line
+        ex.line, ex.expanded = line, 0
         head = stmt.split(None, 1)[0]
         if head in ("then", "else", "do") and stmt != head:  # `then X=1` on one line: two statements
             queue[:0] = [(line, head), (line, stmt[len(head):].strip())]
@@ -531,7 +540,7 @@ def _statement(stmt: str, line: int, script: Script, ex: Expander) -> None:
         items = ex.words(inner)
         old = script.variables.get(name)
         base = (old if isinstance(old, list) else ([old] if old else [])) if append else []
-        script.variables[name] = base + items
+        script.variables[name] = bounded(name, base + items, ex.where, line)
         script.defined_at.setdefault(name, line)
         return
     words_text = body
@@ -544,9 +553,9 @@ def _statement(stmt: str, line: int, script: Script, ex: Expander) -> None:
             value = " ".join(ex.words(raw_value)) if raw_value else ""  # no splitting in an assignment
             old = script.variables.get(name)
             if append and isinstance(old, list):
-                script.variables[name] = [*old, value]
+                script.variables[name] = bounded(name, [*old, value], ex.where, line)
             else:
-                script.variables[name] = (str(old or "") + value) if append else value
+                script.variables[name] = bounded(name, (str(old or "") + value) if append else value, ex.where, line)
             script.defined_at.setdefault(name, line)
             if exported:
                 script.exported.append((name, script.restore(value)))

@@ -37,5 +37,5 @@ def sourced_path(text: str, base_dir: Path | None) -> tuple[Path | None, str]:
         return None, "its path is not known without running the script"
     path = Path(text) if Path(text).is_absolute() else base_dir / text
     if not path.is_file():
-        return None, f"{path} does not exist"
+        return None, f"{path} {'is a folder, not a file' if path.is_dir() else 'does not exist'}"
     return path, ""

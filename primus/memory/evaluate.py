@@ -270,21 +270,28 @@ _SELECTIVE_TEXT = {
 }
 
 
+def free_axes(job: Job) -> list[str]:
+    """The axes a layout needs that the job leaves free (VP only above PP 1, EP and ETP only for MoE, SP
+    not at TP 1): what `pinned_layout` refuses, and what tells a rule broken by the pins from pins not
+    all given."""
+    values = job.spec.parallel.pinned()
+    needed = ["tp", "pp", "cp", "mbs", "sp", "recompute", "sharding"]
+    if values.get("pp", 1) > 1:
+        needed.append("vp")
+    if job.model.is_moe:
+        needed += ["ep", "etp"]
+    return [k for k in needed if k not in values and not (k == "sp" and values.get("tp") == 1)]
+
+
 def pinned_layout(job: Job) -> Layout:
     """The job's layout when every meaningful axis is pinned (dp derived); InputError listing the free ones.
 
     The layout is `normalise`d for the ledger, which is no verdict that Megatron-LM would run it: a
     command that answers for the pins as written (`primus memory`, `primus project`) asks
     `primus.solver.check.pinned_breaks` which rules they break."""
-    pins = job.spec.parallel
     model = job.model
-    values: dict[str, Any] = pins.pinned()
-    needed = ["tp", "pp", "cp", "mbs", "sp", "recompute", "sharding"]
-    if values.get("pp", 1) > 1:
-        needed.append("vp")
-    if model.is_moe:
-        needed += ["ep", "etp"]
-    missing = [k for k in needed if k not in values and not (k == "sp" and values.get("tp") == 1)]
+    values: dict[str, Any] = job.spec.parallel.pinned()
+    missing = free_axes(job)
     if missing:
         raise InputError(job.where, "parallel",
                          f"axes {', '.join(missing)} are free; pin them, or use `primus fit` to complete them")

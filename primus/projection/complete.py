@@ -20,7 +20,7 @@ import numpy as np
 
 from primus.errors import InputError
 from primus.job import Job
-from primus.memory.evaluate import pinned_layout
+from primus.memory.evaluate import free_axes, pinned_layout
 from primus.parallel import Layout
 from primus.projection.bound import SpeedBound
 from primus.projection.profile import Profile
@@ -76,24 +76,30 @@ def _free_axes(job: Job) -> list[str]:
 
 
 def _nothing_fits(job: Job, proj: Projector) -> NothingFits:
+    """Why a job with no legal completion has none, in one line; for pins that describe a layout, the
+    projection of it anyway. Pins Megatron-LM cannot build at all (a global batch of no whole
+    microbatches, an interleaved schedule with microbatches not in groups of PP) have no bytes or
+    step time to show: the rules they break, as `fit` names them, are the answer."""
+    from primus.solver.check import pinned_breaks
+
+    if free_axes(job):
+        return NothingFits(f"no completion of the free axes ({', '.join(_free_axes(job))}) is legal and fits "
+                           f"{job.model.name} on {job.num_gpus} x {job.cluster.name}; see `primus fit` for the "
+                           "binding rule")
+    breaks = pinned_breaks(Question(job))
+    named = "; ".join(f"{rid}: {why}" for rid, why in breaks.items()) or "a rule"
+    broken = NothingFits(f"the pinned layout breaks {named} (see `primus fit` for the nearest legal layouts)")
     try:
         layout = pinned_layout(job)
+        report = proj.memory.evaluate(layout, strict=False)
+        projection = proj.project(layout, "auto", peak=(report.peak_bytes, report.fits))
     except InputError:
-        return NothingFits(f"no completion of the free axes ({', '.join(_free_axes(job)) or 'none'}) is legal "
-                           f"and fits {job.model.name} on {job.num_gpus} x {job.cluster.name}; see `primus fit` "
-                           "for the binding rule")
-    report = proj.memory.evaluate(layout, strict=False)
-    projection = proj.project(layout, "auto", peak=(report.peak_bytes, report.fits))
+        return broken
     if not report.fits:
         return NothingFits(f"the pinned layout needs {report.peak_bytes / 2**30:,.2f} GiB on stage "
                            f"{report.peak.stage}, more than the {report.capacity_bytes / 2**30:,.2f} GiB "
                            "capacity", projection)
-    from primus.solver.check import pinned_breaks
-
-    breaks = pinned_breaks(Question(job))
-    named = "; ".join(f"{rid}: {why}" for rid, why in breaks.items()) or "a rule"
-    return NothingFits(f"the pinned layout breaks {named} (see `primus fit` for the nearest legal layouts)",
-                       projection)
+    return NothingFits(broken.reason, projection)
 
 
 def rank_layouts(job: Job, candidates: Sequence[LegalLayout | Layout], profile: Profile | None = None, *,

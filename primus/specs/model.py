@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -136,6 +136,10 @@ class PublishedParams(Spec):
     source: Text
 
 
+#: The most decoder layers a model may have (`ModelSpec.num_layers`).
+MAX_LAYERS: Final = 10_000
+
+
 class ModelSpec(Spec):
     """A decoder-only transformer, dense or MoE, described with Megatron-LM's argument names."""
 
@@ -145,7 +149,9 @@ class ModelSpec(Spec):
     notes: Text | None = None
     published: PublishedParams | None = None
 
-    num_layers: PosInt
+    #: at most MAX_LAYERS: ten times the deepest transformer trained (DeepNet, Wang et al. 2022: 1,000 layers);
+    #: per-layer work grows linearly with it, so 10^9 layers would take hours to answer instead of failing
+    num_layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)]
     hidden_size: PosInt
     ffn_hidden_size: PosInt | None = None
     num_attention_heads: PosInt
@@ -163,6 +169,19 @@ class ModelSpec(Spec):
     #: YaRN's context-extension factor (Megatron-Core ``yarn_rotary_scaling_factor``, HF rope_scaling
     #: ``factor``; gpt-oss 32); required with position_embedding_type yarn
     yarn_rotary_scaling_factor: PosFloat | None = None
+    #: the RoPE base (Megatron-LM ``--rotary-base``, an integer, default 10000; HF ``rope_theta``): it changes no
+    #: byte or step time, but a launch file without it trains another RoPE, so `export` writes it and says
+    #: so where a rotary model's entry does not give it. This and the two below are read only with rotary
+    #: embeddings (a base model's, overridden to learned positions, are ignored)
+    rotary_base: PosInt | None = None
+    #: Llama 3.x's RoPE frequency scaling factor (Megatron-LM ``--use-rope-scaling --rope-scaling-factor``,
+    #: core_v0.10.0 and core_v0.11.0 on; HF rope_scaling rope_type llama3 ``factor``: 8 for Llama 3.1). Megatron-Core
+    #: applies it with low/high frequency factors 1 and 4 over 8,192 original positions
+    #: (rotary_pos_embedding.py `_apply_scaling`, core_v0.18.0), Llama 3.1's own; None: no such scaling
+    rope_scaling_factor: PosFloat | None = None
+    #: the share of each head's dimensions that RoPE rotates (Megatron-LM ``--rotary-percent``, default 1.0; HF
+    #: ``partial_rotary_factor``; NeMo's Nemotron-3 and -4 configs 0.5); None: all of them
+    rotary_percent: Annotated[float, Field(gt=0, le=1)] | None = None
     max_position_embeddings: PosInt | None = None
     untie_embeddings_and_output_weights: Bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
@@ -266,6 +285,9 @@ class ModelSpec(Spec):
         elif self.yarn_rotary_scaling_factor is not None:
             raise ValueError(f"yarn_rotary_scaling_factor is read only with position_embedding_type yarn "
                              f"(this model's is {self.position_embedding_type}; set yarn_rotary_scaling_factor: null)")
+        if self.rope_scaling_factor is not None and self.position_embedding_type == "yarn":
+            raise ValueError("rope_scaling_factor is Llama 3's scaling of plain RoPE; YaRN's factor is "
+                             "yarn_rotary_scaling_factor")
         if self.num_experts is not None:
             if self.moe_router_topk is None:
                 raise ValueError("an MoE model (num_experts set) needs moe_router_topk")

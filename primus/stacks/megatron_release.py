@@ -43,6 +43,8 @@ RELEASES: Final = ("core_v0.8.0", "core_v0.9.0", "core_v0.10.0", "core_v0.11.0",
 #: GroupedMLP (#3410)", first tagged core_v0.17.0, removed the field, the argument and GroupedMLP.
 OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--num-virtual-stages-per-pipeline-rank": ("core_v0.11.0", None),
+    "--use-rope-scaling": ("core_v0.10.0", None),  # core_v0.10.0 arguments.py line 965
+    "--rope-scaling-factor": ("core_v0.11.0", None),  # core_v0.11.0 arguments.py line 1053
     "--expert-tensor-parallel-size": ("core_v0.10.0", None),
     "--recompute-modules": ("core_v0.12.0", None),
     "--use-torch-fsdp2": ("core_v0.10.0", None),

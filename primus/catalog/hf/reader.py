@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from primus.errors import InputError, shown
 from primus.specs.base import MAX_COUNT
@@ -174,6 +174,54 @@ def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head
     if factor is not None:
         out["position_embedding_type"] = "yarn"
         out["yarn_rotary_scaling_factor"] = factor
+    out.update(rope_settings(r))
+    return out
+
+
+#: Llama 3's frequency scaling as Megatron-Core applies it (rotary_pos_embedding.py `_apply_scaling`,
+#: core_v0.18.0: low and high frequency factors 1 and 4 over 8,192 original positions; only the factor is an
+#: argument)
+MEGATRON_LLAMA3_SCALING: Final = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192}
+
+
+def rope_settings(r: Reader) -> dict[str, Any]:
+    """The RoPE base (`rope_theta`, or transformers v5's `rope_parameters.rope_theta`), the share of each head
+    it rotates (`partial_rotary_factor`) and Llama 3's frequency scaling factor (rope_type llama3), as
+    Megatron-LM's --rotary-base, --rotary-percent and --rope-scaling-factor state them: they change no byte or
+    step time, only what an exported launch file trains. A base Megatron cannot state (not a whole number) or
+    Llama 3 scaling with other frequency factors than Megatron-Core's is left out, with a note."""
+    out: dict[str, Any] = {}
+    key = rope_scaling_key(r)
+    scaling = r.data.get(key)
+    nested = scaling if isinstance(scaling, dict) else {}
+    theta_key, theta = ("rope_theta", r.data["rope_theta"]) if "rope_theta" in r.data else \
+        (f"{key}.rope_theta", nested.get("rope_theta"))
+    if theta is not None:
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+            raise r.error(theta_key, f"must be a positive number (got {shown(theta)})")
+        r.read.append(theta_key)
+        if float(theta).is_integer() and theta <= MAX_COUNT:
+            out["rotary_base"] = int(theta)
+        else:
+            r.notes.append(f"{theta_key} {theta:g} not kept: Megatron-LM's --rotary-base is a whole number")
+    partial = r.data.get("partial_rotary_factor")
+    if partial is not None:
+        if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
+            raise r.error("partial_rotary_factor", f"must be a number in (0, 1] (got {shown(partial)})")
+        r.read.append("partial_rotary_factor")
+        if partial < 1:
+            out["rotary_percent"] = float(partial)
+    if rope_type(nested) == "llama3":
+        r.read.append(key)
+        factor = Reader(nested, r.where, r.family, r.key(key)).opt_float("factor", None)
+        if factor is None:
+            raise r.error(f"{key}.factor", "required with rope_type llama3 and missing")
+        others = [f"{k} {nested[k]}" for k, v in MEGATRON_LLAMA3_SCALING.items() if k in nested and nested[k] != v]
+        if others:
+            r.notes.append(f"{key} llama3 with {', '.join(others)}: Megatron-Core applies 1, 4 and 8192, so the "
+                           "factor is kept and these are not")
+        out["rope_scaling_factor"] = factor
     return out
 
 

@@ -1,0 +1,92 @@
+"""A model's RoPE in the launch files primus writes and reads: the base, the share of each head it rotates and
+Llama 3's frequency scaling.
+
+They change no byte or step time, but Megatron-LM's defaults (megatron/training/arguments.py, core_v0.18.0
+lines 2125-2134: --rotary-base 10000, --rotary-percent 1.0, no --use-rope-scaling) are not Llama 3.1's (HF
+config.json rope_theta 500000.0, rope_scaling rope_type llama3 factor 8.0), so a line without them trains
+another RoPE. Megatron-LM added --use-rope-scaling in core_v0.10.0 (arguments.py line 965) and
+--rope-scaling-factor in core_v0.11.0 (line 1053).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from primus.catalog.models import resolve_model
+from primus.launch import import_launch
+
+HF = Path(__file__).parent / "data" / "hf"
+LLAMA31: dict[str, Any] = {
+    "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 8192, "global_batch_size": 64,
+    "precision": "bf16", "parallel": {"tp": 2, "pp": 1, "cp": 1, "mbs": 1, "sp": True, "recompute": "selective",
+                                      "sharding": "dist_opt"}}
+
+
+def _lines(out: str) -> list[str]:
+    return [line.strip().rstrip("\\").strip() for line in out.splitlines()]
+
+
+def test_a_llama_3_1_line_states_its_rope_base_and_scaling(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run_cli("export", write_job(LLAMA31), "--to", "megatron")
+    lines = _lines(out)
+    assert code == 0 and "--rotary-base 500000" in lines and "--use-rope-scaling" in lines
+    assert not any(line.startswith("--rope-scaling-factor") for line in lines)  # 8.0 is Megatron's default
+
+
+def test_nemotron_rotates_half_of_each_head(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # NeMo nemotron.py NemotronConfig: rotary_percent 0.5, GPTConfig's rotary_base 10000
+    job = {**LLAMA31, "model": "nemotron4-15b", "seq_len": 4096, "parallel": {**LLAMA31["parallel"], "tp": 4}}
+    code, out, _ = run_cli("export", write_job(job), "--to", "megatron")
+    assert code == 0 and {"--rotary-percent 0.5", "--rotary-base 10000"} <= set(_lines(out))
+
+
+def test_a_model_that_does_not_state_its_base_is_exported_with_a_note(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    model = {"base": "llama3.1-8b", "name": "unstated", "rotary_base": None}
+    code, out, err = run_cli("export", write_job({**LLAMA31, "model": model}), "--to", "megatron")
+    assert code == 0 and not any(line.startswith("--rotary-base") for line in _lines(out))
+    assert "--rotary-base not written: model unstated does not state its RoPE base" in err
+
+
+def test_a_release_before_rope_scaling_refuses_a_llama_3_1_line(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_cli("export", write_job({**LLAMA31, "stack": "megatron-lm@core_v0.9.0"}), "--to", "megatron")
+    assert (code, out) == (2, "") and "model.rope_scaling_factor" in err and "--use-rope-scaling" in err
+
+
+def test_the_line_primus_writes_imports_as_the_same_model_without_a_rope_note(run_cli, write_job, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "line.sh"
+    path.write_text(run_cli("export", write_job(LLAMA31), "--to", "megatron")[1])
+    config = import_launch("megatron", path)
+    assert config.job["model"] == "llama3.1-8b" and not any("RoPE" in n for n in config.notes)
+    assert not any("rotary" in u or "rope" in u for u in config.unmodelled)
+
+
+def test_a_line_without_the_rope_options_keeps_the_model_and_says_what_it_trains(run_cli, write_job, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = run_cli("export", write_job(LLAMA31), "--to", "megatron")[1]
+    path = tmp_path / "line.sh"
+    kept = [line for line in text.splitlines() if "rotary-base" not in line and "rope-scaling" not in line]
+    path.write_text("\n".join(kept))
+    config = import_launch("megatron", path)
+    assert config.job["model"] == "llama3.1-8b"
+    assert any("rotary_base 10000 (the model's 500000), rope_scaling_factor none (the model's 8)" in n
+               for n in config.notes)
+
+
+def test_hugging_face_configs_give_the_rope_settings() -> None:
+    llama = resolve_model(str(HF / "llama-Llama-3.1-8B" / "config.json"), "t")
+    assert (llama.rotary_base, llama.rope_scaling_factor, llama.rotary_percent) == (500000, 8.0, None)
+    glm = resolve_model(str(HF / "glm4_moe-GLM-4.5" / "config.json"), "t")  # partial_rotary_factor 0.5
+    assert (glm.rotary_base, glm.rotary_percent) == (1000000, 0.5)
+    assert resolve_model(str(HF / "gpt_oss-gpt-oss-120b" / "config.json"), "t").rotary_base == 150000
+
+
+def test_the_catalog_entries_agree_with_the_published_configs() -> None:
+    for slug, fixture in (("llama3.1-8b", "llama-Llama-3.1-8B"), ("mistral-7b", "mistral-Mistral-7B-v0.1"),
+                          ("mixtral-8x7b", "mixtral-Mixtral-8x7B-v0.1"), ("qwen3-30b-a3b", "qwen3_moe-Qwen3-30B-A3B"),
+                          ("deepseek-v3", "deepseek_v3-DeepSeek-V3"),
+                          ("deepseek-v2-lite", "deepseek_v2-DeepSeek-V2-Lite"),
+                          ("gpt-oss-120b", "gpt_oss-gpt-oss-120b")):
+        published = json.loads((HF / fixture / "config.json").read_text())
+        model = resolve_model(slug, "t")
+        assert model.rotary_base == published["rope_theta"], slug
