@@ -126,6 +126,9 @@ def test_pins_that_describe_no_layout_have_no_ledger_and_say_why(run_cli, write_
     code, out, _ = run_cli("memory", path)
     assert code == 1 and "DOES NOT FIT: the pinned layout breaks batch-divisible" in out
     assert primus.memory_ledger(path).to_json() == doc
+    code, out, err = run_cli("memory", path, "--format", "csv")  # a table of stages has no place for the reason
+    assert code == 1 and out.count("\n") == 1 and err.startswith("primus: does not fit: the pinned layout breaks "
+                                                                  "batch-divisible: ")
 
 
 # Megatron-LM's interleaved schedule runs microbatches in groups of PP (schedules.py

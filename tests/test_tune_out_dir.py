@@ -377,3 +377,32 @@ def test_a_report_edited_since_the_run_is_not_replaced(tmp_path: Path):
     code, err = tune(str(job), "--out", str(out))
     assert code == 2 and "report.md" in err and "edited since the run" in err
     assert (out / "report.md").read_text() == edited
+
+
+def test_a_rewrite_killed_while_moving_its_files_in_is_recovered_by_the_next_run(tmp_path: Path, monkeypatch):
+    # a hostile review: after a kill between two moves, old and new files sat under one SHA256SUMS and the
+    # rerun called tune's own files "edited since the run"; the marker now holds the staged files' sha256
+    # and SHA256SUMS moves in last, so every file is vouched for by one or the other
+    import os
+
+    import primus.tuning.output as output
+
+    job = user_dir(tmp_path / "jobs") / "small.yaml"
+    out = tmp_path / "run"
+    assert tune(str(job), "--out", str(out))[0] == 0
+    real, moves = os.replace, []
+
+    def killed(src: object, dst: object) -> None:
+        into = Path(str(dst)).resolve()
+        if out.resolve() in into.parents and not any(p.startswith(output.STAGING_PREFIX) for p in into.parts):
+            moves.append(dst)
+            if len(moves) == 5:  # two marker writes, then three of the run's files
+                raise KeyboardInterrupt
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(output.os, "replace", killed)
+    assert tune(str(job), "--out", str(out), "--rule", "mbs <= 2")[0] == 130
+    monkeypatch.setattr(output.os, "replace", real)
+    code, err = tune(str(job), "--out", str(out))
+    assert code == 0, err
+    assert CliRunner().invoke(report_cmd, [str(out)]).exit_code == 0

@@ -9,7 +9,7 @@ import click
 from primus.api import memory_ledger
 from primus.cli.common import Negative, format_option, guarded
 from primus.cli.launch_opts import job_or_launch, launch_options, report_import
-from primus.cli.output import emit_csv, emit_json, gib, stdout_console, table
+from primus.cli.output import echo, emit_csv, emit_json, gib, stdout_console, table
 from primus.memory.evaluate import MemoryReport
 from primus.memory.ledger import BREAKDOWN_KEYS
 
@@ -91,5 +91,8 @@ def memory_cmd(job_file: str | None, launch_from: tuple[str, str] | None, launch
                    "capacity_bytes": report.capacity_bytes} for s in report.stages])
     else:
         print_memory_table(report, title, answer.rule_details, answer.assumptions)
+    if fmt == "csv" and answer.rule_details:  # the table of stages has no place for the answer's reason
+        for rid, why in answer.rule_details.items():
+            echo(f"primus: does not fit: the pinned layout breaks {rid}: {why}", err=True)
     if answer.negative:
         raise Negative()

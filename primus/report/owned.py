@@ -119,23 +119,27 @@ def _vouched(directory: Path, owned: list[str], option: str, hint: str) -> None:
     """Refuse (InputError, nothing touched) a run directory where a file its marker lists, and a rewrite
     would replace or remove, is not byte for byte what `tune` wrote: its sha256 is not the one the run's
     SHA256SUMS records (a report edited since), or the list has none (a marker that names a file `tune`
-    never wrote, or a run directory without its SHA256SUMS)."""
+    never wrote, or a run directory without its SHA256SUMS). A rewrite killed while moving its files in
+    left its staged files' sha256 in the marker (`staged_sha256`): those are tune's own too."""
     from primus.report.manifest import MANIFEST, file_sha256, read_manifest
 
     present = [n for n in owned if n != MANIFEST and (directory / n).is_file() and not (directory / n).is_symlink()]
     if not present:
         return
     sums, problems = read_manifest(directory) if (directory / MANIFEST).is_file() else ({}, [f"{MANIFEST} missing"])
+    staged = (read_marker(directory, "run") or {}).get("staged_sha256")
+    staged = staged if isinstance(staged, dict) else {}  # a rewrite killed while moving its files in
     for name in present:
         recorded = sums.get(name)
-        if recorded is None or file_sha256(directory / name) != recorded:
-            why = (f"{MANIFEST} does not record it ({problems[0]})" if problems and recorded is None else
-                   f"{MANIFEST} does not record it" if recorded is None else
-                   f"it differs from its sha256 in {MANIFEST} (edited since the run)")
-            shown_name = repr(name)[1:-1]
-            raise InputError(str(directory), option,
-                             f"{shown_name}, which {MARKER} lists, is not as `primus tune` wrote it: {why}; "
-                             f"nothing was touched: move it away, or {hint}")
+        if file_sha256(directory / name) in {recorded, staged.get(name)} - {None}:
+            continue
+        why = (f"{MANIFEST} does not record it ({problems[0]})" if problems and recorded is None else
+               f"{MANIFEST} does not record it" if recorded is None else
+               f"it differs from its sha256 in {MANIFEST} (edited since the run)")
+        shown_name = repr(name)[1:-1]
+        raise InputError(str(directory), option,
+                         f"{shown_name}, which {MARKER} lists, is not as `primus tune` wrote it: {why}; "
+                         f"nothing was touched: move it away, or {hint}")
 
 
 def check_inside(directory: Path, names: Iterable[str]) -> None:

@@ -26,6 +26,7 @@ import yaml
 from primus import __version__
 from primus.errors import InputError
 from primus.report.audit import dumps_line
+from primus.report.manifest import MANIFEST, file_sha256
 from primus.report.owned import MARKER, check_inside, claimable, read_marker, relative_files, remove_owned, write_marker
 
 # The folder an existing run directory's new files are staged in (inside it, so each move is a rename).
@@ -86,14 +87,17 @@ def write_run_dir(out_dir: Path, result: dict[str, Any], entries: list[dict[str,
                              f"exists and was not written by primus tune (the run directory's {MARKER} does not "
                              f"list it{' or ' + str(len(foreign) - 1) + ' more' if len(foreign) > 1 else ''}); "
                              "nothing was changed: move it, or choose another --out")
-        write_marker(out_dir, "run", set(previous) | set(new), staging=staging.name)
-        for name in new:
-            if name == MARKER:
-                continue
+        # the staged files' sha256 too, and SHA256SUMS moved in last: a write killed between two moves
+        # leaves old files the old SHA256SUMS vouches for and new ones the marker does, so the rerun that
+        # recovers takes every one for tune's own (`owned._vouched`)
+        staged = {name: file_sha256(staging / name) for name in new if name not in (MARKER, MANIFEST)}
+        write_marker(out_dir, "run", set(previous) | set(new), staging=staging.name, staged_sha256=staged)
+        for name in sorted(staged):
             target = out_dir / name
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, target)
         remove_owned(out_dir, set(previous) - set(new))
+        os.replace(staging / MANIFEST, out_dir / MANIFEST)
         os.replace(staging / MARKER, out_dir / MARKER)  # the final list, as SHA256SUMS records it
     finally:
         if staging.exists():
@@ -114,7 +118,7 @@ def _stage(tmp: Path, result: dict[str, Any], entries: list[dict[str, Any]], tra
         sums.append(f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {name}")
     _dump(tmp / "inputs" / "SHA256SUMS", "\n".join(sums) + "\n")
     _dump(tmp / "versions.json", json.dumps(versions(), indent=1, sort_keys=True) + "\n")
-    from primus.report.manifest import MANIFEST, write_manifest
+    from primus.report.manifest import write_manifest
     from primus.report.render import write_report
 
     write_report(tmp, entries)
