@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from primus.errors import InputError
 from primus.job import Job
+from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.parallel import Layout
 from primus.schedule.layout import parse_layout_string
 from primus.solver.options import apply_options, unset_at_pp
@@ -68,8 +69,10 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     }
     if m.rotary:
         # unset ones at Megatron's defaults (1.0, 8.0), which a Primus model file may state
-        ns.update(rotary_base=m.rotary_base, rotary_percent=m.rotary_percent or 1.0,
-                  use_rope_scaling=m.rope_scaling_factor is not None, rope_scaling_factor=m.rope_scaling_factor or 8.0)
+        ns.update(rotary_base=m.rotary_base,
+                  rotary_percent=m.rotary_percent or MEGATRON_DEFAULTS["rotary_percent"],
+                  use_rope_scaling=m.rope_scaling_factor is not None,
+                  rope_scaling_factor=m.rope_scaling_factor or MEGATRON_DEFAULTS["rope_scaling_factor"])
         if m.rotary_base is None:
             notes.append(f"--rotary-base not written: model {m.name} does not state its RoPE base (rotary_base; HF "
                          "rope_theta), so Megatron-LM's default 10000 runs; add the model's own")

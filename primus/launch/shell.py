@@ -35,10 +35,9 @@ from pathlib import Path
 
 from primus.errors import InputError
 from primus.launch.shell_conditions import condition
-from primus.launch.shell_limits import bounded, check_statement, size
+from primus.launch.shell_limits import Value, bounded, check_statement, size
 from primus.launch.shell_source import MAX_SOURCES, sourced_path, split_here
 
-Value = str | list[str]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")

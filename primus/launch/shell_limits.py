@@ -12,6 +12,7 @@ from typing import Final
 
 from primus.errors import InputError
 
+#: a shell variable's value: a string, or an array's items (`primus.launch.shell`)
 Value = str | list[str]
 
 MAX_VALUE_CHARS: Final = 1_000_000
