@@ -83,7 +83,7 @@ def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = (), name: str | None = None
+def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = (), name: str | None = None, where: str = "import"
                     ) -> tuple[str | dict[str, Any], str]:
     """The job's `model` value for an architecture, and a note saying how it was chosen.
 
@@ -115,7 +115,7 @@ def model_reference(spec: ModelSpec, prefer: tuple[str, ...] = (), name: str | N
         ref: dict[str, Any] = {"base": slug, "name": label, **{f: _jsonable(getattr(spec, f)) for f in fields}}
         if spec.max_position_embeddings is not None and base.max_position_embeddings != spec.max_position_embeddings:
             ref["max_position_embeddings"] = spec.max_position_embeddings  # the file's context, not the base's
-        if not differences(resolve_model(ref, "import", "model"), spec):
+        if not differences(resolve_model(ref, where, "model"), spec):  # a name it cannot take names the file
             changed = ", ".join(fields)
             return ref, (f"no catalog model has this architecture: named {label!r}, written as {slug} with "
                          f"{changed} changed")

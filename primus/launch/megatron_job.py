@@ -265,7 +265,7 @@ def _architecture(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any
                                     "yarn_rotary_scaling_factor": named.yarn_rotary_scaling_factor}, ctx.where)
             return ctx.header_model, spec
         out.note(f"the primus-job header names another model (differs in {', '.join(diff)}); the options win")
-    ref, how = model_reference(spec, ctx.prefer, ctx.model_name)
+    ref, how = model_reference(spec, ctx.prefer, ctx.model_name, ctx.where)
     out.note(how)
     return ref, spec
 

@@ -180,7 +180,7 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
     mtp = t.int("model.num_mtp_layers", 0, where, low=0)
     if mtp:  # model_registry(..., num_mtp_layers=N): DeepSeek-V3's MTP blocks, as Megatron-LM builds them
         model = build_model({**spec_of(model), "mtp_num_layers": mtp}, where)
-        slug, how = model_reference(model, name=f"{name}-{flavor}-mtp{mtp}")
+        slug, how = model_reference(model, name=f"{name}-{flavor}-mtp{mtp}", where=where)
         out.note(f"num_mtp_layers {mtp}: {mtp} multi-token-prediction block(s) (enorm, hnorm, the 2h-to-h eh_proj, "
                  f"a copy of the last layer, a norm; torchtitan deepseek_v3 _build_mtp_layers) and their loss; {how}")
     cluster = resolve_cluster(where, out, cli_hardware=hardware, cli_nodes=nodes, cli_gpus=gpus, header=header,
@@ -244,7 +244,7 @@ def _model(name: str, flavor: str, header: dict[str, Any], where: str, out: Coll
                          f"inside a torchtitan checkout the flavors of {', '.join(FAMILIES)} are read from the code")
     cls, args = read_flavor(package, flavor, where)
     spec = build_model(spec_fields(name, args, where), where)
-    ref, how = model_reference(spec, name=f"{name}-{flavor}")
+    ref, how = model_reference(spec, name=f"{name}-{flavor}", where=where)
     out.note(f"flavor {flavor} read from {package / '__init__.py'} ({cls}, statically); {how}")
     return ref, spec
 
