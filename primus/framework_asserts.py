@@ -17,6 +17,7 @@ from primus.stacks.megatron_release import (
     GROUPED_MLP_REMOVED_IN,
     STOCK_MEGATRON_CORE,
     TE_FUSED_EXPERTS_FROM,
+    TE_GROUPED_BIAS_REFUSED,
     MegatronTarget,
     megatron_target,
 )
@@ -53,6 +54,13 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
     if moe.grouped_gemm == "te_fused" and target is not None and target.before(TE_FUSED_EXPERTS_FROM):
         raise InputError(where, "moe.grouped_gemm", f"te_fused needs Megatron-LM {TE_FUSED_EXPERTS_FROM} or later "
                          f"(use_transformer_engine_op_fuser in its experts), not {target.tag}; use grouped_gemm te")
+    if moe.grouped_gemm == "te" and model.add_bias_linear and target is not None \
+            and not target.before(TE_GROUPED_BIAS_REFUSED[0]) and target.before(TE_GROUPED_BIAS_REFUSED[1]):
+        raise InputError(where, "moe.grouped_gemm",
+                         f"te cannot build {model.name}'s expert biases (add_bias_linear) on {stack.asked}'s "
+                         f"Megatron-LM, {target.tag}: its TEGroupedMLP asserts 'bias not supported in TEGroupedMLP "
+                         f"yet' ({TE_GROUPED_BIAS_REFUSED[0]} to {target.tag}; NVIDIA/Megatron-LM a329dd6da5 lifted it "
+                         f"in {TE_GROUPED_BIAS_REFUSED[1]}): name a later release")
     if moe.grouped_gemm == "legacy" and target is not None and not target.before(GROUPED_MLP_REMOVED_IN):
         raise InputError(where, "moe.grouped_gemm", legacy_gemm_removed(stack.asked, target))
     if spec.precision == "fp16" and stack.name == "megatron-lm" and target is not None \

@@ -92,7 +92,7 @@ def test_selective_recompute_rebuilds_one_layers_dropped_tensors_in_backward() -
     assert sel.work_moe == plain.work_moe + dropped
 
 
-GPT_OSS_B200 = {"stack": "megatron-bridge@25.09", "model": "gpt-oss-120b", "hardware": "b200", "gpus": 64,
+GPT_OSS_B200 = {"stack": "megatron-bridge@25.11", "model": "gpt-oss-120b", "hardware": "b200", "gpus": 64,
                 "seq_len": 4096, "global_batch_size": 512, "precision": "bf16",
                 "parallel": {"tp": 1, "pp": 1, "cp": 1, "ep": 8, "etp": 1, "mbs": 4, "sp": False,
                              "recompute": "selective", "sharding": "dist_opt",

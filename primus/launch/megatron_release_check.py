@@ -83,9 +83,15 @@ def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTa
         notes.append(f"--fp8-recipe not written: Megatron-LM {target.tag} has no such argument (core_v0.12.0 added "
                      "it); its FP8 is delayed scaling, this job's recipe")
     moe_ffn = out.get("moe_ffn_hidden_size")
-    if moe_ffn is not None and moe_ffn == out.get("ffn_hidden_size") \
+    if moe_ffn is not None and out.get("ffn_hidden_size") in (None, moe_ffn) \
             and not has_option(target.tag, "--moe-ffn-hidden-size"):
-        out["moe_ffn_hidden_size"] = None  # before core_v0.10.0 the experts are --ffn-hidden-size wide
+        # before core_v0.10.0 the experts are --ffn-hidden-size wide: a model without dense MLP layers (Mixtral)
+        # states its expert width there, as core_v0.8.0's examples/mixtral/train_mixtral_8x7b_distributed.sh
+        # does (--ffn-hidden-size 14336 --num-experts 8); a dense MLP of another width has no spelling
+        out.update(ffn_hidden_size=moe_ffn, moe_ffn_hidden_size=None)
+    if out.get("expert_tensor_parallel_size") == layout.tp \
+            and not has_option(target.tag, "--expert-tensor-parallel-size"):
+        out["expert_tensor_parallel_size"] = None  # before core_v0.10.0 the experts always run at the dense TP
     for dest, value in out.items():
         if dest not in BY_DEST or not writes(dest, value):
             continue

@@ -16,7 +16,12 @@ from primus.memory.ledger import Reserves
 from primus.memory.shapes import layout_for, split_layout
 from primus.parallel import RECOMPUTES, SHARDINGS
 from primus.rules.expr import Domain
-from primus.stacks.megatron_release import splits_kv_heads
+from primus.stacks.megatron_release import (
+    folds_experts,
+    refuses_expert_bias_etp,
+    runs_megatron_lm,
+    splits_kv_heads,
+)
 
 MAX_BYTES = 2**50
 MAX_INT = 2**40
@@ -87,6 +92,12 @@ FACT_DOCS: dict[str, str] = {
     "precision_aware_optimizer": "Megatron's precision-aware optimizer: an optimizer state not in fp32 (bool)",
     "kv_subsharding": "the job's Megatron-LM (core_v0.16.0 or later) runs TP above num_query_groups by "
                       "all-gathering the QKV activations (bool)",
+    "expert_bias_needs_etp1": "a MoE model with linear biases (add_bias_linear) on a Megatron-LM that asserts ETP 1 "
+                              "for it (core_v0.15.0 or later, bool)",
+    "unfolded_experts": "a MoE model on a Megatron-LM without MoE parallel folding (before core_v0.10.0): experts "
+                        "run at the dense TP and EP splits the data-parallel ranks (bool)",
+    "cp_needs_a2a": "Megatron with Transformer Engine attention of a model with sliding-window attention or "
+                    "attention sinks, which TE's default p2p context parallelism refuses (bool)",
 }
 
 
@@ -145,6 +156,12 @@ class Space:
             # frameworks (torchtitan's FSDP2) keep their states in any dtype without it
             "precision_aware_optimizer": spec.framework == "megatron" and spec.optimizer.precision_aware,
             "kv_subsharding": spec.framework == "megatron" and splits_kv_heads(self.job.resolved_stack),
+            "expert_bias_needs_etp1": (spec.framework == "megatron" and m.is_moe and m.add_bias_linear
+                                       and refuses_expert_bias_etp(self.job.resolved_stack)),
+            "unfolded_experts": (spec.framework == "megatron" and m.is_moe
+                                 and not folds_experts(self.job.resolved_stack)),
+            "cp_needs_a2a": (spec.framework == "megatron" and runs_megatron_lm(self.job.resolved_stack) is not None
+                             and (m.window_size is not None or m.softmax_type != "vanilla")),
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:

@@ -123,6 +123,22 @@ TE_LOSS_REFUSED_FROM: Final = "core_v0.18.2"
 #: all-gathers its output over TP and keeps one key/value head and its query heads (get_query_key_value_tensors).
 #: core_v0.15.3 (its release branch, 2026-02-06) still raises "must be a multiple of tensor_model_parallel_size".
 KV_SUBSHARDING_FROM: Final = "core_v0.16.0"
+#: The first release whose TransformerConfig refuses biases in MoE layers with expert tensor parallelism:
+#: core_v0.15.0 megatron/core/transformer/transformer_config.py lines 1301-1304 ("Bias in Moe is only supported
+#: when ETP==1", asserted whenever num_moe_experts is set and add_bias_linear is on; core_v0.18.0 lines
+#: 2055-2058); core_v0.14.0 has no such assert.
+MOE_BIAS_ETP1_FROM: Final = "core_v0.15.0"
+#: The releases whose TEGroupedMLP (`moe.grouped_gemm` te) asserts no linear biases at all: "bias not supported in
+#: TEGroupedMLP yet, please set '--disable-bias-linear' instead" (megatron/core/transformer/moe/experts.py:
+#: core_v0.12.1 line 677, core_v0.13.0 line 683, core_v0.14.0 line 763; not in core_v0.12.0 nor core_v0.15.0,
+#: where a329dd6da5 "Enable bias in expert mlp [gpt-oss 5/5]" replaced it by the ETP 1 assert above).
+TE_GROUPED_BIAS_REFUSED: Final = ("core_v0.12.1", MOE_BIAS_ETP1_FROM)
+#: The first release with MoE parallel folding (an expert tensor-parallel size of its own, experts folded over
+#: ETP x EP x EDP x PP): core_v0.10.0 megatron/core/parallel_state.py lines 643-646. Before it (core_v0.8.0
+#: parallel_state.py lines 442-445, core_v0.9.0 lines 536-540) the experts run at the dense TP and the
+#: expert-parallel groups are carved out of the data-parallel ranks: "data_parallel_size ... is not divisible
+#: by expert_model_parallel_size" is raised, and no release before it has --expert-tensor-parallel-size.
+MOE_FOLDING_FROM: Final = "core_v0.10.0"
 #: The first release whose arguments build YaRN RoPE for standard attention: core_v0.19.0 argument_utils.py
 #: `_apply_yarn_config_from_args` (line 384) sets the `yarn_*` attributes GPTModel's 'yarn' branch reads
 #: (`--rotary-scaling-factor` becomes yarn_rotary_scaling_factor). core_v0.18.0 takes 'yarn' among the
@@ -226,14 +242,34 @@ def _tag_of_month(month: str) -> str | None:
     return max(before, key=tag_key) if before else None
 
 
+def runs_megatron_lm(stack: Stack) -> MegatronTarget | None:
+    """The Megatron-LM release a Megatron job on `stack` runs; None for a stack that runs no Megatron-LM release
+    (Megatron-DeepSpeed, MaxText, llm-foundry, torchtitan) and for a release older than every one primus has
+    read (`megatron_target` refuses it): no release-gated assert of Megatron-Core is known to hold there."""
+    if stack.name != DEFAULT_STACK and stack.megatron_lm is None:
+        return None
+    try:
+        return megatron_target(stack)
+    except InputError:
+        return None
+
+
 def splits_kv_heads(stack: Stack) -> bool:
     """Whether a Megatron job on `stack` may run TP above num_query_groups (`KV_SUBSHARDING_FROM`): the
-    Megatron-LM the stack runs is that release or later. A stack that runs no Megatron-LM release
-    (Megatron-DeepSpeed, MaxText, llm-foundry, torchtitan) does not, nor does a release older than every one
-    primus has read (`megatron_target` refuses it)."""
-    if stack.name != DEFAULT_STACK and stack.megatron_lm is None:
-        return False
-    try:
-        return not megatron_target(stack).before(KV_SUBSHARDING_FROM)
-    except InputError:
-        return False
+    Megatron-LM the stack runs is that release or later (`runs_megatron_lm`)."""
+    target = runs_megatron_lm(stack)
+    return target is not None and not target.before(KV_SUBSHARDING_FROM)
+
+
+def refuses_expert_bias_etp(stack: Stack) -> bool:
+    """Whether the Megatron-LM a job on `stack` runs asserts ETP 1 for MoE layers with biases
+    (`MOE_BIAS_ETP1_FROM`)."""
+    target = runs_megatron_lm(stack)
+    return target is not None and not target.before(MOE_BIAS_ETP1_FROM)
+
+
+def folds_experts(stack: Stack) -> bool:
+    """Whether the Megatron-LM a job on `stack` runs has MoE parallel folding (`MOE_FOLDING_FROM`); a stack
+    that runs no Megatron-LM release is not held to the old rule."""
+    target = runs_megatron_lm(stack)
+    return target is None or not target.before(MOE_FOLDING_FROM)
