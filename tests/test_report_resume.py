@@ -186,3 +186,27 @@ def test_a_guided_run_with_an_llm_resumes_without_asking_again(tmp_path: Path, m
     assert resumed.transcripts == clean.transcripts
     on_disk = [json.loads(x) for x in (tmp_path / "broken.partial" / "audit.jsonl").read_text().splitlines()]
     assert on_disk == json.loads(json.dumps(clean.log.entries))
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("tokens_per_s_per_gpu", "fast", "tokens_per_s_per_gpu 'fast' is not a positive number"),
+    ("tokens_per_s_per_gpu", -1e308, "tokens_per_s_per_gpu -1e+308 is not a positive number"),
+    ("peak_bytes", None, "peak_bytes None is not a byte count"),
+    ("breakdown", {"gemm": "x"}, "breakdown 'gemm' 'x' is not a number of seconds"),
+])
+def test_a_checkpoint_score_tune_cannot_have_written_is_refused_before_the_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job_file: Path, field: str, value: object, reason: str):
+    # a resumed run reuses the checkpoint's scores unscored: a string there was a TypeError traceback in the
+    # ranking, a null one after the whole search, and -1e308 a sealed report that failed its own audit verify
+    with monkeypatch.context() as m:
+        interrupt_after(m, 60)
+        assert tune(tmp_path, monkeypatch, str(job_file), "--out", "run") == 130
+    audit = tmp_path / "run.partial" / "audit.jsonl"
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    first = next(e for e in lines if e["legal"])
+    first[field] = value
+    audit.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    result = CliRunner().invoke(tune_cmd, ["--resume", "run", "--workers", "1"], catch_exceptions=False)
+    assert result.exit_code == 2 and not (tmp_path / "run").exists()
+    assert result.stderr.strip().splitlines()[-1] == (f"primus: {audit.resolve()}: seq {first['seq']}: {reason}: not a "
+                                                      "score primus tune writes; start the run afresh")

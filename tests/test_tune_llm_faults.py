@@ -58,6 +58,8 @@ FAULTS = {
     "HTTP 429": [("status", 429), ("status", 429)],
     "timeout": [("sleep", 5), ("sleep", 5)],
     "stalled after headers": [("hang", 5), ("hang", 5)],
+    # headers trickled one line per 50 ms for 3 s: every read is within --llm-timeout 0.3 s, the attempt is not
+    "timeout (headers trickled)": [("drip", 3), ("drip", 3)],
     "connection reset mid-reply": [("reset", 100), ("reset", 100)],
     "body is not JSON": [("body", "<html><body><h1>502 Bad Gateway</h1></body></html>")],
     "no choices": [("body", '{"id": "x", "object": "chat.completion", "usage": {"total_tokens": 3}}')],
@@ -73,6 +75,7 @@ def test_each_fault_is_recorded_and_the_search_goes_on(kind: str, tmp_path: Path
         code, doc, out, err = run_tune(tmp_path, url)
     assert code == 0, err
     failed = failed_events(doc)
+    kind = kind.split(" (")[0]
     assert failed and failed[0]["reason"].startswith(kind)
     assert doc["llm"]["calls"] >= 1 and doc["llm"]["faults"] >= 1  # counted against the call budget
     assert len(script.requests) >= 1
@@ -142,7 +145,8 @@ def test_no_attempt_of_a_call_waits_past_the_wall_time_budget(monkeypatch: pytes
     assert clock[0] - client.started <= 180.0
 
 
-@pytest.mark.parametrize("url", ["not a url", "ftp://host/v1", "http:///v1"])
+@pytest.mark.parametrize("url", ["not a url", "ftp://host/v1", "http:///v1", "http://exa mple.com/v1",
+                                 "http://host:port/v1", "http://a_b!.com/v1", "http://host/v1\t"])
 def test_an_endpoint_that_is_not_an_http_url_is_refused_before_the_search(url: str, tmp_path: Path):
     # review 49, L1: 'not a url' was retried three times per call as a connection fault
     job = tmp_path / "job.yaml"
@@ -153,3 +157,11 @@ def test_an_endpoint_that_is_not_an_http_url_is_refused_before_the_search(url: s
     assert result.exit_code == 2 and not out.exists()
     assert result.stderr.strip() == f"primus: --llm-base-url: {url!r} is not an http(s) URL with a host " \
                                     "(e.g. http://127.0.0.1:8000/v1)"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.example-host.com/v1", "http://[::1]:8000/v1",
+                                 "http://localhost/v1"])
+def test_an_http_url_with_a_host_is_taken(url: str) -> None:
+    from primus.cli.tune_cmd import _check_base_url
+
+    _check_base_url(url, "--llm-base-url")

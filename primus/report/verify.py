@@ -54,6 +54,7 @@ from primus.report.verify_recorded import (
     check_mode,
     not_rechecked,
 )
+from primus.report.verify_search import check_guided_search
 from primus.report.verify_types import Difference, Verification, close
 from primus.solver.api import Question
 from primus.solver.check import violated_rules
@@ -175,6 +176,9 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
                                               f"recomputed {n}"))
     out.differences += check_best_and_reference(run, projector, timed[0] if timed else None, final)
     out.differences += check_mode(run, len(epochs.at(-1)[1]), final, entries)
+    if run.result.get("mode") == "guided":
+        say("re-running the guided search (its LLM calls answered from llm/)")
+        out.differences += check_guided_search(run, workers)
     out.differences += check_llm_usage(run)
     bar_diffs, bar = check_error_bar(run)
     out.differences += bar_diffs

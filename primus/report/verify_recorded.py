@@ -229,8 +229,9 @@ def _leaf_differences(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
 
 def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries: list[dict[str, Any]]
                ) -> list[Difference]:
-    """`mode` against the recorded `exhaustive_limit` and the recomputed legal count (`Tuner.run`:
-    exhaustive when the legal set is at most the limit), and an exhaustive log holding every legal layout."""
+    """`mode` against the recorded `exhaustive_limit` and the recomputed legal count (`Tuner.run`: empty when
+    nothing is legal, else exhaustive when the legal set is at most the limit), and an exhaustive log holding
+    every legal layout."""
     from primus.parallel import normalise
     from primus.report.rundir import layout_of
 
@@ -241,7 +242,7 @@ def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries:
         diffs.append(Difference(f"result.json: exhaustive_limit recorded {limit!r}, not an integer (a run written "
                                 "before primus recorded it: the mode cannot be re-checked)"))
     else:
-        want = "exhaustive" if legal_count <= limit else "guided"
+        want = "empty" if legal_count == 0 else "exhaustive" if legal_count <= limit else "guided"
         if mode != want:
             diffs.append(Difference(f"result.json: mode recorded {mode!r}, but {legal_count:,} legal layouts under "
                                     f"the recorded exhaustive_limit {limit:,} make it {want!r}"))

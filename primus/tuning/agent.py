@@ -11,12 +11,13 @@ trusted. The log is deterministic: the same inputs and the same LLM replies give
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job
 from primus.parallel import Layout, normalise
 from primus.projection import BREAKDOWN_ORDER, Projector
@@ -97,6 +98,9 @@ class Tuner:
         self.checkpoint: Checkpoint | None = None
         self.replay: dict[Layout, Scored] = {}
         self.recorded_llm: list[dict[str, Any]] = []
+        #: answer the LLM only from `recorded_llm`, never the endpoint (`primus audit verify` re-running a guided
+        #: search): the record's end is the LLM budget's end, and a prompt it does not hold is `ReplayDiverged`
+        self.replay_only_llm = False
 
     def attach(self, checkpoint: Checkpoint) -> None:
         """Log every candidate to `checkpoint` as the search goes, and replay what it already holds.
@@ -110,6 +114,7 @@ class Tuner:
         for e in checkpoint.entries:
             if not e.get("legal"):
                 continue
+            where = (str(checkpoint.root / "audit.jsonl"), f"seq {e.get('seq')}")
             try:
                 layout = normalise(Layout(**e["parallel"]), is_moe=self.job.model.is_moe)
                 bd = e["breakdown"]
@@ -117,8 +122,10 @@ class Tuner:
                 self.replay[layout] = Scored(layout, e["tokens_per_s_per_gpu"], e["step_time_s"], e["peak_bytes"],
                                              breakdown)
             except (KeyError, TypeError) as exc:
-                raise InputError(str(checkpoint.root / "audit.jsonl"), f"seq {e.get('seq')}",
-                                 f"not a candidate line ({exc})") from None
+                raise InputError(*where, f"not a candidate line ({exc})") from None
+            bad = replay_fault(self.replay[layout])
+            if bad is not None:
+                raise InputError(*where, f"{bad}: not a score primus tune writes; start the run afresh")
         self.recorded_llm = list(checkpoint.llm_calls)
 
     def _replayed(self, layout: Layout) -> Scored | None:
@@ -256,7 +263,8 @@ class Tuner:
         if investigation.client is not None:
             investigation.client = RecordingClient(
                 self.settings.llm, recorded=self.recorded_llm,
-                sink=self.checkpoint.record_llm if self.checkpoint is not None else None)
+                sink=self.checkpoint.record_llm if self.checkpoint is not None else None,
+                replay_only=self.replay_only_llm)
         mode = "exhaustive" if self.space.count <= self.settings.exhaustive_limit else "guided"
         if self.space.count == 0:
             mode = "empty"
@@ -269,6 +277,24 @@ class Tuner:
             self.guided(investigation)
         self.transcripts = investigation.transcript_json()
         return build_result(self, reference, mode, investigation)
+
+
+def replay_fault(scored: Scored) -> str | None:
+    """What makes a checkpoint's score one `tune` cannot have written (a resumed run reuses it unscored, so a
+    string, a NaN or a negative time there would reach the ranking and the report): None when it is sound."""
+    def number(v: object) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for name in ("tokens_per_s_per_gpu", "step_time_s"):
+        value = getattr(scored, name)
+        if not number(value) or value <= 0:
+            return f"{name} {shown(value)} is not a positive number"
+    if not isinstance(scored.peak_bytes, int) or isinstance(scored.peak_bytes, bool) or scored.peak_bytes < 0:
+        return f"peak_bytes {shown(scored.peak_bytes)} is not a byte count"
+    for term, value in scored.breakdown.items():
+        if not isinstance(term, str) or not number(value):  # a term can be -0.0000000000005 s of rounding
+            return f"breakdown {shown(term)} {shown(value)} is not a number of seconds"
+    return None
 
 
 class ProxyQueue:
@@ -301,6 +327,14 @@ class ProxyQueue:
         return self.cursor >= len(self.pending)
 
 
+class ReplayDiverged(Exception):
+    """A search replaying a run's LLM calls asked, as call `call`, what the record does not hold."""
+
+    def __init__(self, call: int) -> None:
+        super().__init__(f"LLM call {call}")
+        self.call = call
+
+
 @dataclass
 class RecordingClient(LlmClient):
     """The LLM client of a checkpointed run: each new call is written to the checkpoint as soon as it
@@ -309,8 +343,16 @@ class RecordingClient(LlmClient):
 
     recorded: list[dict[str, Any]] = field(default_factory=list)
     sink: Callable[[dict[str, Any]], None] | None = None
+    replay_only: bool = False  # see Tuner.replay_only_llm
+
+    def budget_left(self) -> str | None:
+        if self.replay_only and not self.recorded:
+            return "the run's record of LLM calls ends here"
+        return super().budget_left()
 
     def complete(self, messages: list[dict[str, str]]) -> CallOutcome:
+        if self.replay_only and (not self.recorded or self.recorded[0].get("messages") != messages):
+            raise ReplayDiverged(self.calls + 1)
         if self.recorded:
             rec = self.recorded.pop(0)
             if rec.get("messages") == messages:

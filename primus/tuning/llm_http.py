@@ -14,9 +14,11 @@ faults give the same search log.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,10 @@ MAX_BODY_BYTES = 1 << 20
 EXCERPT_CHARS = 2_000
 # Bytes read per piece, between deadline checks.
 READ_PIECE = 64 * 1024
+# How long past --llm-timeout an attempt waits for its request to report on its own: long enough for the body
+# reader's deadline check, which follows a read of at most READ_PIECE bytes, to name a late body as such; short
+# against any timeout a user gives (the option's floor is 0.1 s).
+DEADLINE_GRACE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -78,14 +84,49 @@ def chat_completion(base_url: str, api_key: str | None, payload: dict[str, Any],
 
 
 def _post(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> bytes:
+    """The raw body of one request, whole within `timeout_s` from the first byte sent to the last received.
+
+    The HTTP client's own timeouts bound each wait for data, so an endpoint that trickles its status line and
+    headers a byte at a time, each within the timeout, would hold an attempt for as long as it likes before the
+    body deadline (`_read_body`) is ever checked. The request therefore runs on a worker thread that the attempt
+    waits for at most `timeout_s` (and `DEADLINE_GRACE_S`, so that the body reader's own deadline, which says how
+    much of the body came, fires first when the body is what is late); past it the attempt is a timeout and the
+    request's client is closed, which ends the worker at its next read."""
+    outcome: dict[str, Any] = {}
+    clients: list[Any] = []
+
+    def attempt() -> None:
+        try:
+            outcome["body"] = _request(base_url, api_key, payload, timeout_s, max_bytes, clients)
+        except BaseException as exc:  # handed to the waiting thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=attempt, name="primus-llm-request", daemon=True)
+    worker.start()
+    worker.join(timeout_s + DEADLINE_GRACE_S)
+    if worker.is_alive():
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+        raise FaultError(Fault("timeout", f"no complete reply within {timeout_s:g} s", retry=True))
+    if "error" in outcome:
+        raise outcome["error"]
+    body: bytes = outcome["body"]
+    return body
+
+
+def _request(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int,
+             clients: list[Any]) -> bytes:
     """The raw body of one request through the `openai` client, read as a stream so that its size and
     its time are bounded here (the client would read any body whole, an error page included). The
-    client's own retries are off: retrying, with backoff, is the caller's (`LlmClient.complete`)."""
+    client's own retries are off: retrying, with backoff, is the caller's (`LlmClient.complete`).
+    `clients` receives the client, so that `_post` can close it from outside."""
     import openai
 
     deadline = time.monotonic() + timeout_s
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0,
                            http_client=_http_client(timeout_s, max_bytes))
+    clients.append(client)
     try:
         with client.chat.completions.with_streaming_response.create(**payload) as response:
             return _read_body(response.iter_bytes(READ_PIECE), deadline, timeout_s, max_bytes)

@@ -19,6 +19,9 @@ from primus.tuning.variants import certificate_scope, faster_with_options
 if TYPE_CHECKING:
     from primus.tuning.agent import Tuner
 
+#: The TuneSettings fields that decide which candidates a guided search considers (result.json `search`).
+SEARCH_SETTINGS = ("per_round", "stall_rounds", "max_rounds")
+
 
 def error_bar(tuner: Tuner) -> dict[str, Any]:
     """The projection's uncertainty for this accelerator, model kind and the profile the tuner projects
@@ -118,6 +121,8 @@ def build_result(tuner: Tuner, reference: Reference, mode: str, investigation: I
         "job_spec": job_spec(tuner.job),
         "mode": mode,
         "exhaustive_limit": tuner.settings.exhaustive_limit,  # with legal_count, what decided the mode
+        # what decides which candidates a guided search considers: `audit verify` re-runs it with these
+        "search": {k: getattr(tuner.settings, k) for k in SEARCH_SETTINGS},
         "legal_count": tuner.base_space.count,
         "legal_count_after_adopted_rules": space.count,
         "scored_count": len(tuner.scores),

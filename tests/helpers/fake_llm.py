@@ -15,6 +15,8 @@ from typing import Any
 
 # The longest any scripted wait may last (a test's client times out long before).
 MAX_WAIT_S = 10.0
+# The pause between the header lines of a ("drip", seconds) reply.
+DRIP_S = 0.05
 
 
 class Script:
@@ -26,7 +28,9 @@ class Script:
     ("message", obj): HTTP 200, a well-formed completion whose choices[0].message is obj (None, {...});
     ("big", nbytes): HTTP 200, a completion whose content is nbytes long;
     ("reset", nbytes): headers announcing more, nbytes of the body, then a TCP reset;
-    ("hang", seconds): headers announcing a body, then nothing for that long.
+    ("hang", seconds): headers announcing a body, then nothing for that long;
+    ("drip", seconds): the status line, then one header line every DRIP_S for that long (each well within the
+    client's per-read timeout), then a normal reply.
     Once the script is spent every request gets an empty JSON object as content."""
 
     def __init__(self, replies: list[tuple[str, Any]]) -> None:
@@ -73,6 +77,9 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
             elif kind == "hang":
                 self._headers(200, 1000)
                 script.stop.wait(min(value, MAX_WAIT_S))
+            elif kind == "drip":
+                reply = completion(model, {"role": "assistant", "content": "{}"})
+                self._drip(min(value, MAX_WAIT_S), json.dumps(reply))
             else:
                 content = json.dumps(value) if kind == "json" else str(value)
                 self._send(200, json.dumps(completion(model, {"role": "assistant", "content": content})))
@@ -91,6 +98,22 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass
+
+        def _drip(self, seconds: float, text: str) -> None:
+            data = text.encode()
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                self.wfile.flush()
+                for i in range(int(seconds / DRIP_S)):
+                    if script.stop.wait(DRIP_S):
+                        return
+                    self.wfile.write(f"X-Drip-{i}: 1\r\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode())
+                self.wfile.write(data)
+            except OSError:
+                pass
+            self.close_connection = True
 
         def _partial(self, nbytes: int) -> None:
             try:

@@ -1,0 +1,94 @@
+"""`primus audit verify` re-runs a guided search and compares its candidates with the log (review of the tune
+path, item 4): a log cut short, or a search steered past a layout, used to verify cleanly, because every
+remaining line and claim was consistent with itself. The case: Llama 3.1 8B on 1 node of H100, sequence 4096,
+global batch 16, guided (--exhaustive-limit 0), LLM off; each forgery is resealed (result.json's counts fixed,
+the report re-rendered, both lists of sums rewritten), as someone hiding the edit would make it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from primus.cli.main import cli
+from primus.report.manifest import write_manifest
+from primus.report.render import write_report
+
+JOB = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def guided(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("guided")
+    job = root / "job.yaml"
+    job.write_text(yaml.safe_dump(JOB, sort_keys=False))
+    out = root / "run"
+    result = CliRunner().invoke(cli, ["tune", str(job), "--llm", "none", "--exhaustive-limit", "0", "--out", str(out),
+                                      "--format", "json", "--workers", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["mode"] == "guided"
+    return out
+
+
+def verify(path: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["audit", "verify", str(path), "--workers", "1"], catch_exceptions=False)
+    return result.exit_code, result.stdout
+
+
+def resealed(run: Path, tmp_path: Path, keep: int) -> Path:
+    """A copy of `run` whose log keeps its first `keep` candidates, with result.json made to agree."""
+    copy = tmp_path / "forged"
+    shutil.copytree(run, copy)
+    lines = (copy / "audit.jsonl").read_text().splitlines()[:keep]
+    (copy / "audit.jsonl").write_text("".join(line + "\n" for line in lines))
+    doc = json.loads((copy / "result.json").read_text())
+    doc["scored_count"] = sum(1 for line in lines if json.loads(line)["legal"])
+    for event in doc["events"]:
+        event["seq"] = min(event["seq"], keep)
+    (copy / "result.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(copy)
+    write_manifest(copy)
+    return copy
+
+
+def test_an_untouched_guided_run_verifies(guided: Path) -> None:
+    code, out = verify(guided)
+    assert code == 0, out
+    assert "re-running the guided search" not in out  # progress goes to stderr
+    assert "no difference" in out
+
+
+def test_a_guided_log_cut_short_fails(guided: Path, tmp_path: Path) -> None:
+    total = len((guided / "audit.jsonl").read_text().splitlines())
+    code, out = verify(resealed(guided, tmp_path, total - 5))
+    assert code == 1
+    assert f"audit.jsonl: {total - 5:,} candidates logged, but the guided search re-run considers {total:,}" in out
+
+
+def test_a_guided_log_with_a_candidate_swapped_fails_at_its_seq(guided: Path, tmp_path: Path) -> None:
+    copy = resealed(guided, tmp_path, len((guided / "audit.jsonl").read_text().splitlines()))
+    lines = [json.loads(x) for x in (copy / "audit.jsonl").read_text().splitlines()]
+    a, b = [i for i, e in enumerate(lines) if e["legal"]][-2:]
+    lines[a], lines[b] = {**lines[b], "seq": a}, {**lines[a], "seq": b}  # the search's order changed
+    (copy / "audit.jsonl").write_text("".join(json.dumps(e, separators=(",", ":"), sort_keys=True) + "\n"
+                                              for e in lines))
+    write_report(copy)
+    write_manifest(copy)
+    code, out = verify(copy)
+    assert code == 1 and f"candidate seq {a} (" in out and "): the guided search re-run proposes TP" in out
+
+
+def test_a_guided_run_without_its_search_settings_cannot_be_re_run(guided: Path, tmp_path: Path) -> None:
+    copy = resealed(guided, tmp_path, len((guided / "audit.jsonl").read_text().splitlines()))
+    doc = json.loads((copy / "result.json").read_text())
+    assert doc["search"] == {"per_round": 200, "stall_rounds": 2, "max_rounds": 12}  # TuneSettings' defaults
+    del doc["search"]
+    (copy / "result.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(copy)
+    write_manifest(copy)
+    code, out = verify(copy)
+    assert code == 1 and "result.json: search recorded None, not the guided search's settings" in out
