@@ -76,7 +76,8 @@ def test_expansion_follows_bash() -> None:
     assert script.variables["A"] == ["--x", "1", "--y 2", "--z"]
     assert (script.variables["N"], script.variables["M"], script.variables["C"]) == ("7", "12", "$N literal")
     assert (script.variables["D"], script.variables["E"]) == ("set", "big")
-    assert "F" not in script.variables  # a loop body is never entered
+    # a loop body is never entered: what it assigns is unknown from where it runs (bash runs `while true`)
+    assert script.why_unresolved(str(script.variables["F"])) == "the while loop on line 9"
     words = script.commands[0].words
     assert words[:6] == ("cmd", "--x", "1", "--y", "2", "--z")  # unquoted: split again
     assert words[6:10] == ("--x", "1", "--y 2", "--z")  # quoted [@]: one word per element
@@ -233,3 +234,27 @@ def test_a_script_whose_variables_blow_up_is_refused_in_one_line(doubling: str) 
     with pytest.raises(InputError) as err:
         read_script(text, "blowup.sh")
     assert err.value.line().startswith("blowup.sh: line ") and "characters" in err.value.line()
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    # review of the import path, item 4: bash runs TP 8 and TP 4; the import used to read TP 2, exit 0
+    ("TP=2\nrun() { TP=8; }\nrun\ncmd --tp $TP\n", "the function run (line 2, called on line 3)"),
+    ("TP=2\nfor x in 4; do TP=$x; done\ncmd --tp $TP\n", "the for loop on line 2"),
+    ('TP=2\ncase "$MODEL" in\n  big) TP=8;;\nesac\ncmd --tp $TP\n', "the case block on line 2"),
+    ("TP=2\nwhile true; do\n  read TP\ndone\ncmd --tp $TP\n", "the while loop on line 2"),
+])
+def test_a_variable_a_block_sets_where_it_runs_is_unknown(text: str, why: str) -> None:
+    script = read_script(text, "t.sh")
+    assert script.why_unresolved(script.commands[-1].words[-1]) == why
+
+
+@pytest.mark.parametrize("text", [
+    "TP=2\nusage() { TP=8; }\ncmd --tp $TP\n",  # a function never called
+    "TP=2\nwhile [[ $# -gt 0 ]]; do\n  case $1 in --tp) TP=$2;; esac\n  shift\ndone\ncmd --tp $TP\n",  # no arguments
+    "TP=2\nfor x in; do TP=$x; done\ncmd --tp $TP\n",  # an empty list
+    "TP=2\nrun() { local TP=8; }\nrun\ncmd --tp $TP\n",  # local to the function
+    "for x in 4; do TP=$x; done\nTP=2\ncmd --tp $TP\n",  # set again after the loop
+])
+def test_a_block_that_does_not_run_or_touch_it_leaves_a_variable_known(text: str) -> None:
+    script = read_script(text, "t.sh")
+    assert script.commands[-1].words[-1] == "2"

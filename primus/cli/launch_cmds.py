@@ -284,7 +284,13 @@ def export_cmd(job_file: str | None, kind: str, tune_file: str | None, out_file:
     if tune_file is not None:
         _same_job_as_inputs(Path(tune_file))
     base = read_job(job_file, stack) if job_file else tune_job(tune_file) if tune_file else None
-    job = base if base is not None and all(v is None for v in fields.values()) else axes_job(fields, base)
+    restack = stack if job_file is None else None  # a job file took --stack as it was read
+    if base is not None and restack is None and all(v is None for v in fields.values()):
+        job = base
+    else:
+        job = axes_job(fields, base, restack)
+        if restack is not None:
+            say_stack_note(job.resolved_stack.note)
     job, changed = launchable(job, kind)  # what the target runs is what fit checks
     pending = list(changed)
 

@@ -173,12 +173,15 @@ def tune_job(path: str | Path) -> Job:
     return job_from_mapping(data, str(p), p.parent)
 
 
-def axes_job(fields: Mapping[str, Any], base: Job | None = None) -> Job:
+def axes_job(fields: Mapping[str, Any], base: Job | None = None, stack: str | None = None) -> Job:
     """A job from command-line values: the top-level keys (model, hardware, nodes|gpus, seq_len,
-    global_batch_size, precision, fp8_recipe) and the parallel axes, over `base` when given."""
+    global_batch_size, precision, fp8_recipe) and the parallel axes, over `base` when given; `stack`
+    (``--stack``) replaces its stack."""
     data: dict[str, Any] = base.as_mapping() if base else {}
     if base is not None:
         data["model"], data["hardware"] = base.spec.model, base.spec.hardware
+    if stack is not None:
+        data["stack"] = stack
     parallel = dict(data.get("parallel", {}))
     for key, value in fields.items():
         if value is None:

@@ -20,6 +20,13 @@ UNGATED_FROM_MAJOR: Final = 10
 #: Environment variables the export writes, read back on import as understood (they change no bytes).
 LAUNCH_ENV: Final = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
 SOURCE: Final = "megatron/training/arguments.py validate_args, NVIDIA/Megatron-LM d98e8a6"
+#: The first release whose requirement depends on TP, CP and the device (`megatron_env`); before it every launch
+#: needs the variable at 1.
+ASYNC_ALLREDUCE_UNTIL: Final = "core_v0.12.0"
+#: The first release that exempts Blackwell from the requirement for TP as well as CP (the parenthesised test).
+PARENTHESISED_FROM: Final = "core_v0.13.0"
+#: The first release that lets the MoE all-to-all overlap run without it (a warning instead of the assert).
+MOE_OVERLAP_EXEMPT_FROM: Final = "core_v0.14.0"
 
 
 @dataclass(frozen=True)
@@ -32,17 +39,38 @@ class EnvSetting:
 
 
 def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool,
-                 device_major: int | None) -> tuple[EnvSetting, ...]:
+                 device_major: int | None, release: str | None = None) -> tuple[EnvSetting, ...]:
     """What Megatron-LM's argument validation requires of CUDA_DEVICE_MAX_CONNECTIONS for a layout on a
     device of major compute capability `device_major` (None: unknown, taken as before Blackwell, where
-    the requirement holds)."""
+    the requirement holds), in Megatron-LM `release` (a tag; None: the newest, d98e8a6's rule).
+
+    The rule changed twice. Up to core_v0.11.x validate_args raises whenever the variable is not 1 and
+    async tensor-parallel all-reduce (on unless --no-async-tensor-model-parallel-allreduce, which the export
+    does not write) or sequence parallelism is on: every layout, every device (core_v0.11.0 arguments.py
+    lines 656-664, core_v0.8.0 lines 476-484). core_v0.12.x asserts it for `tp > 1 or cp > 1 and
+    get_device_arch_version() < 10`, where Python's precedence exempts Blackwell for CP only (core_v0.12.0
+    line 768); core_v0.13.0 added the parentheses, and core_v0.14.0 exempted the MoE all-to-all overlap."""
+    from primus.stacks.megatron_release import tag_key
+
+    key = tag_key(release) if release is not None else None
+    if key is not None and key < tag_key(ASYNC_ALLREDUCE_UNTIL):
+        return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                           f"Megatron-LM {release} requires CUDA_DEVICE_MAX_CONNECTIONS=1 for its default async "
+                           "tensor-parallel all-reduce and for sequence parallelism, on any layout and device "
+                           f"(arguments.py validate_args, before {ASYNC_ALLREDUCE_UNTIL})"),)
     if fsdp:
         return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", None,
                            f"FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset ({SOURCE})"),)
     before_blackwell = device_major is None or device_major < UNGATED_FROM_MAJOR
-    if (tp > 1 or cp > 1) and not moe_a2a_overlap and before_blackwell:
+    if key is not None and key < tag_key(PARENTHESISED_FROM):
+        gated = tp > 1 or (cp > 1 and before_blackwell)
+    else:
+        gated = (tp > 1 or cp > 1) and before_blackwell
+    exempt = moe_a2a_overlap and (key is None or key >= tag_key(MOE_OVERLAP_EXEMPT_FROM))
+    if gated and not exempt:
+        where = SOURCE if release is None else f"megatron/training/arguments.py validate_args, Megatron-LM {release}"
         return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                           f"TP or CP > 1 before Blackwell requires CUDA_DEVICE_MAX_CONNECTIONS=1 ({SOURCE})"),)
+                           f"TP or CP > 1 before Blackwell requires CUDA_DEVICE_MAX_CONNECTIONS=1 ({where})"),)
     return ()
 
 

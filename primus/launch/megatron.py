@@ -238,6 +238,10 @@ def _not_substituted(script: Script, name: str, values: list[str], where: str) -
         found = script.substitution_in(value)
         if found is not None:
             line, raw = found
+            why = script.why_unresolved(value)
+            if why is not None:  # a variable a loop, case block or called function sets
+                raise InputError(where, f"line {line}: {name}", f"its value comes from {raw}, which {why} may set "
+                                 "and primus reads but never runs; set it outside the block, with a literal value")
             raise InputError(where, f"line {line}: {name}", f"its value comes from {raw}, which primus reads but "
                              "never runs; give it with a literal value in the file")
 
@@ -425,7 +429,7 @@ def export_megatron(job: Job, layout: Layout) -> Exported:
              *[f"# note: {n}" for n in notes],
              header_line(residual(job, written)),
              *shell_lines(megatron_env(layout.tp, layout.cp, fsdp, bool(ns.get("overlap_moe_expert_parallel_comm")),
-                                       job.cluster.accelerator.compute_major)),
+                                       job.cluster.accelerator.compute_major, target.tag)),
              *shell_lines(allocator_env(job.expandable_segments)),
              f"torchrun --nnodes {job.num_gpus // nproc} --nproc-per-node {nproc} {SCRIPT} \\"]
     args = flags(ns)

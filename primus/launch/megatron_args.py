@@ -40,6 +40,10 @@ def _a(flag: str, kind: str, dest: str | None = None) -> Arg:
 
 
 ARGS: Final[tuple[Arg, ...]] = (
+    # read to refuse: the local (non-Transformer-Engine) spec and the legacy models are not the modules primus
+    # models; the encoder aliases of --num-layers / --seq-length (validate_args copies them over), never written
+    _a("--transformer-impl", "str"), _a("--use-legacy-models", "true"),
+    _a("--encoder-num-layers", "int"), _a("--encoder-seq-length", "int"),
     # parallelism and batch
     _a("--tensor-model-parallel-size", "int"), _a("--pipeline-model-parallel-size", "int"),
     _a("--num-layers-per-virtual-pipeline-stage", "int"), _a("--num-virtual-stages-per-pipeline-rank", "int"),
@@ -99,6 +103,7 @@ BY_DEST: Final = {a.dest: a for a in ARGS}
 
 #: Megatron-LM's value of each dest when its flag is absent (arguments.py defaults).
 MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
+    "transformer_impl": "transformer_engine", "use_legacy_models": False,
     "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
     "expert_model_parallel_size": 1, "sequence_parallel": False, "recompute_activations": False,
     "use_distributed_optimizer": False, "use_torch_fsdp2": False, "use_megatron_fsdp": False,

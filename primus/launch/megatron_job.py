@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from primus.catalog.models import resolve_model
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job
 from primus.launch.arch import (
     SHAPE_IGNORED,
@@ -87,9 +87,50 @@ class ArgReader:
         return int(value)
 
 
+#: Megatron-LM's validate_args copies --encoder-num-layers into --num-layers and --encoder-seq-length into
+#: --seq-length when only the encoder's is given, and asserts that both are not (core_v0.18.0
+#: megatron/training/arguments.py lines 1255-1262 and 1292-1297; the same in core_v0.8.0 to core_v0.19.0).
+ENCODER_ALIASES: Final = {"encoder_num_layers": "num_layers", "encoder_seq_length": "seq_length"}
+
+
+def _aliased(ns: Mapping[str, Any], ctx: ImportContext) -> tuple[Mapping[str, Any], set[str]]:
+    """`ns` with each encoder alias read as the option validate_args copies it to (`ENCODER_ALIASES`), and the
+    aliases so read."""
+    moved = {alias: dest for alias, dest in ENCODER_ALIASES.items() if ns.get(alias) is not None}
+    if not moved:
+        return ns, set()
+    out = dict(ns)
+    for alias, dest in moved.items():
+        if ns.get(dest) is not None:
+            raise InputError(ctx.where, ctx.label(alias), f"and {ctx.label(dest)} together are refused by Megatron-LM "
+                             "(validate_args: 'cannot have both ...')")
+        out[dest] = out.pop(alias)
+    return out, set(moved)
+
+
+def _transformer_impl(r: ArgReader) -> None:
+    """Refuse the modules primus does not model: Megatron-LM's local spec (--transformer-impl local, or
+    inference_optimized) builds unfused DotProductAttention and none of Transformer Engine's kernels
+    (core_v0.18.0 gpt_builders.py: use_te only for transformer_engine; megatron/core/models/backends.py
+    LocalSpecProvider), and --use-legacy-models builds megatron/legacy/model; the ledger and the projection
+    are Megatron-Core's with Transformer Engine, so either would be proven as another job."""
+    impl = r.get("transformer_impl")
+    if impl != "transformer_engine":
+        raise InputError(r.ctx.where, r.ctx.label("transformer_impl"),
+                         f"{shown(impl)}: Megatron-LM then builds its local spec (unfused attention, no Transformer "
+                         "Engine kernels), which primus does not model; primus models transformer_engine")
+    if r.get("use_legacy_models"):
+        raise InputError(r.ctx.where, r.ctx.label("use_legacy_models"),
+                         "builds Megatron-LM's legacy models (megatron/legacy/model), which primus does not model; "
+                         "primus models Megatron-Core's")
+
+
 def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> tuple[dict[str, Any], set[str]]:
     """The job mapping (without hardware and size) the arguments describe, and the dests used."""
+    ns, aliases = _aliased(ns, ctx)
     r = ArgReader(ns, ctx)
+    r.consumed |= aliases
+    _transformer_impl(r)
     model_ref, model = _model(r, ctx, out)
     job: dict[str, Any] = {"model": model_ref}
     job["seq_len"] = r.pos("seq_length", required=True)
@@ -119,6 +160,16 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
     sharded = parallel["sharding"] in SHARDED
     overlap = {"grad_reduce": bool(r.get("overlap_grad_reduce")), "tp_comm": bool(r.get("tp_comm_overlap")),
                "moe_a2a": bool(r.get("overlap_moe_expert_parallel_comm"))}
+    if r.ns.get("overlap_param_gather") and not overlap["grad_reduce"]:
+        # every release: core_v0.8.0 arguments.py lines 279-283 ('--overlap-grad-reduce should be turned on when
+        # using --overlap-param-gather'), core_v0.18.0 lines 1003-1008 ('Must use --overlap-param-gather with
+        # --overlap-grad-reduce')
+        raise InputError(ctx.where, ctx.label("overlap_param_gather"),
+                         f"without {ctx.label('overlap_grad_reduce')} is refused by Megatron-LM (validate_args)")
+    if r.ns.get("overlap_param_gather") and not sharded:
+        raise InputError(ctx.where, ctx.label("overlap_param_gather"),
+                         "without the distributed optimizer or Megatron FSDP is refused by Megatron-LM (validate_args: "
+                         "'--overlap-param-gather only supported with distributed optimizer')")
     if sharded:
         overlap["param_gather"] = bool(r.get("overlap_param_gather"))
     elif r.ns.get("overlap_param_gather") is False:
@@ -151,7 +202,9 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
 
 def model_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> tuple[Any, set[str]]:
     """The job's `model` value for a file that only defines a model's arguments, and the dests used."""
+    ns, aliases = _aliased(ns, ctx)
     r = ArgReader(ns, ctx)
+    r.consumed |= aliases
     ref, _ = _model(r, ctx, out)
     return ref, r.consumed
 

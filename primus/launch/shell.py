@@ -15,7 +15,10 @@ multi-line strings (``MODEL_ARGS=" \\ --num-layers 36 \\ ..."``) and line contin
 - ``if``/``elif``/``else`` tests made of ``[ ]``/``[[ ]]`` string and integer comparisons, ``-z``/``-n``,
   ``!``, ``&&`` and ``||`` are evaluated; a test it cannot decide (a file test) takes the first branch,
   with a note naming its line;
-- loops, ``case`` blocks and function bodies are not entered (noted);
+- loops, ``case`` blocks and function bodies are not entered (noted); a variable one of them assigns is
+  unknown from where it runs (a loop whose test or list lets it run, a case block, a function where it is
+  called; `Script.unsettled`), so an option read from it is refused as one read from ``$(...)`` is;
+  ``$#`` is 0 (the script is read with no positional parameters);
 - ``source FILE`` / ``. FILE`` reads that file's statements in place (`primus.launch.shell_source`);
 - nothing is executed: a command substitution ``$(...)`` or a backtick is reported as unresolved with
   its line, and stands in the expanded words as one opaque word (`Script.substitution_in` finds it,
@@ -71,6 +74,24 @@ class Script:
     notes: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     substitutions: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of each $(...)
+    #: substitution index -> why it stands for a variable's value (`unsettled`): set in a block not entered
+    settled_by: dict[int, str] = field(default_factory=dict)
+    #: functions the file defines: name -> (line, the variables its body assigns)
+    functions: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
+
+    def unsettled(self, names: set[str], line: int, why: str) -> None:
+        """The variables `names`, assigned in a block primus does not enter that runs here (a loop, a case
+        block, a called function): from here on each is only known by running the block, so it stands as
+        an opaque word, as a command substitution does, and an option read from it is refused."""
+        for name in sorted(names):
+            self.variables[name] = self.substitute(line, f"${name}")
+            self.settled_by[len(self.substitutions) - 1] = why
+            self.defined_at.setdefault(name, line)
+
+    def why_unresolved(self, text: str) -> str | None:
+        """What sets the value a substitution in `text` stands for, when it is a variable (`unsettled`)."""
+        match = _SUB.search(text)
+        return None if match is None else self.settled_by.get(int(match.group(1)))
 
     def substitute(self, line: int, raw: str) -> str:
         """The opaque word that stands for a command substitution not run."""
@@ -308,6 +329,8 @@ class Expander:
         return match.end(), self._lookup(name, "$" + name)
 
     def _lookup(self, name: str, raw: str) -> Value:
+        if name == "#":  # the script is read with no positional parameters ($1 is unset), so $# is 0
+            return "0"
         value = self.script.variables.get(name)
         if value is None:
             return "" if self.in_test else raw
@@ -424,6 +447,71 @@ class _Frame:
     parent: bool  # the enclosing code runs
 
 
+@dataclass
+class _Block:
+    """A loop, case block or function body that is read but not entered, and the variables it assigns."""
+
+    kind: str
+    line: int
+    runs: bool | None  # whether it runs where it stands (None: cannot tell; a function runs when called)
+    name: str | None = None
+    names: set[str] = field(default_factory=set)
+
+    def close(self, script: Script) -> None:
+        if self.kind == "function":
+            assert self.name is not None
+            script.functions[self.name] = (self.line, set(self.names))
+        elif self.runs is not False and self.names:
+            what = "case block" if self.kind == "case" else f"{self.kind} loop"
+            script.unsettled(self.names, self.line, f"the {what} on line {self.line}")
+
+
+#: `local NAME=...`, `declare NAME=...` and the like: words before the assignments of a statement.
+_DECLARE = re.compile(r"^(?:export|readonly|declare|typeset)(?:\s+-[A-Za-z]+)*\s+")
+
+
+def assigned_names(stmt: str, in_header: bool = False) -> set[str]:
+    """The variables a statement inside a block not entered may assign: ``NAME=...``/``NAME+=...`` words at
+    the start of a command (also after a case pattern ``pat)``, `do`, `then`), ``export``/``declare`` ones,
+    ``read NAME``, and a loop's own variable (`in_header`: ``for NAME in ...``). ``local`` ones stay in
+    their function."""
+    text = stmt.strip()
+    if in_header:
+        match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s+in\b", text)
+        return {match.group(1)} if match else set()
+    text = re.sub(r"^[^=()\s]*\)\s*", "", text) if re.match(r"^[^=()\s]*\)", text) else text  # a case pattern
+    if text.startswith("local ") or text.startswith("local\t"):
+        return set()
+    if text.startswith("read ") or text.startswith("read\t"):
+        return {w for w in text.split()[1:] if _NAME.fullmatch(w)}
+    text = _DECLARE.sub("", text)
+    names = set()
+    for word in _raw_words(text):
+        match = _ASSIGN.match(word) or re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(", word)
+        if not match:
+            break
+        names.add(match.group(1))
+    return names
+
+
+def _loop_runs(head: str, stmt: str, ex: Expander) -> bool | None:
+    """Whether a `while`/`until` loop's body runs at least once (its test decided as an `if` test is;
+    None when it cannot be told), a `for` loop's (its list is not empty); None for a case block."""
+    rest = stmt.split(None, 1)[1] if " " in stmt else ""
+    rest = re.split(r";\s*do\b|\bdo\b", rest, maxsplit=1)[0].strip()
+    if head in ("while", "until"):
+        ex.in_test = True
+        value = condition(ex.words(rest))
+        ex.in_test = False
+        return None if value is None else (value if head == "while" else not value)
+    if head in ("for", "select"):
+        match = re.match(r"^[A-Za-z_][A-Za-z0-9_]*\s+in\b(.*)$", rest, re.S)
+        if match is None:  # `for X; do` runs over the positional parameters, of which there are none
+            return False
+        return bool(ex.words(match.group(1)))
+    return None
+
+
 def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
     """Read a bash script statically (see the module docstring); `base_dir`: the script's folder, from
     which sourced files are read."""
@@ -433,6 +521,7 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
     frames: list[_Frame] = []
     skip_until: list[str] = []
     skipped_blocks: list[str] = []
+    block: _Block | None = None  # the outermost block being skipped
     queue = list(statements(text, where))
     while queue:
         line, stmt = queue.pop(0)
@@ -442,22 +531,44 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
             queue[:0] = [(line, head), (line, stmt[len(head):].strip())]
             continue
         if skip_until:
+            if block is not None:
+                block.names |= assigned_names(stmt)
             if head in _OPEN_BLOCK or (re.match(r"^(function\s+\w+|\w+\s*\(\s*\))", stmt) and "{" in stmt):
-                skip_until.append(_OPEN_BLOCK.get(head, "}"))
+                closer = _OPEN_BLOCK.get(head, "}")
+                if not stmt.rstrip().endswith(closer):  # `case $1 in a) X=1;; esac` on one line opens nothing
+                    skip_until.append(closer)
             elif head == skip_until[-1] or (stmt.rstrip().endswith(skip_until[-1]) and skip_until[-1] == "}"):
                 skip_until.pop()
+            if not skip_until and block is not None:
+                block.close(script)
+                block = None
             continue
         running = not frames or frames[-1].active
         if head in _OPEN_BLOCK:
+            opened = _Block(head, line, runs=_loop_runs(head, stmt, ex) if running else False)
+            opened.names |= assigned_names(stmt.split(None, 1)[1] if " " in stmt else "", in_header=True)
             if not stmt.rstrip().endswith(_OPEN_BLOCK[head]):
                 skip_until.append(_OPEN_BLOCK[head])
+                block = opened
+            else:
+                opened.names |= assigned_names(stmt)
+                opened.close(script)
             skipped_blocks.append(f"{head} on line {line}")
             continue
-        if re.match(r"^(function\s+\w+|\w+\s*\(\s*\))", stmt):
+        function = re.match(r"^(?:function\s+(\w+)|(\w+)\s*\(\s*\))", stmt)
+        if function:
+            opened = _Block("function", line, runs=False, name=function.group(1) or function.group(2))
+            opened.names |= assigned_names(stmt.split("{", 1)[1].rstrip().removesuffix("}") if "{" in stmt else "")
             if not stmt.rstrip().endswith("}"):
                 skip_until.append("}")
+                block = opened if running else None
+            elif running:
+                opened.close(script)
             skipped_blocks.append(f"function on line {line}")
             continue
+        if running and head in script.functions:  # a call: what its body assigns is only known by running it
+            at, names = script.functions[head]
+            script.unsettled(names, line, f"the function {head} (line {at}, called on line {line})")
         if head in ("if", "elif"):
             rest = stmt.split(None, 1)[1] if " " in stmt else ""
             rest = re.sub(r"\bthen\s*$", "", rest).strip()
