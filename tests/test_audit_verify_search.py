@@ -92,3 +92,26 @@ def test_a_guided_run_without_its_search_settings_cannot_be_re_run(guided: Path,
     write_manifest(copy)
     code, out = verify(copy)
     assert code == 1 and "result.json: search recorded None, not the guided search's settings" in out
+
+
+def test_a_guided_run_with_more_llm_calls_than_the_default_budget_verifies(tmp_path: Path) -> None:
+    # a second review: the replay stopped at LlmSettings' default of 4 calls while the run, tuned with
+    # --llm-calls 6, made 5, so verify called the untouched log forged from the fifth call on; the record is the
+    # replay's only budget now
+    from tests.helpers.fake_llm import fake_llm
+
+    replies = [("json", {"candidates": [{"tp": t, "pp": 1}]}) for t in (3, 5, 7, 9)]
+    replies += [("json", {"candidates": [{"tp": 8, "pp": 1, "mbs": 1, "recompute": "full", "sharding": "none"},
+                                         {"tp": 4, "pp": 2, "mbs": 2, "recompute": "full", "sharding": "none"}]}),
+                ("json", {"candidates": [{"tp": 2, "pp": 4, "mbs": 1, "recompute": "full", "sharding": "none"}]})]
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(JOB, sort_keys=False))
+    out = tmp_path / "run"
+    with fake_llm(replies) as (url, _):
+        result = CliRunner().invoke(cli, ["tune", str(job), "--llm-base-url", url, "--llm-calls", "6",
+                                          "--exhaustive-limit", "0", "--out", str(out), "--format", "json",
+                                          "--workers", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["llm"]["calls"] > 4
+    code, text = verify(out)
+    assert code == 0, text

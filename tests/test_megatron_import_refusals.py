@@ -73,3 +73,15 @@ def test_the_encoder_aliases_give_the_layers_and_the_sequence(run_cli, tmp_path:
 def test_both_spellings_of_the_layers_are_refused(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     code, _, err = memory(run_cli, launch(tmp_path, "--encoder-num-layers 32"))
     assert code == 2 and "--encoder-num-layers: and --num-layers together are refused by Megatron-LM" in err
+
+
+def test_param_gather_overlap_with_torch_fsdp2_is_refused(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # a second review: torch FSDP2 is sharded, but core_v0.18.0 arguments.py lines 1003-1005 take only the
+    # distributed optimizer, Megatron FSDP or dist_muon
+    line = MODEL.replace("--use-distributed-optimizer", "--use-torch-fsdp2 --no-gradient-accumulation-fusion")
+    path = tmp_path / "fsdp2.sh"
+    path.write_text(f"torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --seq-length 8192 {line} "
+                    "--overlap-param-gather --overlap-grad-reduce\n")
+    code, _, err = memory(run_cli, str(path))
+    assert code == 2 and "--overlap-param-gather: without the distributed optimizer or Megatron FSDP (torch FSDP2 " \
+                         "is neither)" in err

@@ -23,7 +23,7 @@ from primus.tuning.llm_http import MAX_BODY_BYTES
 from tests.helpers.fake_llm import fake_llm, refused_url
 
 SMALL = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 4096, "global_batch_size": 16}
-TIMEOUT_S = "0.3"  # --llm-timeout: each scripted wait outlasts it
+TIMEOUT_S = "1"  # --llm-timeout: each scripted wait outlasts it (a drip of 3 s, a hang or sleep of 5 s)
 
 
 @pytest.fixture()
@@ -58,7 +58,7 @@ FAULTS = {
     "HTTP 429": [("status", 429), ("status", 429)],
     "timeout": [("sleep", 5), ("sleep", 5)],
     "stalled after headers": [("hang", 5), ("hang", 5)],
-    # headers trickled one line per 50 ms for 3 s: every read is within --llm-timeout 0.3 s, the attempt is not
+    # headers trickled one line per 50 ms for 3 s: every read is within --llm-timeout 1 s, the attempt is not
     "timeout (headers trickled)": [("drip", 3), ("drip", 3)],
     "connection reset mid-reply": [("reset", 100), ("reset", 100)],
     "body is not JSON": [("body", "<html><body><h1>502 Bad Gateway</h1></body></html>")],
@@ -146,7 +146,7 @@ def test_no_attempt_of_a_call_waits_past_the_wall_time_budget(monkeypatch: pytes
 
 
 @pytest.mark.parametrize("url", ["not a url", "ftp://host/v1", "http:///v1", "http://exa mple.com/v1",
-                                 "http://host:port/v1", "http://a_b!.com/v1", "http://host/v1\t"])
+                                 "http://host:port/v1", "http://a-b!.com/v1", "http://host/v1\t"])
 def test_an_endpoint_that_is_not_an_http_url_is_refused_before_the_search(url: str, tmp_path: Path):
     # review 49, L1: 'not a url' was retried three times per call as a connection fault
     job = tmp_path / "job.yaml"
@@ -160,7 +160,7 @@ def test_an_endpoint_that_is_not_an_http_url_is_refused_before_the_search(url: s
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.example-host.com/v1", "http://[::1]:8000/v1",
-                                 "http://localhost/v1"])
+                                 "http://localhost/v1", "http://llm_server:8000/v1"])
 def test_an_http_url_with_a_host_is_taken(url: str) -> None:
     from primus.cli.tune_cmd import _check_base_url
 

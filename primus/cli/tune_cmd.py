@@ -220,11 +220,12 @@ def _check_base_url(url: str | None, where: str) -> None:
         parts = urlsplit(url)
         _ = parts.port  # a port that is not a number raises here
         host = parts.hostname or ""
-        # a host name of letters, digits, hyphens and dots (an IPv6 literal in brackets is parsed by urlsplit); no
-        # whitespace or control character anywhere, which no resolver or request line takes
+        # a host name of letters, digits, hyphens, dots and underscores (Docker Compose service names have them;
+        # an IPv6 literal in brackets is parsed by urlsplit); no whitespace or control character anywhere, which no
+        # resolver or request line takes
         ok = (parts.scheme in ("http", "https") and bool(host) and not any(c.isspace() or not c.isprintable()
                                                                           for c in url)
-              and ("[" in parts.netloc or all(c.isalnum() or c in "-." for c in host)))
+              and ("[" in parts.netloc or all(c.isalnum() or c in "-._" for c in host)))
     except ValueError:
         ok = False
     if not ok:

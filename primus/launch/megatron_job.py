@@ -166,10 +166,13 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         # --overlap-grad-reduce')
         raise InputError(ctx.where, ctx.label("overlap_param_gather"),
                          f"without {ctx.label('overlap_grad_reduce')} is refused by Megatron-LM (validate_args)")
-    if r.ns.get("overlap_param_gather") and not sharded:
+    if r.ns.get("overlap_param_gather") and (not sharded or r.get("use_torch_fsdp2")):
+        # core_v0.18.0 arguments.py lines 1003-1005: use_distributed_optimizer or use_megatron_fsdp (torch FSDP2 is
+        # neither)
         raise InputError(ctx.where, ctx.label("overlap_param_gather"),
-                         "without the distributed optimizer or Megatron FSDP is refused by Megatron-LM (validate_args: "
-                         "'--overlap-param-gather only supported with distributed optimizer')")
+                         "without the distributed optimizer or Megatron FSDP (torch FSDP2 is neither) is refused by "
+                         "Megatron-LM (validate_args: '--overlap-param-gather only supported with distributed "
+                         "optimizer, megatron fsdp, or dist_muon')")
     if sharded:
         overlap["param_gather"] = bool(r.get("overlap_param_gather"))
     elif r.ns.get("overlap_param_gather") is False:

@@ -76,8 +76,21 @@ class Script:
     substitutions: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of each $(...)
     #: substitution index -> why it stands for a variable's value (`unsettled`): set in a block not entered
     settled_by: dict[int, str] = field(default_factory=dict)
-    #: functions the file defines: name -> (line, the variables its body assigns)
-    functions: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
+    #: functions the file defines: name -> (line, the variables its body assigns, the commands it runs)
+    functions: dict[str, tuple[int, set[str], set[str]]] = field(default_factory=dict)
+
+    def assigned_by_call(self, name: str) -> set[str]:
+        """What a call of function `name` may assign: its body's assignments and those of the functions it
+        calls, however deep."""
+        seen, todo, names = {name}, [name], set()
+        while todo:
+            _, assigned, calls = self.functions[todo.pop()]
+            names |= assigned
+            for callee in calls & set(self.functions):
+                if callee not in seen:
+                    seen.add(callee)
+                    todo.append(callee)
+        return names
 
     def unsettled(self, names: set[str], line: int, why: str) -> None:
         """The variables `names`, assigned in a block primus does not enter that runs here (a loop, a case
@@ -456,11 +469,12 @@ class _Block:
     runs: bool | None  # whether it runs where it stands (None: cannot tell; a function runs when called)
     name: str | None = None
     names: set[str] = field(default_factory=set)
+    calls: set[str] = field(default_factory=set)  # the first words of its statements (functions it may call)
 
     def close(self, script: Script) -> None:
         if self.kind == "function":
             assert self.name is not None
-            script.functions[self.name] = (self.line, set(self.names))
+            script.functions[self.name] = (self.line, set(self.names), set(self.calls))
         elif self.runs is not False and self.names:
             what = "case block" if self.kind == "case" else f"{self.kind} loop"
             script.unsettled(self.names, self.line, f"the {what} on line {self.line}")
@@ -471,19 +485,37 @@ _DECLARE = re.compile(r"^(?:export|readonly|declare|typeset)(?:\s+-[A-Za-z]+)*\s
 
 
 def assigned_names(stmt: str, in_header: bool = False) -> set[str]:
-    """The variables a statement inside a block not entered may assign: ``NAME=...``/``NAME+=...`` words at
-    the start of a command (also after a case pattern ``pat)``, `do`, `then`), ``export``/``declare`` ones,
-    ``read NAME``, and a loop's own variable (`in_header`: ``for NAME in ...``). ``local`` ones stay in
-    their function."""
+    """The variables a statement inside a block not entered may assign, in each of its commands (split at
+    ``;;``, ``;``, ``&&``, ``||``; a ``case WORD in`` head, a case pattern ``pat)`` and ``do``/``then``/``else``/``{``
+    dropped): ``NAME=...``/``NAME+=...`` words at a command's start, ``export``/``declare`` ones, ``read NAME``,
+    ``mapfile``/``readarray NAME``, ``printf -v NAME``, ``let NAME=...``, ``(( NAME += ... ))``, and a loop's own
+    variable (`in_header`: ``for NAME in ...``). ``local`` ones stay in their function."""
     text = stmt.strip()
     if in_header:
         match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s+in\b", text)
         return {match.group(1)} if match else set()
-    text = re.sub(r"^[^=()\s]*\)\s*", "", text) if re.match(r"^[^=()\s]*\)", text) else text  # a case pattern
-    if text.startswith("local ") or text.startswith("local\t"):
+    names: set[str] = set()
+    for part in re.split(r";;|;|&&|\|\|", text):
+        names |= _command_assigns(part.strip())
+    return names
+
+
+def _command_assigns(text: str) -> set[str]:
+    """`assigned_names` of one command."""
+    text = re.sub(r"^case\s+\S+\s+in\b\s*", "", text)
+    text = re.sub(r"^\(?[^=()\s]*\)\s*", "", text) if re.match(r"^\(?[^=()\s]*\)", text) else text  # a pattern
+    text = re.sub(r"^(?:do|then|else|\{)\s+", "", text)
+    words = text.split()
+    if not words or words[0] == "local":
         return set()
-    if text.startswith("read ") or text.startswith("read\t"):
-        return {w for w in text.split()[1:] if _NAME.fullmatch(w)}
+    if words[0] in ("read", "mapfile", "readarray"):
+        return {w for w in words[1:] if _NAME.fullmatch(w)}
+    if words[0] == "printf" and len(words) > 2 and words[1] == "-v" and _NAME.fullmatch(words[2]):
+        return {words[2]}
+    if words[0] == "let" or text.startswith("(("):
+        names = set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", text))
+        steps = re.findall(r"(?:\+\+|--)\s*([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)\s*(?:\+\+|--)", text)
+        return names | {a or b for a, b in steps}
     text = _DECLARE.sub("", text)
     names = set()
     for word in _raw_words(text):
@@ -501,14 +533,16 @@ def _loop_runs(head: str, stmt: str, ex: Expander) -> bool | None:
     rest = re.split(r";\s*do\b|\bdo\b", rest, maxsplit=1)[0].strip()
     if head in ("while", "until"):
         ex.in_test = True
-        value = condition(ex.words(rest))
+        tested = ex.words(rest)
         ex.in_test = False
+        value = None if any(ex.script.why_unresolved(w) for w in tested) else condition(tested)
         return None if value is None else (value if head == "while" else not value)
     if head in ("for", "select"):
         match = re.match(r"^[A-Za-z_][A-Za-z0-9_]*\s+in\b(.*)$", rest, re.S)
         if match is None:  # `for X; do` runs over the positional parameters, of which there are none
             return False
-        return bool(ex.words(match.group(1)))
+        listed = re.sub(r'"?\$\{?[@*]\}?"?', " ", match.group(1))  # "$@", $*: none either
+        return bool(ex.words(listed))
     return None
 
 
@@ -533,12 +567,14 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
         if skip_until:
             if block is not None:
                 block.names |= assigned_names(stmt)
+                block.calls.add(head)
             if head in _OPEN_BLOCK or (re.match(r"^(function\s+\w+|\w+\s*\(\s*\))", stmt) and "{" in stmt):
                 closer = _OPEN_BLOCK.get(head, "}")
                 if not stmt.rstrip().endswith(closer):  # `case $1 in a) X=1;; esac` on one line opens nothing
                     skip_until.append(closer)
-            elif head == skip_until[-1] or (stmt.rstrip().endswith(skip_until[-1]) and skip_until[-1] == "}"):
-                skip_until.pop()
+            elif head == skip_until[-1] or (stmt.rstrip().endswith(skip_until[-1]) and skip_until[-1] == "}") \
+                    or (skip_until[-1] == "esac" and re.search(r";;\s*esac$", stmt.rstrip())):
+                skip_until.pop()  # `*) shift ;; esac`: statements split at `;`, not at `;;`
             if not skip_until and block is not None:
                 block.close(script)
                 block = None
@@ -558,7 +594,9 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
         function = re.match(r"^(?:function\s+(\w+)|(\w+)\s*\(\s*\))", stmt)
         if function:
             opened = _Block("function", line, runs=False, name=function.group(1) or function.group(2))
-            opened.names |= assigned_names(stmt.split("{", 1)[1].rstrip().removesuffix("}") if "{" in stmt else "")
+            body = stmt.split("{", 1)[1].rstrip().removesuffix("}") if "{" in stmt else ""
+            opened.names |= assigned_names(body)
+            opened.calls |= {part.split()[0] for part in body.split(";") if part.split()}
             if not stmt.rstrip().endswith("}"):
                 skip_until.append("}")
                 block = opened if running else None
@@ -567,8 +605,9 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
             skipped_blocks.append(f"function on line {line}")
             continue
         if running and head in script.functions:  # a call: what its body assigns is only known by running it
-            at, names = script.functions[head]
-            script.unsettled(names, line, f"the function {head} (line {at}, called on line {line})")
+            at = script.functions[head][0]
+            script.unsettled(script.assigned_by_call(head), line, f"the function {head} (line {at}, called on line "
+                             f"{line})")
         if head in ("if", "elif"):
             rest = stmt.split(None, 1)[1] if " " in stmt else ""
             rest = re.sub(r"\bthen\s*$", "", rest).strip()
@@ -582,8 +621,17 @@ def read_script(text: str, where: str, base_dir: Path | None = None) -> Script:
                 frame.active = False
                 continue
             ex.in_test = True
-            value = condition(ex.words(rest))
+            tested = ex.words(rest)
             ex.in_test = False
+            for word in tested:
+                why = script.why_unresolved(word)
+                if why is not None:
+                    found = script.substitution_in(word)
+                    assert found is not None
+                    raise InputError(where, f"line {line}", f"the test `{rest}` reads {found[1]}, which {why} may "
+                                     "set and primus reads but never runs, so which branch runs is unknown; set it "
+                                     "outside the block, with a literal value")
+            value = condition(tested)
             if value is None:
                 script.notes.append(f"line {line}: the test `{rest}` cannot be decided without running it; "
                                     "its first branch is read")

@@ -346,8 +346,8 @@ class RecordingClient(LlmClient):
     replay_only: bool = False  # see Tuner.replay_only_llm
 
     def budget_left(self) -> str | None:
-        if self.replay_only and not self.recorded:
-            return "the run's record of LLM calls ends here"
+        if self.replay_only:  # the record is the budget: each call in it was within the run's own
+            return None if self.recorded else "the run's record of LLM calls ends here"
         return super().budget_left()
 
     def complete(self, messages: list[dict[str, str]]) -> CallOutcome:

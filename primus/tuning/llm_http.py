@@ -92,12 +92,17 @@ def _post(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s
     waits for at most `timeout_s` (and `DEADLINE_GRACE_S`, so that the body reader's own deadline, which says how
     much of the body came, fires first when the body is what is late); past it the attempt is a timeout and the
     request's client is closed, which ends the worker at its next read."""
+    import openai
+
     outcome: dict[str, Any] = {}
-    clients: list[Any] = []
+    # built here, before the clock starts: importing and constructing a client is not the endpoint's time
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0,
+                           http_client=_http_client(timeout_s, max_bytes))
+    clients: list[Any] = [client]
 
     def attempt() -> None:
         try:
-            outcome["body"] = _request(base_url, api_key, payload, timeout_s, max_bytes, clients)
+            outcome["body"] = _request(client, payload, timeout_s, max_bytes)
         except BaseException as exc:  # handed to the waiting thread below
             outcome["error"] = exc
 
@@ -115,18 +120,13 @@ def _post(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s
     return body
 
 
-def _request(base_url: str, api_key: str | None, payload: dict[str, Any], timeout_s: float, max_bytes: int,
-             clients: list[Any]) -> bytes:
-    """The raw body of one request through the `openai` client, read as a stream so that its size and
-    its time are bounded here (the client would read any body whole, an error page included). The
-    client's own retries are off: retrying, with backoff, is the caller's (`LlmClient.complete`).
-    `clients` receives the client, so that `_post` can close it from outside."""
+def _request(client: Any, payload: dict[str, Any], timeout_s: float, max_bytes: int) -> bytes:
+    """The raw body of one request through the `openai` client (built by `_post`, its own retries off:
+    retrying, with backoff, is the caller's, `LlmClient.complete`), read as a stream so that its size and its
+    time are bounded here (the client would read any body whole, an error page included)."""
     import openai
 
     deadline = time.monotonic() + timeout_s
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0,
-                           http_client=_http_client(timeout_s, max_bytes))
-    clients.append(client)
     try:
         with client.chat.completions.with_streaming_response.create(**payload) as response:
             return _read_body(response.iter_bytes(READ_PIECE), deadline, timeout_s, max_bytes)
