@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from primus.stacks.megatron_release import tag_key
+
 #: Megatron-LM's get_device_arch_version() from which the CUDA_DEVICE_MAX_CONNECTIONS=1 requirement
 #: no longer holds ("no longer exists since the Blackwell architecture", validate_args).
 UNGATED_FROM_MAJOR: Final = 10
@@ -50,8 +52,6 @@ def megatron_env(tp: int, cp: int, fsdp: bool, moe_a2a_overlap: bool,
     lines 656-664, core_v0.8.0 lines 476-484). core_v0.12.x asserts it for `tp > 1 or cp > 1 and
     get_device_arch_version() < 10`, where Python's precedence exempts Blackwell for CP only (core_v0.12.0
     line 768); core_v0.13.0 added the parentheses, and core_v0.14.0 exempted the MoE all-to-all overlap."""
-    from primus.stacks.megatron_release import tag_key
-
     key = tag_key(release) if release is not None else None
     if key is not None and key < tag_key(ASYNC_ALLREDUCE_UNTIL):
         return (EnvSetting("CUDA_DEVICE_MAX_CONNECTIONS", "1",
