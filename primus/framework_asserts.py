@@ -13,6 +13,7 @@ from primus.specs.job import JobSpec
 from primus.specs.model import ModelSpec
 from primus.stacks.core import Stack
 from primus.stacks.megatron_release import (
+    CP_COMM_TYPE_FROM,
     FP16_MOE_FROM,
     GROUPED_MLP_REMOVED_IN,
     STOCK_MEGATRON_CORE,
@@ -25,6 +26,7 @@ from primus.stacks.megatron_release import (
 
 def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where: str) -> None:
     """Refuse a job whose options the framework asserts against (see the module docstring)."""
+    _context_parallel_asserts(spec, stack, where)
     if not model.is_moe:
         return
     moe = spec.moe
@@ -71,6 +73,23 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
                          f"fp16 with MoE layers is refused by {stack.asked}'s Megatron-LM, {target.tag}: validate_args "
                          "asserts grouped GEMM only in bf16 and no expert parallelism in fp16 (removed by #2495, "
                          f"4193f3aa9b, first tagged {FP16_MOE_FROM}): use bf16 or a later release")
+
+
+def _context_parallel_asserts(spec: JobSpec, stack: Stack, where: str) -> None:
+    """`context_parallel.comm_type` names Megatron-Core's --cp-comm-type: other frameworks' context parallelism
+    is their own (torchtitan's is PyTorch's ring attention), and releases before it have only the p2p ring."""
+    comm = spec.context_parallel.comm_type
+    if comm == "p2p":
+        return
+    if spec.framework != "megatron":
+        raise InputError(where, "context_parallel.comm_type",
+                         f"{comm} is Megatron-Core's --cp-comm-type; {spec.framework}'s context parallelism is its own "
+                         "ring attention, which primus models as p2p: drop the key")
+    target = _release(stack, where) if stack.name in STOCK_MEGATRON_CORE else None
+    if target is not None and target.before(CP_COMM_TYPE_FROM):
+        raise InputError(where, "context_parallel.comm_type",
+                         f"{comm} needs Megatron-LM {CP_COMM_TYPE_FROM} or later (--cp-comm-type), not {target.tag}, "
+                         "whose context parallelism is the p2p ring only: use p2p or name a later release")
 
 
 def _release(stack: Stack, where: str) -> MegatronTarget | None:

@@ -7,9 +7,7 @@ an old release can parse.
 - Before MoE parallel folding (core_v0.10.0) the experts run at the dense TP and EP splits the data-parallel
   ranks: core_v0.8.0 parallel_state.py lines 442-445 and core_v0.9.0 lines 536-540 raise "data_parallel_size
   ... is not divisible by expert_model_parallel_size"; neither release has --expert-tensor-parallel-size.
-- Transformer Engine runs context parallelism with sliding-window attention or attention sinks only with
-  cp_comm_type a2a / all_gather, never with Megatron's default p2p ring (TE v2.12 context_parallel.py lines
-  4022-4029; dot_product_attention/utils.py lines 733-740).
+(What Transformer Engine's context parallelism refuses per cp_comm_type: tests/test_cp_comm_type.py.)
 """
 
 from __future__ import annotations
@@ -37,11 +35,6 @@ MIXTRAL_OLD: dict[str, Any] = {
     "stack": "megatron-lm@core_v0.9.0",
     "parallel": {"tp": 8, "pp": 1, "vp": 1, "cp": 1, "ep": 8, "etp": 8, "mbs": 1, "sp": True, "recompute": "full",
                  "sharding": "dist_opt"}}
-MISTRAL_CP2: dict[str, Any] = {
-    "model": "mistral-7b", "hardware": "h100-80gb", "gpus": 16, "seq_len": 16384, "global_batch_size": 64,
-    "parallel": {"tp": 2, "pp": 1, "vp": 1, "cp": 2, "mbs": 1, "sp": True, "recompute": "selective",
-                 "sharding": "dist_opt"}}
-
 
 def _fit(run_cli, write_job, job: dict[str, Any]) -> tuple[int, dict[str, Any]]:  # type: ignore[no-untyped-def]
     code, out, _ = run_cli("fit", write_job(job), "--format", "json")
@@ -111,18 +104,3 @@ def test_the_old_release_line_states_the_expert_width_as_ffn_hidden_size(run_cli
     words = out.split()
     assert words[words.index("--ffn-hidden-size") + 1] == "14336"
     assert "--moe-ffn-hidden-size" not in words and "--expert-tensor-parallel-size" not in words
-
-
-@pytest.mark.parametrize("model", ["mistral-7b", "gpt-oss-20b"])
-def test_cp_is_refused_for_sliding_windows_and_sinks(run_cli, write_job, model: str) -> None:  # type: ignore[no-untyped-def]
-    job = {**MISTRAL_CP2, "model": model}
-    if model == "gpt-oss-20b":
-        job["hardware"] = "b200"
-        job["parallel"] = {**MISTRAL_CP2["parallel"], "tp": 1, "sp": False, "ep": 8, "etp": 1, "recompute": "full"}
-    code, doc = _fit(run_cli, write_job, job)
-    assert code == 1 and "cp-p2p-no-window-or-sinks" in doc["violated_rules"]
-
-
-def test_cp_stays_legal_for_full_attention(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    _, doc = _fit(run_cli, write_job, {**MISTRAL_CP2, "model": "llama3.1-8b"})
-    assert "cp-p2p-no-window-or-sinks" not in doc["violated_rules"]

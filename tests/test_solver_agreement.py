@@ -49,6 +49,13 @@ JOBS = {
     # MaxText's remat policy: its kept bytes per layer and the rebuilt layer in the backward working set
     "maxtext-remat": {"stack": "maxtext", "model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2,
                       "seq_len": 8192, "global_batch_size": 32, "parallel": {"recompute": "selective"}},
+    # context parallelism other than the ring: a2a's second copy of the attention output in the tables, and
+    # its rule that heads per TP rank divide by CP (gpt-oss: sliding windows and sinks need a2a)
+    "cp-a2a": {"model": {"base": "gpt-oss-20b", "num_layers": 4}, "hardware": "h100-80gb", "nodes": 2,
+               "seq_len": 16384, "global_batch_size": 16, "context_parallel": {"comm_type": "a2a"}},
+    # all_gather's backward transient (the re-gathered K and V and their gradients) in the working set
+    "cp-all-gather": {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 32768,
+                      "global_batch_size": 16, "context_parallel": {"comm_type": "all_gather"}},
     # a stack's recipe layouts per (PP, VP) (Megatron-Bridge's DeepSeek-V3 layout_map, `Job.pipeline_at`):
     # stage slots differ by pair, the last slot always the last stage
     "stack-recipe-layouts": {"model": "deepseek-v3", "hardware": "b200", "nodes": 4, "seq_len": 4096,

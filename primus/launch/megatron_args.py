@@ -48,7 +48,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--tensor-model-parallel-size", "int"), _a("--pipeline-model-parallel-size", "int"),
     _a("--num-layers-per-virtual-pipeline-stage", "int"), _a("--num-virtual-stages-per-pipeline-rank", "int"),
     _a("--virtual-pipeline-model-parallel-size", "int"),  # releases before core_r0.11; read, never written
-    _a("--context-parallel-size", "int"), _a("--expert-model-parallel-size", "int"),
+    _a("--context-parallel-size", "int"), _a("--cp-comm-type", "list"), _a("--expert-model-parallel-size", "int"),
     _a("--expert-tensor-parallel-size", "int"), _a("--sequence-parallel", "true"),
     _a("--micro-batch-size", "int"), _a("--global-batch-size", "int"), _a("--seq-length", "int"),
     _a("--recompute-granularity", "str"), _a("--recompute-activations", "true"), _a("--recompute-method", "str"),

@@ -191,6 +191,9 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         job["kernels"]["rope_fusion"] = bool(r.get("apply_rope_fusion"))  # nothing about YaRN or other positions
     else:
         r.get("apply_rope_fusion")
+    comm = _cp_comm_type(r, model, parallel["cp"])
+    if comm not in (None, "p2p"):  # p2p is the job file's default as it is Megatron's
+        job["context_parallel"] = {"comm_type": comm}
     if fused_loss:
         job["kernels"]["cross_entropy_fusion_impl"] = impl
     elif impl == "te":
@@ -198,6 +201,39 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
                  f"{r.ctx.label('cross_entropy_loss_fusion')}: the loss is Megatron-LM's unfused vocab-parallel "
                  "cross-entropy (megatron/core/models/common/language_module/language_module.py)")
     return job, r.consumed
+
+
+def _cp_comm_type(r: ArgReader, model: ModelSpec, cp: int) -> str | None:
+    """`--cp-comm-type` as `context_parallel.comm_type` (None: absent, Megatron's p2p). Megatron-Core passes the
+    string on to Transformer Engine, which knows p2p, all_gather, a2a and a2a+p2p and raises on anything else
+    (TE v2.12 dot_product_attention/context_parallel.py line 4110, "Unsupported communication type"; Megatron-LM's
+    help text spells it "allgather"); a per-layer list must name every layer (core_v0.15.0 transformer_config.py
+    lines 1491-1496)."""
+    if r.ns.get("cp_comm_type") is None:
+        return None
+    raw = r.get("cp_comm_type")
+    listed = [str(v) for v in (raw if isinstance(raw, (list, tuple)) else [raw])]
+    label = r.ctx.label("cp_comm_type")
+    if not listed:
+        raise InputError(r.ctx.where, label, "names no communication type")
+    if cp > 1 and len(listed) > 1 and len(listed) != model.num_layers:
+        raise InputError(r.ctx.where, label, f"lists {len(listed)} types for {model.num_layers} layers: Megatron-Core "
+                         "asserts one type, or one per transformer layer")
+    kinds = sorted(set(listed))
+    if len(kinds) > 1:
+        raise InputError(r.ctx.where, label, f"mixes {', '.join(kinds)} across layers, which primus does not model: "
+                         "give one type for every layer")
+    kind = kinds[0]
+    if kind == "allgather":
+        raise InputError(r.ctx.where, label, "allgather is refused by Transformer Engine ('Unsupported communication "
+                         "type'): its name is all_gather")
+    if kind == "a2a+p2p":
+        raise InputError(r.ctx.where, label, "a2a+p2p (hierarchical context parallelism) is not modelled: primus "
+                         "models p2p, all_gather and a2a")
+    if kind not in ("p2p", "all_gather", "a2a"):
+        raise InputError(r.ctx.where, label, f"{kind!r} is no communication type of Transformer Engine's context "
+                         "parallelism (p2p, all_gather, a2a, a2a+p2p)")
+    return kind
 
 
 # ---- model --------------------------------------------------------------------------------------

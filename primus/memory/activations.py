@@ -87,6 +87,8 @@ class ActContext:
     fused_grouped_mlp: bool = False
     #: what selective recompute keeps (`SELECTIVE_MODES`); None: by framework (torchtitan: op_level)
     selective: str | None = None
+    #: how CP exchanges attention inputs (`ContextParallelOptions.comm_type`): p2p, a2a or all_gather
+    cp_comm: str = "p2p"
 
     @property
     def te_grouped_mlp(self) -> bool:
@@ -169,6 +171,13 @@ def _attention(model: ModelSpec, ctx: ActContext) -> list[Saved]:
         out.append(Saved("attention_output_gate.sigmoid", T * o_dim, FP32))
     if fp8_proj or gated:
         out.append(Saved("linear_proj.input", T * o_dim, gemm))
+    if ctx.cp > 1 and ctx.cp_comm != "p2p" and ctx.flash_attention and (gated or not fp8_proj):
+        # Transformer Engine's a2a and all_gather CP save the attention output as the kernel wrote it (a2a:
+        # `out_part`, before the all-to-all back; all_gather: `out_per_step`, the two halves), and return a new
+        # tensor that linear_proj (or the output gate) keeps as well (TE v2.12 context_parallel.py
+        # AttnFuncWithCPAndQKVOA2A lines 3560-3582, AttnFuncWithCPAndKVAllGather lines 2985-3020); the ring
+        # saves the output it returns. Under FP8 linear_proj keeps its quantised copy and the returned one dies.
+        out.append(Saved("core_attention.cp_output", T * o_dim, act, "core_attn"))
     if ctx.flash_attention:
         out.append(Saved("core_attention.softmax_lse", T * heads, FP32, "core_attn"))
     else:
@@ -406,7 +415,22 @@ def layer_working_bytes(model: ModelSpec, kind: str, ctx: ActContext) -> int:
     largest = max(nbytes(s.elements, ctx.numerics.activation) for s in inv)
     layer_input = nbytes(ctx.tokens * model.hidden_size, ctx.numerics.activation)
     gathered = layer_input if ctx.sp else 0
-    return largest + layer_input + gathered
+    return largest + layer_input + gathered + cp_gather_bytes(model, ctx)
+
+
+def cp_gather_bytes(model: ModelSpec, ctx: ActContext) -> int:
+    """all_gather CP's backward re-gathers the full-sequence K and V (only the local ones are saved) and builds
+    their full-sequence gradients before reduce-scattering them (TE v2.12 context_parallel.py
+    AttnFuncWithCPAndKVAllGather.backward): CP x the local K and V, twice, alive while the layer's attention
+    runs its backward. 0 for the other CP types."""
+    if ctx.cp <= 1 or ctx.cp_comm != "all_gather":
+        return 0
+    if model.multi_latent_attention:
+        heads = model.num_attention_heads // ctx.tp
+        width = heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0) + (model.v_head_dim or 0))
+    else:
+        width = 2 * max(model.query_groups // ctx.tp, 1) * model.head_dim
+    return 2 * nbytes(ctx.cp * ctx.tokens * width, ctx.numerics.activation)
 
 
 def embedding_bytes(model: ModelSpec, ctx: ActContext) -> int:

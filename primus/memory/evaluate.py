@@ -112,7 +112,7 @@ class MemoryModel:
             moe_capacity_factor=spec.moe.capacity_factor, moe_imbalance=spec.moe.imbalance,
             framework=spec.framework, recompute_modules=selective_modules(spec.parallel.recompute_modules),
             experts_low=spec.moe.grouped_gemm != "legacy", fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused",
-            selective=spec.selective_recompute,
+            selective=spec.selective_recompute, cp_comm=spec.context_parallel.comm_type,
         )
 
     def pipeline_key(self, layout: Layout) -> PipelineKey:

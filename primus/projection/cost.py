@@ -315,6 +315,8 @@ def block_tallies(block: Block, timer: KernelTimer, groups: dict[str, GroupShape
             t = f.add(cat, t1, m, c.fwd)
             if _switched_on(c.overlap, s):
                 pooled_f[cat] += t
+            if cat == CP:  # all_gather / a2a CP runs inside the attention call that core_attn recompute re-runs
+                cp_exposed_f += t
         if c.bwd:
             t = b.add(cat, t1, m, c.bwd)
             if c.overlap == "wgrad":

@@ -155,6 +155,8 @@ class OpContext:
     #: RoPE runs Transformer Engine's fused kernel (`KernelOptions.rope_fusion` with position_embedding_type
     #: rope); off, Megatron-Core's eager path (`rotary_op`)
     rope_fused: bool = True
+    #: how the CP ranks exchange attention inputs (`ContextParallelOptions.comm_type`): p2p, a2a or all_gather
+    cp_comm: str = "p2p"
 
     @property
     def T(self) -> int:
@@ -227,14 +229,11 @@ def tp_in(ctx: OpContext, width: float, fp8_gather: bool) -> tuple[Comm, ...]:
 
 def _core_attention(model: ModelSpec, ctx: OpContext, heads: int, d_qk: int, d_v: int, kv_heads: int,
                     window: int | None) -> Block:
-    """Core attention on this rank (flash or unfused) plus the CP ring exchange of K and V."""
+    """Core attention on this rank (flash or unfused) plus its context-parallel exchange (`cp_comms`)."""
     a = ctx.act
     sq = a.seq_len // a.cp
     bh = a.mbs * heads
-    comms: tuple[Comm, ...] = ()
-    if a.cp > 1:  # ring attention: each of cp-1 steps passes this rank's K and V on (and dK, dV back)
-        kv = a.mbs * sq * kv_heads * (d_qk + d_v) * ACT
-        comms = (Comm("cp_comm", "p2p", "cp", kv, a.cp - 1, 2 * (a.cp - 1), "cp"),)
+    comms = cp_comms(ctx, sq, heads, kv_heads, d_qk, d_v)
     if a.flash_attention:
         keys = avg_keys(a.seq_len, window)
         return Block("attn", attention=(Attention("core_attention", bh, sq, keys, d_qk, d_v),), comms=comms)
@@ -247,6 +246,43 @@ def _core_attention(model: ModelSpec, ctx: OpContext, heads: int, d_qk: int, d_v
     if model.attention_dropout > 0:  # dropout on the probabilities: write mask + output; backward reads dy, mask
         mem.append(MemOp("attention.dropout", scores * (2 * ACT + MASK), scores * (2 * ACT + MASK)))
     return Block("attn", gemms=gemms, memops=tuple(mem), comms=comms)
+
+
+def cp_comms(ctx: OpContext, sq: int, heads: int, kv_heads: int, d_qk: int, d_v: int) -> tuple[Comm, ...]:
+    """The context-parallel exchange of one layer's attention on a rank holding `sq` = seq / CP tokens of each
+    sequence (Transformer Engine v2.12 dot_product_attention/context_parallel.py):
+
+    - p2p (AttnFuncWithCPAndKVP2P): each of CP - 1 ring steps passes this rank's K and V on, and in backward
+      K, V and their gradients; each step overlaps the attention of the block it holds (overlap "cp");
+    - all_gather (AttnFuncWithCPAndKVAllGather): K and V are all-gathered to the full sequence before the
+      forward (two collectives), gathered again in backward (only the local K and V are saved) and their
+      gradients reduce-scattered; not asynchronous, so not overlapped (Megatron-Core TransformerConfig
+      cp_comm_type: "The all-gather is not async, and cannot be overlapped");
+    - a2a (AttnFuncWithCPAndQKVOA2A, DeepSpeed Ulysses): q, k and v each go through an all-to-all that trades
+      sequence for heads, and the output comes back through one more; backward the output's gradient goes
+      through one and dq, dk, dv through three (`flash_attn_a2a_communicate`). Each is issued before the
+      attention that needs it: not overlapped with it.
+
+    `nbytes` is per call: a ring step's K and V; the gathered (full) K or V; each rank's whole q, k, v or
+    output (an all-to-all's nbytes, of which (CP - 1) / CP leaves the rank)."""
+    a = ctx.act
+    if a.cp <= 1:
+        return ()
+    kv_local = a.mbs * sq * kv_heads * ACT
+    if ctx.cp_comm == "all_gather":
+        gathered = a.cp * kv_local
+        return (Comm("cp_comm", "all_gather", "cp", gathered * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_gather", "cp", gathered * d_v, 1, 1, "none"),
+                Comm("cp_comm", "reduce_scatter", "cp", gathered * d_qk, 0, 1, "none"),
+                Comm("cp_comm", "reduce_scatter", "cp", gathered * d_v, 0, 1, "none"))
+    if ctx.cp_comm == "a2a":
+        q_local = a.mbs * sq * heads * ACT
+        return (Comm("cp_comm", "all_to_all", "cp", q_local * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp", kv_local * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp", kv_local * d_v, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp", q_local * d_v, 1, 1, "none"))
+    # ring attention: each of cp-1 steps passes this rank's K and V on (and dK, dV back)
+    return (Comm("cp_comm", "p2p", "cp", kv_local * (d_qk + d_v), a.cp - 1, 2 * (a.cp - 1), "cp"),)
 
 
 #: Element-passes (reads plus writes per element of q and k) of Megatron-Core's eager RoPE, forward and

@@ -170,7 +170,7 @@ class Projector:
                          per_expert_launches=act.te_grouped_mlp,
                          permute_fusion=spec.moe.permutes_fused,
                          fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused",
-                         rope_fused=self.rope_fused)
+                         rope_fused=self.rope_fused, cp_comm=spec.context_parallel.comm_type)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],
                    cid: int | None = None) -> BlockCost:

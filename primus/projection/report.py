@@ -102,6 +102,17 @@ def _group(name: str, g: Any) -> str:
     return f"{name} {g.size} {where}"
 
 
+#: How each context-parallel communication type is timed (`primus.projection.ops.cp_comms`).
+CP_COMM_TEXT: dict[str, str] = {
+    "p2p": "context parallel: ring attention (p2p: CP - 1 exchanges of K and V per layer, each pipelined with the "
+           "attention of one step)",
+    "all_gather": "context parallel: all_gather (K and V all-gathered before each layer's attention and again in "
+                  "backward, their gradients reduce-scattered; not overlapped)",
+    "a2a": "context parallel: a2a (Ulysses: q, k, v and the output through an all-to-all each way per layer, "
+           "heads / CP per rank over the whole sequence; not overlapped)",
+}
+
+
 def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: int, crit: int,
                 bottleneck: int) -> tuple[str, ...]:
     """What the number rests on, in words (short: built for every projection)."""
@@ -175,7 +186,7 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
                    f"ETP), balanced routing × imbalance {spec.moe.imbalance}"
                    + (f", capacity factor {spec.moe.capacity_factor}" if spec.moe.capacity_factor else ""))
     if layout.cp > 1:
-        out.append("context parallel: ring attention (P2P KV exchange per step, pipelined with attention)")
+        out.append(CP_COMM_TEXT[spec.context_parallel.comm_type])
     out.append(f"{FLOP_CONVENTION}; MFU against the dense {peak_dtype(spec.precision)} peak "
                f"{tflops_text(p.peak_flops / 1e12)} TFLOP/s")
     out.append("peak memory from the byte ledger (primus memory)")

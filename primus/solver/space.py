@@ -96,8 +96,14 @@ FACT_DOCS: dict[str, str] = {
                               "for it (core_v0.15.0 or later, bool)",
     "unfolded_experts": "a MoE model on a Megatron-LM without MoE parallel folding (before core_v0.10.0): experts "
                         "run at the dense TP and EP splits the data-parallel ranks (bool)",
-    "cp_needs_a2a": "Megatron with Transformer Engine attention of a model with sliding-window attention or "
-                    "attention sinks, which TE's default p2p context parallelism refuses (bool)",
+    "cp_comm_p2p": "context parallelism passes K and V round a ring (context_parallel.comm_type p2p, Megatron's "
+                   "default; torchtitan's ring attention) (bool)",
+    "cp_comm_a2a": "context parallelism exchanges sequence for heads (context_parallel.comm_type a2a) (bool)",
+    "cp_comm_all_gather": "context parallelism all-gathers K and V (context_parallel.comm_type all_gather) (bool)",
+    "te_window_attention": "Megatron with Transformer Engine attention of a model with sliding-window attention (bool)",
+    "te_attention_sinks": "Megatron with Transformer Engine attention of a model with attention sinks "
+                          "(softmax_type other than vanilla) (bool)",
+    "te_mla": "Megatron with Transformer Engine attention of a multi-latent-attention model (bool)",
 }
 
 
@@ -125,6 +131,9 @@ class Space:
         m = self.job.model
         c = self.job.cluster
         spec = self.job.spec
+        # Megatron-Core's attention is Transformer Engine's DotProductAttention, whose context parallelism
+        # decides which cp_comm_type runs which attention (constraints/megatron.yaml, cp-* rules)
+        te_attention = spec.framework == "megatron" and runs_megatron_lm(self.job.resolved_stack) is not None
         return {
             "num_layers": m.num_layers,
             "hidden_size": m.hidden_size,
@@ -160,8 +169,12 @@ class Space:
                                        and refuses_expert_bias_etp(self.job.resolved_stack)),
             "unfolded_experts": (spec.framework == "megatron" and m.is_moe
                                  and not folds_experts(self.job.resolved_stack)),
-            "cp_needs_a2a": (spec.framework == "megatron" and runs_megatron_lm(self.job.resolved_stack) is not None
-                             and (m.window_size is not None or m.softmax_type != "vanilla")),
+            "cp_comm_p2p": spec.context_parallel.comm_type == "p2p",
+            "cp_comm_a2a": spec.context_parallel.comm_type == "a2a",
+            "cp_comm_all_gather": spec.context_parallel.comm_type == "all_gather",
+            "te_window_attention": te_attention and m.window_size is not None,
+            "te_attention_sinks": te_attention and m.softmax_type != "vanilla",
+            "te_mla": te_attention and m.multi_latent_attention,
         }
 
     def _with_pin(self, values: list[int], axis: str) -> list[int]:

@@ -220,6 +220,24 @@ class KernelOptions(Spec):
         return self
 
 
+#: Megatron-Core's context-parallel communication types primus models (`--cp-comm-type`, TransformerConfig
+#: cp_comm_type, Transformer Engine's `attn_forward_func_with_cp`): the p2p ring (the default), the KV
+#: all-gather, and the DeepSpeed-Ulysses-style all-to-all. Hierarchical a2a+p2p is not modelled.
+CpCommType = Literal["p2p", "a2a", "all_gather"]
+
+
+class ContextParallelOptions(Spec):
+    """How the CP ranks exchange attention inputs (Megatron-Core `cp_comm_type`, Transformer Engine v2.12
+    dot_product_attention/context_parallel.py): `p2p` passes K and V round a ring, overlapped with the
+    attention of each step (AttnFuncWithCPAndKVP2P); `all_gather` gathers the full-sequence K and V before
+    attention and reduce-scatters their gradients, not overlapped (AttnFuncWithCPAndKVAllGather); `a2a`
+    exchanges sequence for heads (q, k, v in, the output back, and their gradients: AttnFuncWithCPAndQKVOA2A),
+    so each rank runs whole-sequence attention on heads / CP heads. TE runs sliding-window attention only
+    under all_gather or a2a, attention sinks only under a2a, and multi-latent attention only under p2p."""
+
+    comm_type: CpCommType = "p2p"
+
+
 class CpuOffloadOptions(Spec):
     """Megatron-Core's CPU offloading (`cpu_offloading`, `cpu_offloading_num_layers`,
     `cpu_offloading_activations`, `cpu_offloading_weights`): Transformer Engine copies the saved
@@ -273,6 +291,7 @@ class JobSpec(Spec):
     moe: MoeOptions = MoeOptions()
     overlap: OverlapOptions = OverlapOptions()
     kernels: KernelOptions = KernelOptions()
+    context_parallel: ContextParallelOptions = ContextParallelOptions()
     cpu_offloading: CpuOffloadOptions = CpuOffloadOptions()
     allocator: AllocatorOptions = AllocatorOptions()
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)

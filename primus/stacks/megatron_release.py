@@ -48,6 +48,7 @@ OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--expert-tensor-parallel-size": ("core_v0.10.0", None),
     "--recompute-modules": ("core_v0.12.0", None),
     "--use-torch-fsdp2": ("core_v0.10.0", None),
+    "--cp-comm-type": ("core_v0.10.0", None),  # core_v0.10.0 arguments.py line 1755
     "--use-megatron-fsdp": ("core_v0.14.0", None),
     "--data-parallel-sharding-strategy": ("core_v0.12.0", None),
     "--ckpt-format": ("core_v0.9.0", None),
@@ -146,6 +147,10 @@ MOE_FOLDING_FROM: Final = "core_v0.10.0"
 #: default and no argument sets it; before, 'yarn' is no choice. Earlier releases get RoPE with --no-rope-fusion,
 #: as Megatron-LM's examples/gptoss/02_train.sh trains gpt-oss (`primus.launch.megatron_export.yarn_as_rope`).
 YARN_FROM: Final = "core_v0.19.0"
+#: The first release with --cp-comm-type (context parallelism other than the p2p ring: all_gather, a2a):
+#: core_v0.10.0 megatron/training/arguments.py line 1755; core_v0.9.0 has neither the argument nor
+#: TransformerConfig.cp_comm_type.
+CP_COMM_TYPE_FROM: Final = OPTION_WINDOWS["--cp-comm-type"][0]
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""
 #: The stacks whose jobs run Megatron-Core's own modules as that release has them (AMD Primus does not:
