@@ -36,17 +36,20 @@ def test_the_default_reserve_is_within_the_bound_runs_that_ran_set() -> None:
         bounds[run_id] = 1 - peak / room
     # Megatron-Bridge 25.11 Llama 3 70B FP8-CS on 64 GB200 at its preset (Megatron-FSDP, MBS 2, 40 of 80
     # layers' activations offloaded; v0.2.0 perf_plugins.py lines 250-252 set expandable segments only for
-    # Llama 3.1 405B on GB200): 171.25 of 183.3 GiB after the runtime context.
+    # Llama 3.1 405B on GB200): 170.47 of 183.3 GiB after the runtime context (41 layers beside the last
+    # layer's backward working set, which outweighs 40 beside the loss).
     gb200 = "MB25.11-DGX-GB200-Llama3-70B-FP8-CS"
     peak, room = _peak_and_room(gb200)
     bounds[gb200] = 1 - peak / room
-    assert 0.117 < bounds["MB25.11-DGX-H100-Qwen3-30B-A3B-FP8-CS"] < 0.119  # TE's in-place loss: 11.80%
+    assert 0.121 < bounds["MB25.11-DGX-H100-Qwen3-30B-A3B-FP8-CS"] < 0.122  # TE's in-place loss: 12.16%
     # fp32 gradient shards: Composer mixed_precision DEFAULT reduce-scatters in fp32 (stacks/llm-foundry.yaml)
     assert 0.093 < bounds["MPT-H100-80GB-amp_bf16-3b-s8192-n8"] < 0.094
     assert 0.142 < bounds["DGXC25.04.01-H100-Llama3-70B-FP8-64"] < 0.143  # 67.06 of 78.19 GiB
-    assert 0.065 < bounds[gb200] < 0.067  # the binding one
+    assert 0.0700 < bounds[gb200] < 0.0701  # the binding one
+    # the default allocator fragments no less than the expandable one (whose figure the torchtitan runs
+    # measure) and no more than the binding run left: primus takes the lower end, the expandable figure
     reserve = allocators().default.reserve_fraction
-    assert reserve <= min(bounds.values()) and min(bounds.values()) - reserve < 0.01
+    assert allocators().expandable_segments.reserve_fraction == reserve <= min(bounds.values())
 
 
 def test_the_expandable_segments_reserve_covers_torchtitans_reserved_peaks() -> None:

@@ -96,6 +96,23 @@ def test_variant_total_equals_transformers_count(tmp_path: Path, name: str, over
     assert count_params(load_dict(tmp_path, data)).total == transformers_param_count(data)
 
 
+#: (fixture, key dropped): a config without the key takes its class default, which the count must match.
+#: Qwen3Config's num_key_value_heads defaults to 32 (not the published 8); Qwen3MoeConfig has no head_dim, so
+#: Qwen3MoeAttention takes hidden / heads = 2048 / 32 = 64 (not the published 128): 9,096,705,024 and
+#: 30,079,131,648 parameters with transformers 5.25 (the published configs: 8,190,735,360 and 30,532,122,624).
+DROPPED: list[tuple[str, str, int]] = [
+    ("qwen3-Qwen3-8B", "num_key_value_heads", 9_096_705_024),
+    ("qwen3_moe-Qwen3-30B-A3B", "head_dim", 30_079_131_648),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "total"), DROPPED, ids=[f"{n}:-{k}" for n, k, _ in DROPPED])
+def test_a_dropped_key_takes_the_class_default_as_transformers_does(tmp_path: Path, name: str, key: str,
+                                                                      total: int) -> None:
+    data = {k: v for k, v in config(name).items() if k != key}
+    assert count_params(load_dict(tmp_path, data)).total == transformers_param_count(data) == total
+
+
 @pytest.mark.parametrize(("name", "interleave", "moe_layers"), [
     ("llama4-Llama-4-Maverick-17B-128E", 2, 24), ("llama4-Llama-4-Maverick-17B-128E", 4, 12)])
 def test_llama4_interleaved_moe_layers_without_a_list_count_like_transformers(

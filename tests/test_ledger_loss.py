@@ -41,9 +41,18 @@ def test_fused_cross_entropy_keeps_bf16_logits_only() -> None:
 
 def test_the_2024_long_sequence_run_is_reproduced_within_ten_percent() -> None:
     # Not one of the complete development rows (the CSV flags its batch as unstated; the table caption
-    # gives local batch size 1), so an independent check of the eager-loss term: 83.9 GiB measured.
-    peak = _peak({"eager_cross_entropy": True}).bytes / GIB
-    assert peak == pytest.approx(83.9, rel=0.10)
+    # gives local batch size 1), so an independent check of the eager-loss term: 83.9 GiB measured, as
+    # torchtitan logs it, the allocator's maximum *reserved* memory under expandable segments (run_train.sh). The
+    # ledger counts allocations, so the reserved figure is the ledger's peak plus that allocator's reserve
+    # (stacks/allocators.yaml, derived from the two December 2024 Table 1 runs, not from this one): 72.17 GiB
+    # at the loss backward (the fp32 log-softmax and its two fp32 gradient buffers) + 6% of the 94.0 GiB
+    # left after the runtime context.
+    job = job_from_mapping({**TT_2024_TABLE2, "kernels": {"eager_cross_entropy": True},
+                            "allocator": {"expandable_segments": True}}, "test-job")
+    report = MemoryModel(job).evaluate(pinned_layout(job))
+    reserved = report.peak_bytes + report.reserves.fragmentation_bytes
+    assert reserved / GIB == pytest.approx(83.9, rel=0.10)
+    assert report.reserves.allocator == "expandable_segments"
     assert _peak({}).bytes / GIB < 0.7 * 83.9  # the in-place form misses by more than a third
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from primus.stacks.apply import setting_keys
+from primus.stacks.apply import main_grads_dtype, setting_keys
 from primus.stacks.core import Stack, catalog_stacks, load_stack_file, resolve_stack, stack_of_source
 
 #: Recompute tried in order when the stack's setting does not fit (then full recompute of 1, 2, ...
@@ -93,10 +93,12 @@ class SourceRule:
                 f"{v['kernels']}; allocator expandable segments "
                 f"{'on' if v['allocator_expandable_segments'] else 'off'}")
 
-    def job_keys(self, *, tp: int, scaleup_domain: int, is_moe: bool) -> dict[str, Any]:
+    def job_keys(self, *, tp: int, scaleup_domain: int, is_moe: bool, precision: str = "") -> dict[str, Any]:
         """The job keys this stack sets (overlap, kernels, optimizer, MoE, framework); the fp8 recipe
-        is the caller's (a row may state it)."""
+        is the caller's (a row may state it). The main-gradient dtype follows `precision` as a job file's does
+        (`primus.stacks.apply.main_grads_dtype`)."""
         keys = setting_keys(self.stack, precision="", scaleup_domain=scaleup_domain, tp=tp, is_moe=is_moe)
+        keys["optimizer"]["main_grads_dtype"] = main_grads_dtype(self.stack, precision)
         if not is_moe:
             keys.pop("moe")
         return keys

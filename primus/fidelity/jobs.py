@@ -263,7 +263,7 @@ def build(row: RunRow) -> RowJobs:
         cluster_domain = _scaleup(hardware)
     except InputError as exc:
         raise Unprojectable(exc.reason) from None
-    keys = rule.job_keys(tp=tp, scaleup_domain=cluster_domain, is_moe=is_moe)
+    keys = rule.job_keys(tp=tp, scaleup_domain=cluster_domain, is_moe=is_moe, precision=precision)
     if shipped is not None and shipped.settings.cross_entropy:  # the row's own options still win below
         ce = shipped.settings.cross_entropy
         keys["kernels"].update(loss_kernels(ce))

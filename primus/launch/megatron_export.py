@@ -303,6 +303,16 @@ def _precision(job: Job) -> dict[str, Any]:
 
 def _optimizer(job: Job) -> dict[str, Any]:
     o, where = job.spec.optimizer, job.where
+    accumulate = None
+    if job.spec.precision == "fp16":
+        # Megatron's --fp16 keeps fp16 gradients; fp32 ones are --accumulate-allreduce-grads-in-fp32 (arguments.py
+        # core_v0.15.0 lines 733-745 apply --grad-reduce-in-bf16 under --bf16 only)
+        if o.main_grads_dtype not in ("fp16", "fp32"):
+            raise InputError(where, "optimizer.main_grads_dtype", f"{o.main_grads_dtype} with precision fp16 is not a "
+                             "Megatron-LM choice: --fp16 reduces gradients in fp16, or in fp32 with "
+                             "--accumulate-allreduce-grads-in-fp32")
+        accumulate = o.main_grads_dtype == "fp32"
+        o = o.model_copy(update={"main_grads_dtype": "fp32"})  # checked above; the rest as for bf16
     for name, value, allowed in (("main_grads_dtype", o.main_grads_dtype, GRAD_DTYPES),
                                  ("main_params_dtype", o.main_params_dtype, PARAM_DTYPES),
                                  ("exp_avg_dtype", o.exp_avg_dtype, MOMENT_DTYPES),
@@ -310,6 +320,8 @@ def _optimizer(job: Job) -> dict[str, Any]:
         if value not in allowed:
             raise InputError(where, f"optimizer.{name}", f"{value} is not a Megatron-LM choice ({', '.join(allowed)})")
     ns: dict[str, Any] = {"use_precision_aware_optimizer": False, "grad_reduce_in_bf16": False}
+    if accumulate is not None:
+        ns["accumulate_allreduce_grads_in_fp32"] = accumulate
     if not o.precision_aware:
         ns["grad_reduce_in_bf16"] = o.main_grads_dtype == "bf16"
     else:

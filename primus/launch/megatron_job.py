@@ -628,6 +628,11 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
 
 
 def _optimizer(r: ArgReader, out: Collector) -> dict[str, Any]:
+    if r.get("fp16"):
+        # with --fp16 the gradients stay fp16 unless --accumulate-allreduce-grads-in-fp32 (core_v0.15.0 arguments.py
+        # lines 733-745 turn it on for --bf16 only; --grad-reduce-in-bf16 is read under --bf16 alone)
+        r.get("grad_reduce_in_bf16")
+        return {"main_grads_dtype": "fp32" if r.get("accumulate_allreduce_grads_in_fp32") else "fp16"}
     grads = "bf16" if r.get("grad_reduce_in_bf16") else "fp32"
     if grads == "fp32":
         r.get("accumulate_allreduce_grads_in_fp32")  # Megatron's bf16 default: fp32 accumulation

@@ -74,6 +74,34 @@ def _max(*values: Any) -> Any:
     return max(values)
 
 
+def backward_moments(shape: StageShape, au: ActUnits) -> tuple[Any, Any, Any]:
+    """The transient bytes (beyond the in-flight activations and checkpoints) at the two moments a stage's
+    backward can peak, and whether the layer moment is the larger (ties: the layer moment):
+
+    - loss: the loss stage's cross-entropy backward, with every in-flight microbatch's loss state kept and the
+      loss's working set (`work_loss`);
+    - layer: a decoder layer's backward, after its microbatch's loss and output layer have run backward and
+      freed their state (so one loss state fewer on the loss stage), with the layer rematerialised by full
+      recompute, the larger layer working set, and the layer CPU offloading reloads.
+
+    Mirrored exactly by the CP-SAT model (`primus.solver.cpsat`)."""
+    loss_all = shape.if_loss * au.loss
+    at_loss = loss_all + shape.output * au.work_loss
+    layer_work = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe)
+    at_layer = (loss_all - shape.output * au.loss + shape.remat_dense * au.dense_full
+                + shape.remat_moe * au.moe_full + layer_work + shape.reload_dense * au.dense
+                + shape.reload_moe * au.moe)
+    layer_side = at_layer >= at_loss
+    return at_loss, at_layer, layer_side
+
+
+def _pick(cond: Any, a: Any, b: Any) -> Any:
+    """`a` where `cond`, else `b` (numpy arrays element-wise)."""
+    if isinstance(cond, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
 @dataclass(frozen=True, slots=True)
 class StageMemory:
     """One stage's bytes at its peak: total, the five-way breakdown and the finer named terms."""
@@ -131,17 +159,21 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
     terms["activations.recompute_checkpoints"] = shape.if_ckpt * au.checkpoint
     terms["activations.embedding"] = shape.if_embedding * au.embedding
     terms["activations.mtp"] = shape.if_mtp * au.mtp
-    terms["activations.recompute_transient"] = shape.remat_dense * au.dense_full + shape.remat_moe * au.moe_full
-    terms["activations.backward_working_set"] = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe,
-                                                     shape.output * au.work_loss)
-    terms["other.logits_and_loss"] = shape.if_loss * au.loss
-    # CPU offloading: the last offloaded layer is on the device for the last layer's forward and backward
-    # but not beside the loss (primus.memory.offload); it counts only where that layer's backward, not
-    # the loss, makes the peak. Zero without offloading (a layer's working set is within the maximum above).
+    # The backward peak comes at one of two moments (`backward_moments`): the loss stage's loss backward (every
+    # in-flight microbatch's loss state and the loss's own working set), or a layer's backward, when that
+    # microbatch's loss state, logits gradient and output-layer input are already freed (the output layer's
+    # backward runs first): the layer rematerialised by full recompute, the layer's working set and, with CPU
+    # offloading, the reloaded layer (never beside the loss: primus.memory.offload). The terms below are the
+    # chosen moment's.
+    loss_all = shape.if_loss * au.loss
+    layer_side = backward_moments(shape, au)[2]
+    remat = shape.remat_dense * au.dense_full + shape.remat_moe * au.moe_full
     layer_work = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe)
     reload = shape.reload_dense * au.dense + shape.reload_moe * au.moe
-    terms["activations.offload_reload"] = _max(
-        0, reload + layer_work - terms["other.logits_and_loss"] - terms["activations.backward_working_set"])
+    terms["activations.recompute_transient"] = _pick(layer_side, remat, 0)
+    terms["activations.backward_working_set"] = _pick(layer_side, layer_work, shape.output * au.work_loss)
+    terms["activations.offload_reload"] = _pick(layer_side, reload, 0)
+    terms["other.logits_and_loss"] = _pick(layer_side, loss_all - shape.output * au.loss, loss_all)
     terms["other.communicator_buffers"] = comm_bytes
     breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}
     for name, value in terms.items():

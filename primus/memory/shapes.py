@@ -16,6 +16,7 @@ With CPU activation offloading (PP 1 without recompute: Megatron-Core's only cas
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -171,17 +172,10 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
         has_emb = "E" in items[chunks[0]] or any("E" in items[c] for c in chunks)
         has_loss = any("L" in items[c] for c in chunks)
         copy = int(not has_emb and ((has_loss and tied) or n_mtp > 0))
-        if_dense = if_moe = if_ckpt = if_emb = if_loss = if_mtp = reload_dense = reload_moe = 0
-        for c, count in flights[rank].chunks_at_peak:
-            d, m, ck, _, _ = units[c]
-            reload_moe += count * sum(reloads[c])
-            reload_dense += count * (len(reloads[c]) - sum(reloads[c]))
-            if_dense += count * d
-            if_moe += count * m
-            if_ckpt += count * ck
-            if_emb += count * int("E" in items[c])
-            if_loss += count * int("L" in items[c])
-            if_mtp += count * mtps[c]
+        per_chunk = {c: (units[c][0], units[c][1], units[c][2], int("E" in items[c]), int("L" in items[c]), mtps[c],
+                         len(reloads[c]) - sum(reloads[c]), sum(reloads[c])) for c in chunks}
+        (if_dense, if_moe, if_ckpt, if_emb, if_loss, if_mtp, reload_dense,
+         reload_moe) = _peak_counts(schedule, rank, per_chunk)
         remat_dense = remat_moe = 0
         for c in chunks:
             _, _, _, rd, rm = units[c]
@@ -194,6 +188,34 @@ def stage_shapes(model: ModelSpec, options: PipelineOptions, key: PipelineKey) -
             reload_dense=reload_dense, reload_moe=reload_moe, in_flight_chunks=flights[rank].peak,
         ))
     return tuple(shapes)
+
+
+def _peak_counts(schedule: Schedule, rank: int, per_chunk: Mapping[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """Each in-flight count of a rank (layers of each kind, checkpoints, embedding and loss passes, MTP modules,
+    reloaded layers) at its largest over the schedule: after each forward the rank runs, the sum over the
+    forwards still waiting for their backward of what each one's chunk holds, maximised component by component.
+
+    Where one moment has every maximum at once (chunks of one shape, or each bigger than the next, as
+    Megatron's even splits with the embedding on the first chunk are) this is that moment's mix, so the byte
+    peak is exact whatever each unit weighs; otherwise (chunks that differ the other way in two counts: a few
+    dense layers with the embedding against more MoE layers) it is an upper bound that no moment exceeds, by at
+    most one chunk. The mix at the first moment the count peaks (`InFlight.chunks_at_peak`) is not enough:
+    with uneven chunks the steady state reaches the same count with more of the larger chunk."""
+    width = len(next(iter(per_chunk.values())))
+    live = [0] * width
+    best = [0] * width
+    for op in schedule.ops_by_rank[rank]:
+        sign = 1 if op.kind == "F" else -1 if op.kind == "B" else 0
+        if not sign:
+            continue
+        counts = per_chunk[op.chunk]
+        for i in range(width):
+            live[i] += sign * counts[i]
+        if sign > 0:
+            for i in range(width):
+                if live[i] > best[i]:
+                    best[i] = live[i]
+    return tuple(best)
 
 
 def stage_classes(pp: int, options: PipelineOptions) -> tuple[int, ...]:

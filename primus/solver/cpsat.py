@@ -327,7 +327,6 @@ class ModelBuilder:
         m.add(opt == w.optimizer * held).only_enforce_if(ax["sharding_none"])
         m.add(opt == w.optimizer * shards).only_enforce_if(ax["sharding_dist_opt"])
         m.add(opt == w.optimizer * shards).only_enforce_if(ax["sharding_zero2"])
-        work = self._int(0, BIG, f"{p}.work")
         work_terms = []
         for count, unit, name in ((sh["n_dense"], au["work_dense"], "wd"), (sh["n_moe"], au["work_moe"], "wm"),
                                   (sh["output"], au["work_loss"], "wl")):
@@ -338,19 +337,28 @@ class ModelBuilder:
             m.add(term == unit).only_enforce_if(present)
             m.add(term == 0).only_enforce_if(~present)
             work_terms.append(term)
-        m.add_max_equality(work, work_terms)
         layer_work = self._int(0, BIG, f"{p}.layer_work")
         m.add_max_equality(layer_work, work_terms[:2])
-        loss = prod(sh["if_loss"], au["loss"], f"{p}.o1")
-        reload_gap = self._int(-BIG, BIG, f"{p}.reload_gap")
-        m.add(reload_gap == prod(sh["reload_dense"], au["dense"], f"{p}.r1")
-              + prod(sh["reload_moe"], au["moe"], f"{p}.r2") + layer_work - loss - work)
-        reload = self._int(0, BIG, f"{p}.reload")
-        m.add_max_equality(reload, [reload_gap, 0])
+        # the two backward moments of `primus.memory.ledger.backward_moments`, ties to the layer moment
+        loss_all = prod(sh["if_loss"], au["loss"], f"{p}.o1")
+        loss_own = prod(sh["output"], au["loss"], f"{p}.o2")
+        at_loss = self._int(0, BIG, f"{p}.at_loss")
+        m.add(at_loss == loss_all + work_terms[2])
+        at_layer = self._int(-BIG, BIG, f"{p}.at_layer")
+        m.add(at_layer == loss_all - loss_own + prod(sh["remat_dense"], au["dense_full"], f"{p}.a6")
+              + prod(sh["remat_moe"], au["moe_full"], f"{p}.a7") + layer_work
+              + prod(sh["reload_dense"], au["dense"], f"{p}.r1") + prod(sh["reload_moe"], au["moe"], f"{p}.r2"))
+        layer_side = m.new_bool_var(f"{p}.layer_side")
+        m.add(at_layer >= at_loss).only_enforce_if(layer_side)
+        m.add(at_layer <= at_loss - 1).only_enforce_if(~layer_side)
+        transient = self._int(0, BIG, f"{p}.transient")
+        m.add_max_equality(transient, [at_loss, at_layer])
+        loss = self._int(0, BIG, f"{p}.loss")
+        m.add(loss == loss_all - loss_own).only_enforce_if(layer_side)
+        m.add(loss == loss_all).only_enforce_if(~layer_side)
         act = (prod(sh["if_dense"], au["dense"], f"{p}.a1") + prod(sh["if_moe"], au["moe"], f"{p}.a2")
                + prod(sh["if_ckpt"], au["checkpoint"], f"{p}.a3") + prod(sh["if_embedding"], au["embedding"], f"{p}.a4")
-               + prod(sh["if_mtp"], au["mtp"], f"{p}.a5") + prod(sh["remat_dense"], au["dense_full"], f"{p}.a6")
-               + prod(sh["remat_moe"], au["moe_full"], f"{p}.a7") + work + reload)
+               + prod(sh["if_mtp"], au["mtp"], f"{p}.a5") + transient - loss)
         other = loss + comm
         parts = {"weights": weights, "gradients": grads, "optimizer": opt}
         act_v = self._int(0, BIG, f"{p}.activations")

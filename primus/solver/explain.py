@@ -112,7 +112,9 @@ def closest_request(asker: Asker, core: Iterable[str] = ()) -> tuple[Candidates,
     Among the layouts that pass every other rule when some do (what was asked for, legal but too big);
     else among those that break as few of the `core`'s rules as possible (fewest first, in deletion
     order, a rule a job option can satisfy first: `OPTION_RULES`), so a structural rule no pin forces is
-    kept (no CP 64 at sequence 4,096 for a pipeline split that fails); else among all that hold the pins."""
+    kept (no CP 64 at sequence 4,096 for a pipeline split that fails); else, when the pins break a rule outside
+    the core as well, among those that keep as many rules as the pins allow (added one at a time, the core's
+    last); else among all that hold the pins."""
     others = [r for r in asker.hard if r not in asker.memory_ids]
     pins = [f"pin:{a}" for a in asker.pins]
     guilty = sorted((r for r in core if r in others and r not in DEFINITIONAL),
@@ -120,7 +122,13 @@ def closest_request(asker: Asker, core: Iterable[str] = ()) -> tuple[Candidates,
     tries: list[list[str]] = [others]
     for k in range(1, len(guilty) + 1):
         tries += [[r for r in others if r not in dropped] for dropped in combinations(guilty, k)]
-    tries.append([])
+    # the pins may break a rule outside the core too (EP 72 of 256 experts beside a core about VP): keep as many
+    # rules as the pins allow, the core's last and the option-satisfiable ones last of all, one at a time
+    kept: list[str] = []
+    for rule in sorted(others, key=lambda r: (r in guilty, r in OPTION_RULES, deletion_order(r))):
+        if asker.feasible([*kept, rule, *pins]):
+            kept.append(rule)
+    tries += [kept, []]
     for rules in tries:
         if rules and not asker.feasible([*rules, *pins]):
             continue

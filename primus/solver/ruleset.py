@@ -16,6 +16,10 @@ from primus.rules.model import Rule, check_rule, inline_rules, inline_where, loa
 # Definitions rather than preferences: dp, edp and num_microbatches are derived from them, so a
 # layout that breaks them cannot even be described. They cannot be removed with --without.
 DEFINITIONAL = ("world-size", "moe-folding", "batch-divisible")
+# How a pin Megatron-LM refuses is refused (`primus.solver.pins`): a VP without a pipeline builds no chunks and
+# an EP without experts splits nothing, so no layout holds such a pin, with the rule or without it; the
+# unsatisfiable core names them (`primus.solver.core.broken_definitions`). They cannot be removed either.
+PIN_REFUSALS = ("interleaving-needs-pipeline", "ep-needs-experts")
 
 
 def builtin_rules() -> tuple[Rule, ...]:
@@ -75,6 +79,9 @@ def assemble_rules(job: Job, domains: dict[str, Domain], *, rule_texts: Sequence
             raise InputError("--without", rid, f"no rule with this id{did_you_mean(rid, seen)}")
         if rid in DEFINITIONAL:
             raise InputError("--without", rid, "this rule defines dp / edp / num_microbatches and cannot be removed")
+        if rid in PIN_REFUSALS:
+            raise InputError("--without", rid, "this rule is how a pin Megatron-LM refuses is refused (no layout "
+                             "describes it) and cannot be removed")
     kept = tuple(r for r in rules if r.id not in set(without))
     for r in kept:
         try:

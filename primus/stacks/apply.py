@@ -32,9 +32,10 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
     recipes set it); with `is_moe` False, no all-to-all overlap."""
     v = stack.values
     ce = v["cross_entropy"]
+    grads = main_grads_dtype(stack, precision)
     keys: dict[str, Any] = {
         "framework": v["framework"],
-        "optimizer": {"main_grads_dtype": v["main_grads_dtype"], "main_params_dtype": v["optimizer_state_dtype"],
+        "optimizer": {"main_grads_dtype": grads, "main_params_dtype": v["optimizer_state_dtype"],
                       "exp_avg_dtype": v["optimizer_state_dtype"], "exp_avg_sq_dtype": v["optimizer_state_dtype"]},
         "overlap": {"grad_reduce": v["grad_reduce_overlap"], "param_gather": v["param_gather_overlap"],
                     "tp_comm": bool(v["tp_comm_overlap"]) and (tp is None or tp > 1),
@@ -54,6 +55,19 @@ def setting_keys(stack: Stack, *, precision: str, scaleup_domain: int, tp: int |
         keys["fp8_recipe"] = v["fp8_recipe"]
         keys["fp8_param_gather"] = bool(v["fp8_param_gather"])
     return keys
+
+
+def main_grads_dtype(stack: Stack, precision: str) -> str:
+    """The stack's main-gradient dtype at `precision`. Megatron accumulates and reduces gradients in fp32 only
+    for --bf16 (core_v0.15.0 arguments.py lines 733-745 set accumulate_allreduce_grads_in_fp32 under args.bf16
+    alone); with --fp16 the DDP buffer holds the parameters' dtype (distributed_data_parallel.py line 168:
+    grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype) unless --accumulate-allreduce-grads-in-fp32
+    is given. Each stack states what its fp16 runs keep (`main_grads_dtype_fp16`: fp16 for Megatron-Core's DDP,
+    fp32 for the 2022 papers' all-reduce; null where the stack's `main_grads_dtype` holds for fp16 too)."""
+    grads = str(stack.values["main_grads_dtype"])
+    if precision == "fp16" and stack.values.get("main_grads_dtype_fp16") is not None:
+        return str(stack.values["main_grads_dtype_fp16"])
+    return grads
 
 
 def dispatcher(stack: Stack, scaleup_domain: int) -> str:

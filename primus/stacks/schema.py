@@ -65,6 +65,9 @@ class StackSettings(Spec):
     #: --fp8-param-gather, NeMo's fp8_params / fp8_param_gather): no bf16 copy of those weights
     fp8_param_gather: Sourced[Bool] | None = None
     main_grads_dtype: Sourced[Dtype] | None = None
+    #: the main gradients of an fp16 job, where the stack's source says (Megatron reduces fp16 gradients in fp16
+    #: unless --accumulate-allreduce-grads-in-fp32: `primus.stacks.apply.main_grads_dtype`)
+    main_grads_dtype_fp16: Sourced[Dtype | None] | None = None
     optimizer_state_dtype: Sourced[Dtype] | None = None
     tp_comm_overlap: Sourced[Bool] | None = None
     moe_a2a_overlap: Sourced[Bool] | None = None

@@ -42,7 +42,9 @@ def qwen2(r: Reader) -> dict[str, Any]:
 
 
 def qwen3(r: Reader) -> dict[str, Any]:
-    out = common(r, kv_default=8, head_dim_default=128)
+    """Qwen3Config: num_key_value_heads defaults to 32 and head_dim to 128 (transformers
+    models/qwen3/configuration_qwen3.py: `num_key_value_heads: int | None = 32`, `head_dim: int = 128`)."""
+    out = common(r, kv_default=32, head_dim_default=128)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["qk_layernorm"] = True  # Qwen3 normalises q and k per head
     out["add_qkv_bias"] = r.opt_bool("attention_bias", False)

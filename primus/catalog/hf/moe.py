@@ -49,7 +49,11 @@ def mixtral(r: Reader) -> dict[str, Any]:
 
 
 def qwen3_moe(r: Reader) -> dict[str, Any]:
-    out = common(r, kv_default=4, head_dim_default=128)
+    """Qwen3MoeConfig: num_key_value_heads defaults to 4, and it has no head_dim of its own: Qwen3MoeAttention
+    takes `getattr(config, "head_dim", hidden_size // num_attention_heads)` (transformers
+    models/qwen3_moe/modeling_qwen3_moe.py), so a config without one gets hidden / heads (published Qwen3-MoE
+    configs state head_dim 128)."""
+    out = common(r, kv_default=4)
     out["qk_layernorm"] = True
     out["add_qkv_bias"] = r.opt_bool("attention_bias", False)
     if r.data.get("use_sliding_window"):
