@@ -200,6 +200,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_json(text: str, where: str) -> Any:
+    """`text` parsed as JSON, bounded as YAML is. A leading byte-order mark is ignored, as RFC 8259 section 8.1
+    allows and as the YAML reader does (editors on Windows write one; json.loads refuses it)."""
+    text = text.removeprefix("\ufeff")
     try:
         data = json.loads(text, parse_int=bounded_json_int, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:

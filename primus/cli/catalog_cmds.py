@@ -70,7 +70,10 @@ def model_summary(model: ModelSpec, seq_len: int | None = None) -> dict[str, Any
 
 @click.group("models")
 def models_group() -> None:
-    """The model catalog (Megatron-LM argument names) and any model file or HF config.json."""
+    """The model catalog (Megatron-LM argument names) and any model file or HF config.json.
+
+    Example: primus models show llama3.1-70b
+    """
 
 
 @models_group.command("list")
@@ -143,7 +146,10 @@ def models_show(model: str, seq_len: int | None, fmt: str) -> None:
 
 @click.group("hardware")
 def hardware_group() -> None:
-    """The hardware catalog: accelerators with the node and network of a typical cluster."""
+    """The hardware catalog: accelerators with the node and network of a typical cluster.
+
+    Example: primus hardware show mi355x
+    """
 
 
 @hardware_group.command("list")
@@ -229,7 +235,10 @@ def job_summary(job: Job) -> dict[str, Any]:
 
 @click.group("job")
 def job_group() -> None:
-    """Job files: the model, the cluster, the convergence settings and the pinned axes."""
+    """Job files: the model, the cluster, the convergence settings and the pinned axes.
+
+    Example: primus job show examples/llama3.1-70b-mi300x.yaml
+    """
 
 
 @job_group.command("show")
@@ -244,6 +253,9 @@ def job_show(job_file: str, stack: str | None, fmt: str) -> None:
     Example: primus job show examples/llama3.1-70b-mi300x.yaml --stack megatron-bridge --format json
     """
     job = read_job(job_file, stack)
+    from primus.solver.api import Question
+
+    Question(job)  # validated as `fit` reads it: its rules, and what the ledger refuses (recompute layer ids)
     doc = job_summary(job)
     if fmt == "json":
         emit_json(doc)
@@ -254,7 +266,10 @@ def job_show(job_file: str, stack: str | None, fmt: str) -> None:
 
 @click.group("schema")
 def schema_group() -> None:
-    """Print machine-readable schemas."""
+    """Print machine-readable schemas.
+
+    Example: primus schema job > job.schema.json
+    """
 
 
 @schema_group.command("job")

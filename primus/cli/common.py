@@ -28,6 +28,18 @@ EXIT_NEGATIVE = 1
 EXIT_INPUT = 2
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, refusing NaN and infinities: every comparison with NaN is false, so FloatRange lets it
+    through its bounds (`--llm-timeout nan` reached the HTTP client; `measure --budget-s nan` wrote NaN into a
+    JSON profile)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if out != out or out in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
+
+
 class Negative(Exception):
     """Raised after a negative answer has been printed: exit status 1."""
 

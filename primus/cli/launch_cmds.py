@@ -8,7 +8,9 @@ option primus does not model. Both follow the CLI contract: bad input is one lin
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -134,6 +136,8 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
     from primus.stacks.core import resolve_stack
 
     say_stack_note(resolve_stack(config.job.get("stack"), file or registry or "import").note)
+    config = replace(config, job=_rebased(config.job, Path(file or registry or ".").parent,
+                                          Path(out_file).parent if out_file else Path(".")))
     if fmt == "json":
         doc = {"kind": config.kind, "release": config.release, "job": config.job, "model_only": config.model_only,
                "unmodelled": list(config.unmodelled), "notes": list(config.notes)}
@@ -148,6 +152,18 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
         write_atomically(out_file, text, "import", (file, registry), force)
     else:
         click.echo(text, nl=False)
+
+
+def _rebased(job: dict[str, Any], from_dir: Path, to_dir: Path) -> dict[str, Any]:
+    """The imported job with its file paths (`model`, `hardware`: a model YAML or HF config.json, a hardware
+    file), which name files from the launch file's directory, named from the directory the job is written to
+    (the --out file's, else the current one), where a job file's relative paths are read from."""
+    out = dict(job)
+    for key in ("model", "hardware"):
+        value = out.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and (from_dir / value).is_file():
+            out[key] = os.path.relpath((from_dir / value).resolve(), to_dir.resolve())
+    return out
 
 
 # ---- primus export ---------------------------------------------------------------------------------

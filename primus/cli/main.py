@@ -57,6 +57,14 @@ class PrimusGroup(click.Group):
             return run(self, *args, standalone_mode=False, **kwargs)
         try:
             rv = run(self, *args, standalone_mode=False, **kwargs)
+        except SystemExit as exc:
+            # click answers a closed pipe (EPIPE while printing --help or --version) with exit 1, after pointing
+            # sys.stdout at its _PacifyFlushWrapper; 1 is a negative answer here, a closed pipe 141 as elsewhere
+            if exc.code == 1 and type(sys.stdout).__name__ == "_PacifyFlushWrapper":
+                from primus.cli.output import exit_broken_pipe
+
+                exit_broken_pipe()
+            raise
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "primus"
             click.echo(f"{where}: {one_line(exc.format_message())} (see '{where} --help')", err=True)

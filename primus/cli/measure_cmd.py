@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from primus.cli.common import EXIT_INPUT, format_option, guarded, read_job, stack_option
+from primus.cli.common import EXIT_INPUT, FiniteRange, format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_json, lit, stderr_console, stdout_console, table
 from primus.errors import InputError
 from primus.job import Job
@@ -62,7 +62,7 @@ def _comparison(job: Job, layout: Layout, out: str) -> dict[str, Any] | None:
               help="Local processes (one per device) for the in-node collectives.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default="measured_profile.json", show_default=True,
               help="Profile to write; an existing one (same device) is extended, shapes it holds are not re-measured.")
-@click.option("--budget-s", "budget_s", type=click.FloatRange(1, 86_400), default=60.0, show_default=True,
+@click.option("--budget-s", "budget_s", type=FiniteRange(1, 86_400), default=60.0, show_default=True,
               help="Wall-clock budget; what is not measured by then stays modelled (the profile says so).")
 @click.option("--no-budget", is_flag=True,
               help="No wall-clock budget: measure every call, however long it takes (overrides --budget-s).")

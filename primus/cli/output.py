@@ -133,11 +133,18 @@ def emit_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
     _write_lines(buf.getvalue())
 
 
+#: What a spreadsheet reads as the start of a formula (OWASP "CSV Injection": = + - @, and a tab or carriage
+#: return before one): a text cell that begins so gets a leading apostrophe, which shows it as text.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
     """A CSV cell: text from input (a run id, a source, a model name) with its control characters shown
-    escaped, as every other format shows them (an ESC written raw would restyle the reader's terminal)."""
+    escaped, as every other format shows them (an ESC written raw would restyle the reader's terminal), and
+    never read as a formula (`FORMULA_START`). Numbers stay numbers: only text is guarded."""
     if isinstance(value, str):
-        return escape_controls(value, keep_layout=True)
+        text = escape_controls(value, keep_layout=True)
+        return "'" + text if text.startswith(FORMULA_START) else text
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

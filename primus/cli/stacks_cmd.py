@@ -13,7 +13,10 @@ from primus.stacks.core import catalog_stacks, load_stack_file, resolve_stack
 
 @click.group("stacks")
 def stacks_group() -> None:
-    """Frameworks and their releases: what each does for the settings a job file leaves out."""
+    """Frameworks and their releases: what each does for the settings a job file leaves out.
+
+    Example: primus stacks show megatron-bridge@26.04
+    """
 
 
 @stacks_group.command("list")

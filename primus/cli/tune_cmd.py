@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from primus.cli.common import Negative, format_option, guarded, read_job, stack_option
+from primus.cli.common import FiniteRange, Negative, format_option, guarded, read_job, stack_option
 from primus.cli.output import emit_json, gib, lit, stderr_console, stdout_console, table, tight_text
 from primus.cli.solver_cmds import rule_options
 from primus.errors import InputError
@@ -139,7 +139,7 @@ def _print_variants(con: Any, doc: dict[str, Any]) -> None:
 @click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint (else $OPENAI_BASE_URL).")
 @click.option("--llm-model", default="gpt-4o-mini", show_default=True)
 @click.option("--llm-calls", type=click.IntRange(*LLM_CALLS_RANGE), default=4, show_default=True, help="Call budget.")
-@click.option("--llm-timeout", type=click.FloatRange(*LLM_TIMEOUT_RANGE), default=60.0, show_default=True)
+@click.option("--llm-timeout", type=FiniteRange(*LLM_TIMEOUT_RANGE), default=60.0, show_default=True)
 @click.option("--allow", "allow", multiple=True, type=click.Choice(ALLOWABLE),
               help="Let tuning change the precision (precision: the job's, bf16, and fp8 where the accelerator "
                    "has an fp8 peak) or the job's `pipeline:` split options (pipeline: the layout string, first/last "

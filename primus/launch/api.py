@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +47,7 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
     import chose (`with_stack`)."""
     p = Path(path)
     text = read_text(p)
+    hardware = _hardware_beside(hardware, p.parent)
     extra: dict[str, Any] = {}
     if primus_root is not None:
         if _kind(kind) != "primus":
@@ -57,6 +59,15 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
     if implied is not None and "stack" not in config.job:  # a `# primus-job:` header's stack wins
         config.job["stack"] = implied
     return config if stack is None else with_stack(config, stack, p.parent)
+
+
+def _hardware_beside(hardware: str | None, base_dir: Path) -> str | None:
+    """``--hardware FILE`` names a file where the user stands; the imported job resolves its paths beside the
+    launch file, so such a file is named from there (a catalog name, or a path that is no file here, is left
+    as typed)."""
+    if hardware is None or not Path(hardware).is_file():
+        return hardware
+    return os.path.relpath(Path(hardware).resolve(), base_dir.resolve())
 
 
 def with_stack(config: LaunchConfig, stack: str, base_dir: Path | None = None) -> LaunchConfig:

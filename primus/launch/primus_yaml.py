@@ -111,9 +111,14 @@ def _sync_free_prerequisites(overrides: dict[str, Any], stage: int, out: Collect
 
 def _module(doc: Any, where: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("modules"), dict) or not doc["modules"]:
-        keys = ", ".join(str(k) for k in list(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
+        if doc is None or doc == {}:
+            found = "the file is empty"
+        elif isinstance(doc, dict):
+            found = f"top-level keys: {shorten(', '.join(str(k) for k in list(doc)[:6]), 80)}"
+        else:
+            found = f"its top level is a {type(doc).__name__}, not a mapping"
         raise InputError(where, "modules", f"not an experiment: a Primus experiment has a 'modules' mapping, this file "
-                         f"has none (top-level keys: {shorten(keys, 80)})")
+                         f"has none ({found})")
     name = "pre_trainer" if "pre_trainer" in doc["modules"] else next(iter(doc["modules"]))
     module = doc["modules"][name]
     if not isinstance(module, dict):

@@ -57,6 +57,15 @@ class ParallelPins(Spec):
     #: Megatron-Core's `--recompute-modules`: what selective recompute re-runs (default ['core_attn'])
     recompute_modules: Annotated[tuple[RecomputeModule, ...], Field(min_length=1, max_length=5)] | None = None
 
+    @field_validator("recompute_layer_ids")
+    @classmethod
+    def _distinct_ids(cls, ids: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        """A layer is recomputed or not: an id listed twice is a typo for another layer, not a second checkpoint."""
+        if ids is not None and len(set(ids)) != len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"lists layer {', '.join(map(str, twice[:5]))} more than once")
+        return ids
+
     def pinned(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
