@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 DENSE_EP: dict[str, Any] = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 1, "seq_len": 8192,
                             "global_batch_size": 16, "parallel": {"ep": 2}}
 DENSE_VP: dict[str, Any] = {**DENSE_EP, "parallel": {"pp": 1, "vp": 2}}
@@ -40,3 +42,23 @@ def test_the_closest_evaluation_keeps_every_rule_the_pins_allow(run_cli, write_j
     assert code == 1
     assert doc["violated_rules"] == ["pipeline-split", "pin:vp"]
     assert doc["closest_breaks"] == ["experts-divisible", "pipeline-split"]
+
+
+def test_the_conflicts_left_after_the_first_are_named(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # with VP released, 61 layers still split over no PP 4 without a pipeline option; with PP released too,
+    # EP 72 still divides none of the 256 experts: a user who mends the first core meets these next
+    code, out, _ = run_cli("fit", write_job(DSV3_EP72), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert doc["further_conflicts"] == [["pipeline-split", "pin:pp"], ["experts-divisible", "pin:ep"]]
+    code, text, _ = run_cli("fit", write_job(DSV3_EP72))
+    assert "and once those pins change, still conflicting: experts-divisible, pin:ep" in text
+
+
+def test_a_single_conflict_names_no_further_one(run_cli) -> None:  # type: ignore[no-untyped-def]
+    # AMD's GBS 128 / MBS 2 / no-recompute mix of Mixtral 8x22B on 32 MI355X: over memory at its pins, and
+    # once they change some layout fits
+    code, out, _ = run_cli("fit", str(ROOT / "examples" / "mixtral-8x22b-mi355x-gbs128-no-recompute.yaml"),
+                           "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and "memory" in doc["violated_rules"] and doc["further_conflicts"] == []

@@ -84,6 +84,8 @@ def _print_fit(q: Question, result: FitResult) -> None:
                 con.print(f"    {result.core_details[rid]}")
         else:
             con.print(f"  - {rid} = {q.pins.get(rid[4:])!r}")
+    for other in result.further_cores:
+        con.print(f"and once those pins change, still conflicting: {', '.join(other)}")
     if result.report is not None and result.layout is not None:
         breaks = f" (breaks {', '.join(result.request_breaks)})" if result.request_breaks else ""
         con.print(f"closest evaluation of the request{breaks}: {result.layout.text()}")

@@ -87,6 +87,31 @@ def minimal_core(asker: Asker) -> tuple[str, ...]:
     return tuple(sorted(current, key=deletion_order))
 
 
+#: How many more conflicts `further_cores` looks for after the first: enough for the usual two or three
+#: independent mistakes in one job file, few enough to keep a refusal quick.
+MAX_FURTHER_CORES = 3
+
+
+def further_cores(asker: Asker, core: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The conflicts a user meets after mending the first: with the pins of every core found so far released,
+    another minimal core of what is left, while what is left has no layout and the last core released a pin
+    (a user changes pins, not the built-in rules). A job with VP 2 that no layer split allows and EP 72 of 256
+    experts names the VP pin first and the EP pin next, so fixing one is not met by the other."""
+    out: list[tuple[str, ...]] = []
+    released = {n for n in core if n.startswith("pin:")}
+    while released and len(out) < MAX_FURTHER_CORES:
+        rest = [n for n in asker.names if n not in released]
+        if asker.feasible(rest):
+            break
+        found = tuple(sorted(deletion_filter(sorted(rest, key=deletion_order), asker.feasible), key=deletion_order))
+        out.append(found)
+        more = {n for n in found if n.startswith("pin:")}
+        if not more:
+            break
+        released |= more
+    return tuple(out)
+
+
 def pins_core(asker: Asker) -> tuple[str, ...]:
     """A minimal subset of the pins that no layout holds together, rules aside; () if they can."""
     pins = [f"pin:{a}" for a in asker.pins]

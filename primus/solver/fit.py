@@ -40,6 +40,7 @@ from primus.solver.explain import (
     Asker,
     closest_request,
     explain_structural,
+    further_cores,
     minimal_core,
     nearest_levels,
     pins_core,
@@ -75,6 +76,8 @@ class FitResult:
     request_breaks: tuple[str, ...] = ()
     satisfied_rules: tuple[str, ...] = ()
     violated_rules: tuple[str, ...] = ()
+    #: the conflicts left once the pins of the core (and of each one before) are changed (`further_cores`)
+    further_cores: tuple[tuple[str, ...], ...] = ()
     alternatives: tuple[Alternative, ...] = ()
     #: the nearest size above the job's at which some layout fits, when none does here (the smallest
     #: size that fits when `size_below` is None)
@@ -115,6 +118,8 @@ class FitResult:
             for s in r.stages] if r else []
         doc["satisfied_rules"] = list(self.satisfied_rules)
         doc["violated_rules"] = list(self.violated_rules)
+        if not self.fits:
+            doc["further_conflicts"] = [list(c) for c in self.further_cores]
         if self.core_details:
             doc["core_details"] = dict(self.core_details)
         if not self.fits:
@@ -172,6 +177,7 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
         core = (*details, *contradiction)
     else:
         core = explain_structural(asker, minimal_core(asker))
+    further = further_cores(asker, core) if not contradiction else ()
     notes: list[str] = []
     if certify_core and core:
         certified = certify(question, tuple(n for n in core if n.startswith("pin:") or n in asker.names))
@@ -192,7 +198,7 @@ def fit(question: Question, certify_core: bool = False, speed: Speed | None = No
         min_gpus, note = smallest_size(question)
         below = largest_size_below(question)
     said = _normalised(question, request) if request is not None else ()
-    return FitResult(False, request, report, request_breaks=request_breaks, violated_rules=core,
+    return FitResult(False, request, report, request_breaks=request_breaks, violated_rules=core, further_cores=further,
                      gpus_per_node=job.cluster.gpus_per_node,
                      alternatives=alternatives, completed_axes=free,
                      min_gpus=min_gpus, min_nodes_note=note, size_below=below, sizes_searched=searched,
