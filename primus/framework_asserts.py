@@ -14,6 +14,7 @@ from primus.specs.model import ModelSpec
 from primus.stacks.core import Stack
 from primus.stacks.megatron_release import (
     CP_COMM_TYPE_FROM,
+    CP_PER_LAYER_LIST_FROM,
     FP16_MOE_FROM,
     GROUPED_MLP_REMOVED_IN,
     STOCK_MEGATRON_CORE,
@@ -78,18 +79,30 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
 def _context_parallel_asserts(spec: JobSpec, stack: Stack, where: str) -> None:
     """`context_parallel.comm_type` names Megatron-Core's --cp-comm-type: other frameworks' context parallelism
     is their own (torchtitan's is PyTorch's ring attention), and releases before it have only the p2p ring."""
-    comm = spec.context_parallel.comm_type
-    if comm == "p2p":
+    cp = spec.context_parallel
+    comm = cp.comm_type
+    if comm == "p2p" and not cp.per_layer_list:
         return
     if spec.framework != "megatron":
         raise InputError(where, "context_parallel.comm_type",
-                         f"{comm} is Megatron-Core's --cp-comm-type; {spec.framework}'s context parallelism is its own "
-                         "ring attention, which primus models as p2p: drop the key")
-    target = _release(stack, where) if stack.name in STOCK_MEGATRON_CORE else None
-    if target is not None and target.before(CP_COMM_TYPE_FROM):
+                         f"{comm} is Megatron-Core's --cp-comm-type; {spec.framework}'s context parallelism is "
+                         "PyTorch's (context_parallel_rotate_method), which primus times as the ring exchange: drop "
+                         "the key")
+    if stack.name not in STOCK_MEGATRON_CORE and stack.name != "primus":
         raise InputError(where, "context_parallel.comm_type",
-                         f"{comm} needs Megatron-LM {CP_COMM_TYPE_FROM} or later (--cp-comm-type), not {target.tag}, "
-                         "whose context parallelism is the p2p ring only: use p2p or name a later release")
+                         f"{comm} is Megatron-Core's --cp-comm-type ({CP_COMM_TYPE_FROM} on), which {stack.asked} does "
+                         "not run: use p2p")
+    target = _release(stack, where) if stack.name in STOCK_MEGATRON_CORE else None
+    if stack.name in STOCK_MEGATRON_CORE and (target is None or target.before(CP_COMM_TYPE_FROM)):
+        tag = target.tag if target is not None else "a release before every one primus has read (core_v0.8.0)"
+        raise InputError(where, "context_parallel.comm_type",
+                         f"{comm} needs Megatron-LM {CP_COMM_TYPE_FROM} or later (--cp-comm-type), not {tag}, whose "
+                         "context parallelism is the p2p ring only: use p2p or name a later release")
+    if cp.per_layer_list and target is not None and target.before(CP_PER_LAYER_LIST_FROM):
+        raise InputError(where, "context_parallel.per_layer_list",
+                         f"{stack.asked}'s Megatron-LM, {target.tag}, indexes a per-layer --cp-comm-type list from 1 "
+                         "and raises IndexError at the last layer (fixed by d3a8584533, #3389, in "
+                         f"{CP_PER_LAYER_LIST_FROM}): give the type once")
 
 
 def _release(stack: Stack, where: str) -> MegatronTarget | None:

@@ -6,7 +6,7 @@ requested job with the chosen change.
 Each forgery is consistent, as in tests/test_audit_verify_claims.py: the edited file, the report re-rendered
 and the lists of files (`inputs/SHA256SUMS`, `SHA256SUMS`) rewritten; only the re-run can catch it. The
 case: Llama 3.1 8B on one H100 node (seq 4,096, GBS 16) written without a precision (bf16): bf16's best is
-10,333 tokens/s/GPU over 3,063 legal layouts, fp8's 12,580 over 3,065 (Megatron-LM's FP8 recipe keeps the
+10,333 tokens/s/GPU over 3,065 legal layouts, fp8's 12,580 over 3,066 (Megatron-LM's FP8 recipe keeps the
 bf16 weights, `fp8_param_gather` off), so tune keeps fp8."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def record(run: Path) -> dict[str, Any]:
 def test_an_untouched_allow_precision_run_verifies(precision: Path) -> None:
     tried = record(precision)
     assert [(t["precision"], round(t["tokens_per_s_per_gpu"]), t["legal_count"]) for t in tried["per_precision"]] \
-        == [("bf16", 10368, 3063), ("fp8", 12580, 3065)]
+        == [("bf16", 10368, 3065), ("fp8", 12580, 3066)]
     assert (tried["requested"], tried["requested_settings"], tried["chosen"]) == ("bf16", {}, "fp8")
     code, out = verify(precision)
     assert code == 0, out
@@ -76,7 +76,7 @@ def test_an_edited_per_precision_legal_count_fails_naming_it(precision: Path, tm
 
     code, out = verify(forged(precision, tmp_path, edit))
     assert code == 1
-    assert "result.json: allowed_changes.precision.per_precision[1]: legal_count recorded 4000, re-run 3065" in out
+    assert "result.json: allowed_changes.precision.per_precision[1]: legal_count recorded 4000, re-run 3066" in out
 
 
 def test_a_dropped_precision_fails_naming_it(precision: Path, tmp_path: Path) -> None:

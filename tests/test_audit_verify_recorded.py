@@ -4,7 +4,7 @@ the best wins and the mode; and it names what it does not re-check.
 
 Each forgery is consistent (result.json edited, the report re-rendered, both lists of sums rewritten), as
 someone hiding the edit would make it. The case: Llama 3.1 8B on 1 node of H100, seq 8192, global batch 64,
-its own pins (TP2 with SP, ZeRO-2) the reference: 2,504 legal layouts, all scored (exhaustive)."""
+its own pins (TP2 with SP, ZeRO-2) the reference: 2,537 legal layouts, all scored (exhaustive)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def forged(run: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], None],
 def test_an_untouched_run_verifies_and_names_what_it_does_not_recheck(run: Path) -> None:
     code, out = verify(run)
     assert code == 0, out
-    assert "verified: 2,511 candidates and the claims of result.json" in out
+    assert "verified: 2,544 candidates and the claims of result.json" in out
     assert "not re-checked: the events' texts" in out
 
 
@@ -83,7 +83,7 @@ def test_an_untouched_run_verifies_and_names_what_it_does_not_recheck(run: Path)
     (("assumptions",), [], "result.json: assumptions recorded []"),
     (("job", "model"), "llama3.1-405b", "result.json: job.model recorded 'llama3.1-405b'"),
     (("job_spec", "global_batch_size"), 32, "result.json: job_spec.global_batch_size recorded 32"),
-    (("mode",), "guided", "result.json: mode recorded 'guided', but 2,504 legal layouts"),
+    (("mode",), "guided", "result.json: mode recorded 'guided', but 2,537 legal layouts"),
     (("exhaustive_limit",), None, "result.json: exhaustive_limit recorded None, not an integer"),
     (("llm", "calls"), 3, "result.json: llm.calls recorded 3, but llm/ holds 0"),
 ])

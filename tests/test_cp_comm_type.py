@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from primus.job import job_from_mapping
 from primus.memory.activations import cp_gather_bytes, layer_inventory
@@ -87,13 +88,14 @@ def test_a2a_and_all_gather_keep_a_second_copy_of_the_attention_output() -> None
         assert [s.elements * 2 for s in saved] == [Q_BYTES] * copies
 
 
-def test_all_gather_backward_holds_the_full_k_v_and_their_gradients() -> None:
+def test_all_gather_backward_holds_the_full_k_v_their_gradients_and_each_steps() -> None:
     sizes = {}
     for comm in ("p2p", "a2a", "all_gather"):
         job = _job(LLAMA_CP2, comm)
         sizes[comm] = cp_gather_bytes(job.model, MemoryModel(job).act_context(pinned_layout(job)))
-    # the re-gathered K and V (2 x 2 x KV_BYTES) and their full-sequence gradients (as much again)
-    assert sizes == {"p2p": 0, "a2a": 0, "all_gather": 2 * 2 * 2 * KV_BYTES}
+    # in units of the rank's K (= its V): the zeroed full dK, dV (2 x 2), the re-gathered K, V (2 x 2), the two
+    # steps' dK, dV over 5 of the 4 half-chunks (2 x 2 x 5/4) and the reordered copy of dK (2): 15
+    assert sizes == {"p2p": 0, "a2a": 0, "all_gather": 15 * KV_BYTES}
 
 
 def test_the_projection_charges_the_exchange_and_names_it(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
@@ -134,13 +136,29 @@ def test_the_types_transformer_engine_runs_are_legal(run_cli, write_job, job: di
     assert code == 0, doc["violated_rules"]
 
 
-def test_torchtitan_and_releases_before_core_0_10_are_refused_on_load(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
-    path = write_job({**LLAMA_CP2, "framework": "torchtitan", "context_parallel": {"comm_type": "a2a"}})
+@pytest.mark.parametrize(("extra", "why"), [
+    ({"framework": "torchtitan"}, "context_parallel.comm_type: a2a is Megatron-Core's --cp-comm-type"),
+    ({"stack": "megatron-lm@core_v0.9.0"}, "needs Megatron-LM core_v0.10.0 or later"),
+    ({"stack": "megatron-lm@2022.05"}, "needs Megatron-LM core_v0.10.0 or later"),  # the 2022 papers' Megatron-LM
+    ({"stack": "megatron-deepspeed"}, "which megatron-deepspeed@2022.03 does not run"),
+])
+def test_stacks_without_the_option_refuse_it_on_load(run_cli, write_job, extra: dict[str, Any], why: str) -> None:  # type: ignore[no-untyped-def]
+    path = write_job({**LLAMA_TP2_CP2, **extra, "context_parallel": {"comm_type": "a2a"}})
     code, out, err = run_cli("fit", path)
-    assert (code, out) == (2, "") and "context_parallel.comm_type: a2a is Megatron-Core's --cp-comm-type" in err
-    path = write_job({**LLAMA_CP2, "stack": "megatron-lm@core_v0.9.0", "context_parallel": {"comm_type": "a2a"}})
-    code, out, err = run_cli("fit", path)
-    assert (code, out) == (2, "") and "needs Megatron-LM core_v0.10.0 or later" in err
+    assert (code, out) == (2, "") and why in err
+
+
+def test_a_per_layer_list_needs_core_0_17(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # core_v0.15.0 transformer_layer.py line 294 indexes the list by the 1-based layer number (IndexError at the
+    # last layer) until d3a8584533 (#3389), first in core_v0.17.0
+    job = {**LLAMA_TP2_CP2, "context_parallel": {"comm_type": "a2a", "per_layer_list": True}}
+    code, out, err = run_cli("fit", write_job({**job, "stack": "megatron-lm@core_v0.16.1"}))
+    assert (code, out) == (2, "") and "context_parallel.per_layer_list" in err and "IndexError" in err
+    code, out, err = run_cli("export", write_job({**job, "stack": "megatron-lm@core_v0.17.0"}), "--to", "megatron")
+    assert code == 0, err
+    words = out.split()
+    at = words.index("--cp-comm-type")
+    assert words[at + 1:at + 33] == ["a2a"] * 32 and words[at + 33] != "a2a"  # one per layer of the 32
 
 
 MODEL = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
@@ -157,17 +175,30 @@ def _launch(tmp_path: Path, extra: str) -> str:
 
 
 @pytest.mark.parametrize(("flag", "comm"), [("", None), ("--cp-comm-type p2p", None), ("--cp-comm-type a2a", "a2a"),
-                                            ("--cp-comm-type all_gather", "all_gather"),
-                                            ("--cp-comm-type " + " ".join(["a2a"] * 32), "a2a")])
+                                            ("--cp-comm-type all_gather", "all_gather")])
 def test_import_reads_the_type(run_cli, tmp_path: Path, flag: str, comm: str | None) -> None:  # type: ignore[no-untyped-def]
     out_file = tmp_path / "job.yaml"
     code, _, err = run_cli("import", "--from", "megatron", _launch(tmp_path, flag), "--hardware", "h100-80gb",
                            "--out", str(out_file))
     assert code == 0, err
-    import yaml
-
     job = yaml.safe_load(out_file.read_text())
     assert job.get("context_parallel", {}).get("comm_type") == comm
+
+
+def test_import_reads_a_per_layer_list_and_nothing_at_cp_1(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out_file = tmp_path / "job.yaml"
+    script = _launch(tmp_path, "--cp-comm-type " + " ".join(["a2a"] * 32))
+    code, _, err = run_cli("import", "--from", "megatron", script, "--hardware", "h100-80gb", "--out", str(out_file))
+    assert code == 0, err
+    assert yaml.safe_load(out_file.read_text())["context_parallel"] == {"comm_type": "a2a", "per_layer_list": True}
+    # at CP 1 Megatron-Core never hands the type to Transformer Engine: even a spelling TE refuses runs
+    path = tmp_path / "cp1.sh"
+    path.write_text(Path(_launch(tmp_path, "--cp-comm-type allgather")).read_text().replace(
+        "--context-parallel-size 2", "--context-parallel-size 1"))
+    code, _, err = run_cli("import", "--from", "megatron", str(path), "--hardware", "h100-80gb", "--out",
+                           str(tmp_path / "cp1.yaml"))
+    assert code == 0, err
+    assert "has no effect at CP 1" in err and "context_parallel" not in (tmp_path / "cp1.yaml").read_text()
 
 
 @pytest.mark.parametrize(("flag", "why"), [

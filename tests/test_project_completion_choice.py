@@ -38,7 +38,7 @@ def test_the_completion_line_calls_fastest_only_what_is_fastest(run_cli) -> None
     code, out, _ = run_cli("project", FREE, "--format", "json")
     assert code == 0
     doc = as_json(out)
-    assert "the fastest of 4,477 legal layout(s) that fit, by projected tokens/s/GPU" in doc["completion"]
+    assert "the fastest of 4,512 legal layout(s) that fit, by projected tokens/s/GPU" in doc["completion"]
     assert (doc["parallel"]["tp"], doc["parallel"]["pp"], doc["parallel"]["cp"]) == (1, 1, 2)
     assert round(doc["tokens_per_s_per_gpu"]) == 1323
 

@@ -185,7 +185,7 @@ def test_an_allowed_precision_is_tried_with_the_stacks_settings_for_it(run_cli, 
     _, out, _ = run_cli("tune", write_job({**job, "precision": "fp8"}), "--llm", "none", "--out",
                         str(tmp_path / "b"), "--format", "json")
     as_written = json.loads(out)
-    assert tried["fp8"]["legal_count"] == as_written["legal_count"] == 705
+    assert tried["fp8"]["legal_count"] == as_written["legal_count"] == 716
     assert tried["fp8"]["tokens_per_s_per_gpu"] == as_written["best"]["tokens_per_s_per_gpu"]
 
 

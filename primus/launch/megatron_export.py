@@ -152,8 +152,9 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
     elif layout.vp > 1:
         ns["num_virtual_stages_per_pipeline_rank"] = layout.vp
     ns["context_parallel_size"] = layout.cp
-    comm = spec.context_parallel.comm_type  # Megatron's default is p2p; another type is written as the job says
-    ns["cp_comm_type"] = None if comm == "p2p" else [comm]
+    cpo = spec.context_parallel  # Megatron's default is p2p; another type is written as the job says
+    ns["cp_comm_type"] = ([cpo.comm_type] * m.num_layers if cpo.per_layer_list
+                          else None if cpo.comm_type == "p2p" else [cpo.comm_type])
     if m.is_moe:
         ns["expert_model_parallel_size"], ns["expert_tensor_parallel_size"] = layout.ep, layout.etp
     ns.update(sequence_parallel=layout.sp, micro_batch_size=layout.mbs, global_batch_size=spec.global_batch_size,

@@ -191,9 +191,9 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         job["kernels"]["rope_fusion"] = bool(r.get("apply_rope_fusion"))  # nothing about YaRN or other positions
     else:
         r.get("apply_rope_fusion")
-    comm = _cp_comm_type(r, model, parallel["cp"])
-    if comm not in (None, "p2p"):  # p2p is the job file's default as it is Megatron's
-        job["context_parallel"] = {"comm_type": comm}
+    comm, per_layer = _cp_comm_type(r, model, parallel["cp"], out)
+    if comm not in (None, "p2p") or per_layer:  # p2p once is the job file's default as it is Megatron's
+        job["context_parallel"] = {"comm_type": comm or "p2p", **({"per_layer_list": True} if per_layer else {})}
     if fused_loss:
         job["kernels"]["cross_entropy_fusion_impl"] = impl
     elif impl == "te":
@@ -203,20 +203,25 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
     return job, r.consumed
 
 
-def _cp_comm_type(r: ArgReader, model: ModelSpec, cp: int) -> str | None:
-    """`--cp-comm-type` as `context_parallel.comm_type` (None: absent, Megatron's p2p). Megatron-Core passes the
-    string on to Transformer Engine, which knows p2p, all_gather, a2a and a2a+p2p and raises on anything else
-    (TE v2.12 dot_product_attention/context_parallel.py line 4110, "Unsupported communication type"; Megatron-LM's
-    help text spells it "allgather"); a per-layer list must name every layer (core_v0.15.0 transformer_config.py
-    lines 1491-1496)."""
+def _cp_comm_type(r: ArgReader, model: ModelSpec, cp: int, out: Collector) -> tuple[str | None, bool]:
+    """`--cp-comm-type` as `context_parallel.comm_type` (None: absent, Megatron's p2p) and whether it was given
+    once per layer. Megatron-Core passes the string on to Transformer Engine only when context_parallel_size > 1
+    (core_v0.18.0 transformer_layer.py line 348, extensions/transformer_engine.py lines 1672-1695), which knows
+    p2p, all_gather, a2a and a2a+p2p and raises on anything else (TE v2.12 dot_product_attention/context_parallel.py
+    line 4110, "Unsupported communication type"; Megatron-LM's help text spells it "allgather"); a per-layer list
+    must name every layer (core_v0.15.0 transformer_config.py lines 1491-1496)."""
     if r.ns.get("cp_comm_type") is None:
-        return None
+        return None, False
     raw = r.get("cp_comm_type")
     listed = [str(v) for v in (raw if isinstance(raw, (list, tuple)) else [raw])]
     label = r.ctx.label("cp_comm_type")
     if not listed:
         raise InputError(r.ctx.where, label, "names no communication type")
-    if cp > 1 and len(listed) > 1 and len(listed) != model.num_layers:
+    if cp <= 1:
+        out.note(f"{label} {' '.join(listed)[:80]} has no effect at CP 1: Megatron-Core hands it to Transformer Engine "
+                 "only with context parallelism")
+        return None, False
+    if len(listed) > 1 and len(listed) != model.num_layers:
         raise InputError(r.ctx.where, label, f"lists {len(listed)} types for {model.num_layers} layers: Megatron-Core "
                          "asserts one type, or one per transformer layer")
     kinds = sorted(set(listed))
@@ -233,7 +238,7 @@ def _cp_comm_type(r: ArgReader, model: ModelSpec, cp: int) -> str | None:
     if kind not in ("p2p", "all_gather", "a2a"):
         raise InputError(r.ctx.where, label, f"{kind!r} is no communication type of Transformer Engine's context "
                          "parallelism (p2p, all_gather, a2a, a2a+p2p)")
-    return kind
+    return kind, len(listed) > 1
 
 
 # ---- model --------------------------------------------------------------------------------------

@@ -419,18 +419,25 @@ def layer_working_bytes(model: ModelSpec, kind: str, ctx: ActContext) -> int:
 
 
 def cp_gather_bytes(model: ModelSpec, ctx: ActContext) -> int:
-    """all_gather CP's backward re-gathers the full-sequence K and V (only the local ones are saved) and builds
-    their full-sequence gradients before reduce-scattering them (TE v2.12 context_parallel.py
-    AttnFuncWithCPAndKVAllGather.backward): CP x the local K and V, twice, alive while the layer's attention
-    runs its backward. 0 for the other CP types."""
+    """all_gather CP's backward working set beside the layer's saved tensors (TE v2.12 context_parallel.py
+    AttnFuncWithCPAndKVAllGather.backward, lines 3061-3240): the zero-filled full-sequence dK and dV (lines
+    3062-3063), the re-gathered full-sequence K and V (only the local ones are saved; lines 3074-3085), the two
+    steps' dK and dV, which stay in their lists until the function returns and together span (2 CP + 1) / (2 CP)
+    of the full sequence under the causal mask (`get_kv_seq_info_after_all_gather`: the chunk `rank` attends
+    rank + 1 of the 2 CP chunks, the chunk 2 CP - 1 - rank attends 2 CP - rank), and the reordered copy of dK that
+    `index_select` makes before the old one is dropped (line 3230). In elements, with F = CP x the local K and V:
+    3 F + F / (2 CP) + CP x the local K. 0 for the other CP types."""
     if ctx.cp <= 1 or ctx.cp_comm != "all_gather":
         return 0
     if model.multi_latent_attention:
         heads = model.num_attention_heads // ctx.tp
-        width = heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0) + (model.v_head_dim or 0))
+        k_width = heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0))
+        v_width = heads * (model.v_head_dim or 0)
     else:
-        width = 2 * max(model.query_groups // ctx.tp, 1) * model.head_dim
-    return 2 * nbytes(ctx.cp * ctx.tokens * width, ctx.numerics.activation)
+        k_width = v_width = max(model.query_groups // ctx.tp, 1) * model.head_dim
+    local = ctx.tokens * (k_width + v_width)  # the rank's K and V: tokens = MBS x seq / CP, an even number
+    elements = 3 * ctx.cp * local + local // 2 + ctx.cp * ctx.tokens * k_width
+    return nbytes(elements, ctx.numerics.activation)
 
 
 def embedding_bytes(model: ModelSpec, ctx: ActContext) -> int:

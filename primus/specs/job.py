@@ -245,6 +245,10 @@ class ContextParallelOptions(Spec):
     under all_gather or a2a, attention sinks only under a2a, and multi-latent attention only under p2p."""
 
     comm_type: CpCommType = "p2p"
+    #: the type given once per transformer layer (`--cp-comm-type a2a a2a ...`, every layer the same), which
+    #: Megatron-Core indexes by layer number: from 1 before core_v0.17.0, so the last layer raised IndexError
+    #: until d3a8584533 "Correct indexing when cp_comms_type is a list" (#3389)
+    per_layer_list: Bool = False
 
 
 class CpuOffloadOptions(Spec):

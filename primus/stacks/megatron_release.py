@@ -151,6 +151,10 @@ YARN_FROM: Final = "core_v0.19.0"
 #: core_v0.10.0 megatron/training/arguments.py line 1755; core_v0.9.0 has neither the argument nor
 #: TransformerConfig.cp_comm_type.
 CP_COMM_TYPE_FROM: Final = OPTION_WINDOWS["--cp-comm-type"][0]
+#: The first release that reads a per-layer --cp-comm-type list right: core_v0.15.0 transformer_layer.py line 294
+#: (and core_v0.16.1 line 297) takes `config.cp_comm_type[self.layer_number]`, a 1-based number, so the last layer
+#: raises IndexError; d3a8584533 "Correct indexing when cp_comms_type is a list" (#3389) is first tagged core_v0.17.0.
+CP_PER_LAYER_LIST_FROM: Final = "core_v0.17.0"
 #: The first release without GroupedMLP (the legacy grouped GEMM): #3410, 2caa681a1d.
 GROUPED_MLP_REMOVED_IN: Final = OPTION_WINDOWS[LEGACY_GEMM_FLAG][1] or ""
 #: The stacks whose jobs run Megatron-Core's own modules as that release has them (AMD Primus does not:
