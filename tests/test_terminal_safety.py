@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -150,15 +149,16 @@ def test_rich_markup_and_emoji_codes_in_a_rule_file_are_printed_as_written_on_a_
     assert why in plain
 
 
-def test_an_imported_script_whose_file_name_holds_an_escape_is_refused_naming_the_file(tmp_path: Path):
-    # the model is named after the file; a name it cannot take is refused with the file, escaped, not "import"
-    from primus.errors import InputError
+def test_an_imported_script_whose_file_name_holds_an_escape_names_its_model_with_the_escape_shown(tmp_path: Path):
+    # the model is named after the file; the name is derived, not typed, so its control characters are shown
+    # escaped (a refusal used to blame a `model.name` the file never wrote)
     from primus.launch import import_launch
 
     path = tmp_path / "evil\x1b[31m.sh"
     path.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 79 --hidden-size 8192 "
                     "--num-attention-heads 64 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000 "
                     "--micro-batch-size 1 --global-batch-size 8 --bf16\n")
-    with pytest.raises(InputError) as err:
-        import_launch("megatron", path, hardware="h100-80gb")
-    assert err.value.line().startswith(f"{tmp_path}/evil\\x1b[31m.sh: model.name: ")
+    config = import_launch("megatron", path, hardware="h100-80gb")
+    model = config.job["model"]
+    name = model["name"] if isinstance(model, dict) else model
+    assert name == "evil\\x1b[31m" and "\x1b" not in name
