@@ -133,3 +133,60 @@ def test_small_input_errors_say_what_the_user_gave(run_cli, tmp_path: Path) -> N
     code, out, err = run_cli("import", "--from", "megatron", str(named), "--hardware", "h100-80gb")
     assert code == 0, err
     assert "\x1b" not in out and yaml.safe_load(out)["model"]["name"] == "x\\x1b[31m"
+
+
+def test_fp16_with_the_precision_aware_optimizer_round_trips(run_cli, write_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    optimizer = {"main_grads_dtype": "fp16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    job = {**yaml.safe_load(Path(EXAMPLE).read_text()), "precision": "fp16", "optimizer": optimizer}
+    code, out, err = run_cli("export", write_job(job), "--to", "megatron")
+    assert code == 0, err
+    script = tmp_path / "fp16.sh"
+    script.write_text(out)
+    code, out, err = run_cli("import", "--from", "megatron", str(script), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {k: v for k, v in doc["job"]["optimizer"].items() if k in optimizer} == optimizer
+    assert not [u for u in doc["unmodelled"] if "precision_aware" in u or "precision-aware" in u]
+
+
+def test_a_hardware_mapping_and_a_registry_are_rebased_and_a_catalog_name_is_not(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("hw", "jobs", "out/a/b"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "hw" / "h.yaml").write_text((ROOT / "hardware" / "mi300x.yaml").read_text())
+    job = {**yaml.safe_load(Path(EXAMPLE).read_text()), "hardware": {"base": "../hw/h.yaml"}}
+    (tmp_path / "jobs" / "j.yaml").write_text(yaml.safe_dump(job))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("export", "jobs/j.yaml", "--to", "megatron", "--out", "jobs/t.sh")
+    assert code == 0, err
+    code, _, err = run_cli("import", "--from", "megatron", "jobs/t.sh", "--out", "out/a/b/t.yaml")
+    assert code == 0, err
+    assert yaml.safe_load(Path("out/a/b/t.yaml").read_text())["hardware"]["base"] == "../../../hw/h.yaml"
+    code, _, err = run_cli("job", "show", "out/a/b/t.yaml")
+    assert code == 0, err
+    registry = ROOT / "tests" / "data" / "launch" / "torchtitan_registry" / "torchtitan" / "models" / "llama3"
+    code, out, err = run_cli("import", "--from", "torchtitan", "--config-registry",
+                             str(registry / "config_registry.py"), "--config", "llama3_70b", "--hardware", "hw/h.yaml",
+                             "--nodes", "8")
+    assert code == 0, err
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "train.sh").write_text(LAUNCH)
+    Path("h100-80gb").write_text("junk: 1\n")  # a file named like a catalog entry: the catalog entry is meant
+    code, out, err = run_cli("import", "--from", "megatron", "launch/train.sh", "--hardware", "h100-80gb")
+    assert code == 0, err
+    assert yaml.safe_load(out)["hardware"] == "h100-80gb"
+
+
+def test_a_primus_experiment_whose_name_holds_an_escape_is_imported_with_it_shown(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # an experiment that names no model file: the model is named after the experiment file
+    overrides = {"num_layers": 6, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16,
+                 "seq_length": 2048, "max_position_embeddings": 2048, "micro_batch_size": 1, "global_batch_size": 8,
+                 "padded_vocab_size": 32000}
+    path = tmp_path / "exp\x1b[31mred.yaml"
+    path.write_text(yaml.safe_dump({"modules": {"pre_trainer": {"framework": "megatron", "config": "pre_trainer.yaml",
+                                                                "overrides": overrides}}}))
+    code, out, err = run_cli("import", "--from", "primus", str(path), "--hardware", "mi300x", "--nodes", "1",
+                             "--format", "json")
+    assert code == 0, err
+    name = json.loads(out)["job"]["model"]["name"]
+    assert name == "exp\\x1b[31mred" and "\x1b" not in name

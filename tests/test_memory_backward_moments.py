@@ -9,8 +9,9 @@
 - On the loss stage the cross-entropy's saved state, the logits' gradient and the output layer's input are freed
   by the output layer's backward before the last layers run theirs, so the layer full recompute rematerialises
   (and the layer's working set) never coexist with that microbatch's loss state. Llama 3 8B at TP2 PP4 with full
-  uniform recompute of 2 layers: stage 3 peaks at 18,664,521,728 B (checkpoints + the rematerialised pair + the
-  layer's working set), not 19,806,486,528 (all of it plus the loss state).
+  uniform recompute of 2 layers: stage 3 peaks at 18,664,521,728 B, the larger of the loss backward (the loss
+  state and its working set) and the layer backward (the rematerialised pair and the layer's working set), not
+  19,806,486,528 (all of them together).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from primus.cli.solver_cmds import changed_text
 from primus.errors import InputError
 from primus.job import Job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
-from primus.launch.api import launchable, with_stack
+from primus.launch.api import hardware_beside, launchable, looks_like_path, with_stack
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.report.owned import check_replaceable, replace_file
@@ -126,7 +126,8 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
     if registry is not None:
         if kind != "torchtitan" or not config_name:
             raise InputError("command line", "--config-registry", "goes with --from torchtitan and --config NAME")
-        config = import_torchtitan_registry(Path(registry), config_name, hardware=hardware, nodes=nodes, gpus=gpus)
+        config = import_torchtitan_registry(Path(registry), config_name, nodes=nodes, gpus=gpus,
+                                            hardware=hardware_beside(hardware, Path(registry).parent))
         if stack is not None:
             config = with_stack(config, stack, Path(registry).parent)
     else:
@@ -158,11 +159,18 @@ def _rebased(job: dict[str, Any], from_dir: Path, to_dir: Path) -> dict[str, Any
     """The imported job with its file paths (`model`, `hardware`: a model YAML or HF config.json, a hardware
     file), which name files from the launch file's directory, named from the directory the job is written to
     (the --out file's, else the current one), where a job file's relative paths are read from."""
+    def moved(value: Any) -> Any:
+        if isinstance(value, dict) and "base" in value:  # {base: path, overrides...}
+            return {**value, "base": moved(value["base"])}
+        if isinstance(value, str) and looks_like_path(value) and not Path(value).is_absolute() \
+                and (from_dir / value).is_file():
+            return os.path.relpath(os.path.abspath(from_dir / value), os.path.abspath(to_dir))
+        return value
+
     out = dict(job)
     for key in ("model", "hardware"):
-        value = out.get(key)
-        if isinstance(value, str) and not Path(value).is_absolute() and (from_dir / value).is_file():
-            out[key] = os.path.relpath((from_dir / value).resolve(), to_dir.resolve())
+        if key in out:
+            out[key] = moved(out[key])
     return out
 
 

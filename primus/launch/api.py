@@ -47,7 +47,7 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
     import chose (`with_stack`)."""
     p = Path(path)
     text = read_text(p)
-    hardware = _hardware_beside(hardware, p.parent)
+    hardware = hardware_beside(hardware, p.parent)
     extra: dict[str, Any] = {}
     if primus_root is not None:
         if _kind(kind) != "primus":
@@ -61,13 +61,19 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
     return config if stack is None else with_stack(config, stack, p.parent)
 
 
-def _hardware_beside(hardware: str | None, base_dir: Path) -> str | None:
+def looks_like_path(value: str) -> bool:
+    """Whether a model or hardware value names a file rather than a catalog entry, as the catalogs read it
+    (`primus.catalog.hardware.resolve_hardware`): a path separator, or a YAML or JSON file name."""
+    return "/" in value or value.endswith((".yaml", ".yml", ".json"))
+
+
+def hardware_beside(hardware: str | None, base_dir: Path) -> str | None:
     """``--hardware FILE`` names a file where the user stands; the imported job resolves its paths beside the
-    launch file, so such a file is named from there (a catalog name, or a path that is no file here, is left
-    as typed)."""
-    if hardware is None or not Path(hardware).is_file():
+    launch file (or registry), so such a file is named from there. A catalog name, or a path that is no file
+    here, is left as typed; the file is named by its path, not its link target."""
+    if hardware is None or not looks_like_path(hardware) or not Path(hardware).is_file():
         return hardware
-    return os.path.relpath(Path(hardware).resolve(), base_dir.resolve())
+    return os.path.relpath(os.path.abspath(hardware), os.path.abspath(base_dir))
 
 
 def with_stack(config: LaunchConfig, stack: str, base_dir: Path | None = None) -> LaunchConfig:

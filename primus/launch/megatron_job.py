@@ -633,26 +633,28 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
 
 
 def _optimizer(r: ArgReader, out: Collector) -> dict[str, Any]:
-    if r.get("fp16"):
+    fp16 = bool(r.get("fp16"))
+    if fp16:
         # with --fp16 the gradients stay fp16 unless --accumulate-allreduce-grads-in-fp32 (core_v0.15.0 arguments.py
         # lines 733-745 turn it on for --bf16 only; --grad-reduce-in-bf16 is read under --bf16 alone)
         r.get("grad_reduce_in_bf16")
-        return {"main_grads_dtype": "fp32" if r.get("accumulate_allreduce_grads_in_fp32") else "fp16"}
-    grads = "bf16" if r.get("grad_reduce_in_bf16") else "fp32"
-    if grads == "fp32":
-        r.get("accumulate_allreduce_grads_in_fp32")  # Megatron's bf16 default: fp32 accumulation
+        grads = "fp32" if r.get("accumulate_allreduce_grads_in_fp32") else "fp16"
+    else:
+        grads = "bf16" if r.get("grad_reduce_in_bf16") else "fp32"
+        if grads == "fp32":
+            r.get("accumulate_allreduce_grads_in_fp32")  # Megatron's bf16 default: fp32 accumulation
     names = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
     if r.get("use_precision_aware_optimizer"):
         doc = {name: str(r.get(name)) for name in names}
-        if grads == "bf16":
-            doc["main_grads_dtype"] = "bf16"
+        if grads == "bf16" or fp16:
+            doc["main_grads_dtype"] = grads
         return doc
     if any(r.ns.get(n) not in (None, "fp32") for n in names):
         out.note("optimizer state dtypes have no effect without use_precision_aware_optimizer; they are listed")
     for name in names:
         if r.ns.get(name) in (None, "fp32"):
             r.get(name)
-    return {"main_grads_dtype": "bf16"} if grads == "bf16" else {}
+    return {"main_grads_dtype": grads} if grads == "bf16" or fp16 else {}
 
 
 def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:

@@ -195,12 +195,17 @@ def _peak_counts(schedule: Schedule, rank: int, per_chunk: Mapping[int, tuple[in
     reloaded layers) at its largest over the schedule: after each forward the rank runs, the sum over the
     forwards still waiting for their backward of what each one's chunk holds, maximised component by component.
 
-    Where one moment has every maximum at once (chunks of one shape, or each bigger than the next, as
-    Megatron's even splits with the embedding on the first chunk are) this is that moment's mix, so the byte
-    peak is exact whatever each unit weighs; otherwise (chunks that differ the other way in two counts: a few
-    dense layers with the embedding against more MoE layers) it is an upper bound that no moment exceeds, by at
-    most one chunk. The mix at the first moment the count peaks (`InFlight.chunks_at_peak`) is not enough:
-    with uneven chunks the steady state reaches the same count with more of the larger chunk."""
+    Where one moment has every maximum at once (chunks of one shape, or each holding no less of every kind than
+    the next, as even splits of one layer kind with the embedding on the first chunk do) this is that moment's
+    mix, so the byte peak is exact whatever each unit weighs. Otherwise (chunks that differ the other way in two
+    counts: DeepSeek-V3's first chunk of the embedding, 3 dense layers and a MoE layer against chunks of MoE
+    layers) it is an upper bound that no moment exceeds, and it can exceed the true peak by several chunks:
+    3.7 GiB of 108.6 GiB in flight on rank 0 of Megatron-Bridge's GB300 DeepSeek-V3 recipe (PP 2 x VP 8). The mix
+    at the first moment the count peaks (`InFlight.chunks_at_peak`), used before, under-counted instead: with
+    uneven chunks the steady state reaches the same count with more of the larger chunk (2.28 GB on rank 0 of
+    Llama 3 8B at PP 4 x VP 2 with the layout `Et*6|t*4|t*4|t*4|t*2|t*4|t*4|t*4L`). An exact count needs the
+    maximum over the undominated mixes, weighted by each layout's unit bytes, in the ledger and the solver alike:
+    not done."""
     width = len(next(iter(per_chunk.values())))
     live = [0] * width
     best = [0] * width
