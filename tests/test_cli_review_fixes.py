@@ -159,10 +159,19 @@ def test_a_hardware_mapping_and_a_registry_are_rebased_and_a_catalog_name_is_not
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli("export", "jobs/j.yaml", "--to", "megatron", "--out", "jobs/t.sh")
     assert code == 0, err
+    # the export's header names the file absolutely; a header written by hand names it from the launch file
+    script = Path("jobs/t.sh")
+    script.write_text(script.read_text().replace(os.path.abspath("hw/h.yaml"), "../hw/h.yaml"))
     code, _, err = run_cli("import", "--from", "megatron", "jobs/t.sh", "--out", "out/a/b/t.yaml")
     assert code == 0, err
     assert yaml.safe_load(Path("out/a/b/t.yaml").read_text())["hardware"]["base"] == "../../../hw/h.yaml"
     code, _, err = run_cli("job", "show", "out/a/b/t.yaml")
+    assert code == 0, err
+    # exported elsewhere: the header names the hardware file by its absolute path, which reads from anywhere
+    Path("elsewhere").mkdir()
+    code, _, err = run_cli("export", "jobs/j.yaml", "--to", "megatron", "--out", "elsewhere/t.sh")
+    assert code == 0, err
+    code, _, err = run_cli("memory", "--from", "megatron", "elsewhere/t.sh")
     assert code == 0, err
     registry = ROOT / "tests" / "data" / "launch" / "torchtitan_registry" / "torchtitan" / "models" / "llama3"
     code, out, err = run_cli("import", "--from", "torchtitan", "--config-registry",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +163,23 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
 
     keep = {k: v for k, v in own_settings(job).items()
             if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
-    keep["hardware"] = job.spec.hardware
+    keep["hardware"] = _anchored(job.spec.hardware, job.base_dir)
     keep["stack"] = job.resolved_stack.asked  # the stack travels, so import does not assume the format's
     if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
         keep["model"] = job.spec.model
     else:  # a model file: its architecture is written out; its name travels here
         keep["model_name"] = job.model.name
     return nest(keep)
+
+
+def _anchored(ref: Any, base_dir: Path | None) -> Any:
+    """A hardware file named relative to the job file, as an absolute path: the launch config is written (and
+    read back) elsewhere, where the job file's relative path would name another file or none."""
+    if isinstance(ref, Mapping) and "base" in ref:
+        return {**ref, "base": _anchored(ref["base"], base_dir)}
+    if _is_path(ref) and base_dir is not None and not Path(ref).is_absolute() and (base_dir / ref).is_file():
+        return os.path.abspath(base_dir / ref)
+    return ref
 
 
 def _is_path(ref: Any) -> bool:
