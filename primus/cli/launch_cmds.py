@@ -24,7 +24,8 @@ from primus.cli.solver_cmds import changed_text
 from primus.errors import InputError
 from primus.job import Job
 from primus.launch import KINDS, LaunchConfig, axes_job, export_job, import_launch, tune_job
-from primus.launch.api import hardware_beside, launchable, looks_like_path, with_stack
+from primus.launch.api import hardware_beside, launchable, with_stack
+from primus.launch.common import is_path
 from primus.launch.export_check import SPLIT_NOTE, check_for_export
 from primus.launch.torchtitan import import_torchtitan_registry
 from primus.report.owned import check_replaceable, replace_file
@@ -162,7 +163,7 @@ def _rebased(job: dict[str, Any], from_dir: Path, to_dir: Path) -> dict[str, Any
     def moved(value: Any) -> Any:
         if isinstance(value, dict) and "base" in value:  # {base: path, overrides...}
             return {**value, "base": moved(value["base"])}
-        if isinstance(value, str) and looks_like_path(value) and not Path(value).is_absolute() \
+        if is_path(value) and not Path(value).is_absolute() \
                 and (from_dir / value).is_file():
             return os.path.relpath(os.path.abspath(from_dir / value), os.path.abspath(to_dir))
         return value

@@ -14,7 +14,7 @@ from typing import Any
 
 from primus.errors import InputError
 from primus.job import Job, job_from_mapping
-from primus.launch.common import IMPORT_STACKS, KINDS, Exported, LaunchConfig
+from primus.launch.common import IMPORT_STACKS, KINDS, Exported, LaunchConfig, is_path
 from primus.launch.megatron import export_megatron, import_megatron
 from primus.launch.primus_yaml import export_primus, import_primus
 from primus.launch.target import on_target_stack
@@ -61,17 +61,11 @@ def import_launch(kind: str, path: str | Path, *, hardware: str | None = None, n
     return config if stack is None else with_stack(config, stack, p.parent)
 
 
-def looks_like_path(value: str) -> bool:
-    """Whether a model or hardware value names a file rather than a catalog entry, as the catalogs read it
-    (`primus.catalog.hardware.resolve_hardware`): a path separator, or a YAML or JSON file name."""
-    return "/" in value or value.endswith((".yaml", ".yml", ".json"))
-
-
 def hardware_beside(hardware: str | None, base_dir: Path) -> str | None:
     """``--hardware FILE`` names a file where the user stands; the imported job resolves its paths beside the
     launch file (or registry), so such a file is named from there. A catalog name, or a path that is no file
     here, is left as typed; the file is named by its path, not its link target."""
-    if hardware is None or not looks_like_path(hardware) or not Path(hardware).is_file():
+    if hardware is None or not is_path(hardware) or not Path(hardware).is_file():
         return hardware
     return os.path.relpath(os.path.abspath(hardware), os.path.abspath(base_dir))
 

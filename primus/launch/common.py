@@ -23,6 +23,8 @@ from typing import Any
 from primus.catalog.hardware import resolve_hardware
 from primus.errors import InputError, shown
 from primus.job import Job, job_from_mapping
+from primus.safe_text import escape_controls
+from primus.specs.base import NAME_MAX_CHARS
 from primus.specs.hardware import ClusterSpec
 from primus.specs.job import JobSpec
 from primus.yamlio import loads_json
@@ -165,7 +167,7 @@ def residual(job: Job, written: set[str]) -> dict[str, Any]:
             if not is_written(k) and not k.startswith("parallel.") and k not in ("framework", "model")}
     keep["hardware"] = _anchored(job.spec.hardware, job.base_dir)
     keep["stack"] = job.resolved_stack.asked  # the stack travels, so import does not assume the format's
-    if isinstance(job.spec.model, (str, dict)) and not _is_path(job.spec.model):
+    if isinstance(job.spec.model, (str, dict)) and not is_path(job.spec.model):
         keep["model"] = job.spec.model
     else:  # a model file: its architecture is written out; its name travels here
         keep["model_name"] = job.model.name
@@ -177,12 +179,22 @@ def _anchored(ref: Any, base_dir: Path | None) -> Any:
     read back) elsewhere, where the job file's relative path would name another file or none."""
     if isinstance(ref, Mapping) and "base" in ref:
         return {**ref, "base": _anchored(ref["base"], base_dir)}
-    if _is_path(ref) and base_dir is not None and not Path(ref).is_absolute() and (base_dir / ref).is_file():
+    if is_path(ref) and base_dir is not None and not Path(ref).is_absolute() and (base_dir / ref).is_file():
         return os.path.abspath(base_dir / ref)
     return ref
 
 
-def _is_path(ref: Any) -> bool:
+def derived_model_name(stem: str) -> str:
+    """A model name taken from a file's name (the name is derived, not typed): its control characters shown
+    escaped and cut to the length a model name may have (`primus.specs.base.Name`, one line of at most
+    NAME_MAX_CHARS printable characters)."""
+    return escape_controls(stem)[:NAME_MAX_CHARS] or "model"
+
+
+def is_path(ref: Any) -> bool:
+    """Whether a model or hardware value names a file rather than a catalog entry, as the catalogs read it
+    (`primus.catalog.models.resolve_model`, `primus.catalog.hardware.resolve_hardware`): a path separator, or a
+    YAML or JSON file name."""
     return isinstance(ref, str) and ("/" in ref or ref.endswith((".yaml", ".yml", ".json")))
 
 

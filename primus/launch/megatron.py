@@ -24,6 +24,7 @@ from primus.launch.common import (
     Collector,
     Exported,
     LaunchConfig,
+    derived_model_name,
     finish,
     header_line,
     read_header,
@@ -37,7 +38,6 @@ from primus.launch.megatron_release_check import for_release
 from primus.launch.option_names import check_option
 from primus.launch.shell import Command, Script, read_script
 from primus.parallel import Layout
-from primus.safe_text import escape_controls
 from primus.stacks.megatron_release import GROUPED_MLP_REMOVED_IN, LEGACY_GEMM_FLAG, megatron_target, newest_with
 from primus.yamlio import int_too_long
 
@@ -314,9 +314,7 @@ def _name(parsed: ParsedLine, where: str) -> str:
                   parsed.variables.get("TOKENIZER_MODEL")]:
         if isinstance(value, str) and _HF_ID.fullmatch(value):
             return value.split("/")[-1]
-    # a model name is one line of at most 100 printable characters (`primus.specs.base.Name`); a file name
-    # need not be, and the name is derived, not typed: its control characters are shown escaped, and it is cut
-    return escape_controls(Path(where).stem)[:100] or "model"
+    return derived_model_name(Path(where).stem)
 
 
 def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes: int | None = None,

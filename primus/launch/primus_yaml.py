@@ -28,6 +28,7 @@ from primus.launch.common import (
     Collector,
     Exported,
     LaunchConfig,
+    derived_model_name,
     finish,
     header_line,
     read_header,
@@ -49,7 +50,6 @@ from primus.launch.primus_models import (
 )
 from primus.launch.primus_published import PUBLISHED_COMMIT, published_model_file
 from primus.parallel import Layout
-from primus.safe_text import escape_controls
 from primus.stacks.primus_turbo import (
     DEEPEP_KEY,
     SYNC_FREE_KEY,
@@ -192,8 +192,8 @@ def import_primus(text: str, where: str, *, hardware: str | None = None, nodes: 
     ctx = ImportContext(where, cluster.gpus, PRIMUS_DEFAULTS, lambda dest: f"{_SECTION}.{dest}",
                         base=catalog_spec(slug) if from_catalog and slug else None,
                         header_model=header.get("model"), prefer=(slug,) if slug else (),
-                        model_name=header.get("model_name") or escape_controls(
-                            Path(model_file).stem if model_file != BASE_MODEL_FILE else Path(where).stem)[:100],
+                        model_name=header.get("model_name") or derived_model_name(
+                            Path(model_file).stem if model_file != BASE_MODEL_FILE else Path(where).stem),
                         recompute_layer_ids=layer_ids)
     job, consumed = job_from_args({**file_ns, **ns}, ctx, out)
     if sync_free_stage and "moe" in job:

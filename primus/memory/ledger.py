@@ -74,9 +74,9 @@ def _max(*values: Any) -> Any:
     return max(values)
 
 
-def backward_moments(shape: StageShape, au: ActUnits) -> tuple[Any, Any, Any]:
-    """The transient bytes (beyond the in-flight activations and checkpoints) at the two moments a stage's
-    backward can peak, and whether the layer moment is the larger (ties: the layer moment):
+def backward_moments(shape: StageShape, au: ActUnits) -> dict[str, Any]:
+    """The ledger terms of the larger of the two moments a stage's backward can peak at (ties: the layer
+    moment), beyond the in-flight activations and checkpoints:
 
     - loss: the loss stage's cross-entropy backward, with every in-flight microbatch's loss state kept and the
       loss's working set (`work_loss`);
@@ -86,13 +86,16 @@ def backward_moments(shape: StageShape, au: ActUnits) -> tuple[Any, Any, Any]:
 
     Mirrored exactly by the CP-SAT model (`primus.solver.cpsat`)."""
     loss_all = shape.if_loss * au.loss
-    at_loss = loss_all + shape.output * au.work_loss
+    loss_work = shape.output * au.work_loss
+    loss_left = loss_all - shape.output * au.loss  # the layer's own microbatch has freed its loss state
+    remat = shape.remat_dense * au.dense_full + shape.remat_moe * au.moe_full
     layer_work = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe)
-    at_layer = (loss_all - shape.output * au.loss + shape.remat_dense * au.dense_full
-                + shape.remat_moe * au.moe_full + layer_work + shape.reload_dense * au.dense
-                + shape.reload_moe * au.moe)
-    layer_side = at_layer >= at_loss
-    return at_loss, at_layer, layer_side
+    reload = shape.reload_dense * au.dense + shape.reload_moe * au.moe
+    layer_side = loss_left + remat + layer_work + reload >= loss_all + loss_work
+    return {"activations.recompute_transient": _pick(layer_side, remat, 0),
+            "activations.backward_working_set": _pick(layer_side, layer_work, loss_work),
+            "activations.offload_reload": _pick(layer_side, reload, 0),
+            "other.logits_and_loss": _pick(layer_side, loss_left, loss_all)}
 
 
 def _pick(cond: Any, a: Any, b: Any) -> Any:
@@ -165,15 +168,7 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
     # backward runs first): the layer rematerialised by full recompute, the layer's working set and, with CPU
     # offloading, the reloaded layer (never beside the loss: primus.memory.offload). The terms below are the
     # chosen moment's.
-    loss_all = shape.if_loss * au.loss
-    layer_side = backward_moments(shape, au)[2]
-    remat = shape.remat_dense * au.dense_full + shape.remat_moe * au.moe_full
-    layer_work = _max(shape.has_dense * au.work_dense, shape.has_moe * au.work_moe)
-    reload = shape.reload_dense * au.dense + shape.reload_moe * au.moe
-    terms["activations.recompute_transient"] = _pick(layer_side, remat, 0)
-    terms["activations.backward_working_set"] = _pick(layer_side, layer_work, shape.output * au.work_loss)
-    terms["activations.offload_reload"] = _pick(layer_side, reload, 0)
-    terms["other.logits_and_loss"] = _pick(layer_side, loss_all - shape.output * au.loss, loss_all)
+    terms.update(backward_moments(shape, au))
     terms["other.communicator_buffers"] = comm_bytes
     breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}
     for name, value in terms.items():

@@ -39,7 +39,9 @@ def _one_line(value: str) -> str:
     return value
 
 
-Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_one_line)]
+#: the longest model or cluster name (it lands in tables, file names and launch lines)
+NAME_MAX_CHARS = 100
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_CHARS), AfterValidator(_one_line)]
 
 
 class Spec(BaseModel):
