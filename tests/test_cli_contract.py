@@ -178,6 +178,16 @@ def test_a_usage_error_is_one_line_naming_the_command_and_exits_2(run_cli, args,
     assert len(lines) == 1 and lines[0].startswith("primus") and says in lines[0] and "--help" in lines[0]
 
 
+def test_a_missing_choice_option_lists_its_values_on_the_line(run_cli, tmp_path):
+    # click writes the choices one per tab-indented line; escaped, they would read "Choose from:\x0a\x09megatron"
+    launch = tmp_path / "run.sh"
+    launch.write_text("torchrun pretrain_gpt.py --num-layers 2\n")
+    code, out, err = run_cli("import", str(launch))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "primus import: Missing option '--from'. Choose from: megatron, primus, torchtitan (see 'primus import --help')"]
+
+
 def test_help_and_version_still_exit_0(run_cli):
     assert run_cli("--version")[0] == 0 and run_cli("fit", "--help")[0] == 0
 

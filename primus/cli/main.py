@@ -47,6 +47,12 @@ def _load(name: str) -> click.Command:
     return cmd
 
 
+def _unlisted(message: str) -> str:
+    """click lists a missing choice option's values one per tab-indented line ("Choose from:\\n\\ta,\\n\\tb");
+    on the one line an error gets they read as a list, not as escaped newlines and tabs."""
+    return message.replace(":\n\t", ": ").replace(",\n\t", ", ")
+
+
 class PrimusGroup(click.Group):
     """The command group, with click's usage errors as the one line every other refusal is: the
     command, the reason and where to look, exit 2 (click's own form is three lines: usage, hint, error)."""
@@ -67,7 +73,7 @@ class PrimusGroup(click.Group):
             raise
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "primus"
-            click.echo(f"{where}: {one_line(exc.format_message())} (see '{where} --help')", err=True)
+            click.echo(f"{where}: {one_line(_unlisted(exc.format_message()))} (see '{where} --help')", err=True)
             sys.exit(EXIT_INPUT)
         except click.ClickException as exc:
             click.echo(f"primus: {one_line(exc.format_message())}", err=True)
