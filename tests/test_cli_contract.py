@@ -185,7 +185,8 @@ def test_a_missing_choice_option_lists_its_values_on_the_line(run_cli, tmp_path)
     code, out, err = run_cli("import", str(launch))
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
-        "primus import: Missing option '--from'. Choose from: megatron, primus, torchtitan (see 'primus import --help')"]
+        "primus import: Missing option '--from'. Choose from: megatron, primus, torchtitan "
+        "(see 'primus import --help')"]
 
 
 def test_help_and_version_still_exit_0(run_cli):

@@ -56,6 +56,9 @@ JOBS = {
     # all_gather's backward transient (the re-gathered K and V and their gradients) in the working set
     "cp-all-gather": {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 32768,
                       "global_batch_size": 16, "context_parallel": {"comm_type": "all_gather"}},
+    # the optimizer step's moment: fp16 main gradients' fp32 copies against the backward's activations
+    "fp16-step-copy": {"model": {"base": "llama3.1-8b", "num_layers": 4}, "hardware": "h100-80gb", "nodes": 1,
+                       "seq_len": 2048, "global_batch_size": 16, "precision": "fp16"},
     # a stack's recipe layouts per (PP, VP) (Megatron-Bridge's DeepSeek-V3 layout_map, `Job.pipeline_at`):
     # stage slots differ by pair, the last slot always the last stage
     "stack-recipe-layouts": {"model": "deepseek-v3", "hardware": "b200", "nodes": 4, "seq_len": 4096,
@@ -136,6 +139,15 @@ def assert_rows_agree_to_the_byte(job, structural, built, rows) -> None:  # type
         solver, status = fixed_solve(built, layout, enforce_rules=False)
         assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         assert solver.value(built.memory["peak_bytes"]) == report.peak_bytes
+
+
+def test_cpsat_bytes_equal_the_ledger_at_the_optimizer_steps_moment():
+    job, _, structural, _, built = setup("fp16-step-copy")
+    rows = range(0, structural.n, max(1, structural.n // 40))
+    binding = [i for i in rows if max(s.terms.get("optimizer.step_grad_copy", 0)
+                                      for s in MemoryModel(job).evaluate(structural.layout(i), strict=False).stages)]
+    assert binding  # the step's moment is the peak for some of them
+    assert_rows_agree_to_the_byte(job, structural, built, rows)
 
 
 def test_cpsat_bytes_equal_the_ledger_under_a_maxtext_remat_policy():

@@ -86,7 +86,7 @@ class MemoryModel:
         self.model = job.model
         spec = job.spec
         self.numerics = numerics_for(spec.precision, spec.effective_fp8_recipe)
-        self.widths = StateWidths.of(spec.optimizer, spec.fp8_param_gather)
+        self.widths = StateWidths.of(spec.optimizer, spec.fp8_param_gather, spec.precision, spec.effective_fp8_recipe)
         self.reserves = Reserves.of(job.cluster, job.expandable_segments)
         self.comm_figure = int(job.cluster.reserves.communicator_buffer_bytes.value)
         self.recompute_method = spec.parallel.recompute_method or "uniform"

@@ -42,12 +42,26 @@ class StateWidths:
     optimizer: int  # master copy + both Adam moments (dist-opt / ZeRO / none)
     fsdp_param: int  # FSDP parameter shard (doubles as the master copy)
     fsdp_optimizer: int  # FSDP: the two moments only
+    step_grad_copy: int = 0  # the fp32 copy of each 16-bit main gradient the optimizer step makes (0: none)
 
     @staticmethod
-    def of(options: OptimizerOptions, fp8_param_gather: bool = False) -> StateWidths:
+    def of(options: OptimizerOptions, fp8_param_gather: bool = False, precision: str = "bf16",
+           fp8_recipe: str | None = None) -> StateWidths:
         """With Megatron's `--fp8-param-gather` the GEMM weights live only in FP8 (their low-precision
-        cache); the fp32 master copy in the optimizer is unchanged."""
+        cache); the fp32 master copy in the optimizer is unchanged.
+
+        16-bit main gradients (fp16 training, or bf16 ones without --accumulate-allreduce-grads-in-fp32)
+        reach Adam as an fp32 copy made at the step: Megatron-Core's distributed optimizer sets each shard's
+        `grad = shard_model_grad.float()` and the non-distributed one each parameter's `grad =
+        main_grad.float()` (core_v0.15.0 megatron/core/optimizer/distrib_optimizer.py lines 2386-2396,
+        optimizer.py lines 750-758), all before Adam runs, freed at the next step's zero_grad; DeepSpeed's ZeRO
+        stage 1/2 casts its gradient partition the same way (stage_1_and_2.py `step`, `.to(fp32)`). The
+        precision-aware optimizer reads the 16-bit gradient itself (`decoupled_grad`) where Megatron allows
+        it: master weights below fp32, or no FP8 recipe other than delayed scaling (optimizer_config.py lines
+        198-205, `use_precision_aware_optimizer_no_fp8_or_ds_fp8`)."""
         moments = DTYPE_BYTES[options.exp_avg_dtype] + DTYPE_BYTES[options.exp_avg_sq_dtype]
+        fp8_like = precision == "nvfp4" or (precision == "fp8" and (fp8_recipe or "delayed") != "delayed")
+        decoupled = options.precision_aware and (options.main_params_dtype != "fp32" or not fp8_like)
         return StateWidths(
             weight=2,
             gemm_weight_copy=0 if fp8_param_gather else 2,
@@ -55,6 +69,7 @@ class StateWidths:
             optimizer=DTYPE_BYTES[options.main_params_dtype] + moments,
             fsdp_param=DTYPE_BYTES[options.main_params_dtype],
             fsdp_optimizer=moments,
+            step_grad_copy=4 if DTYPE_BYTES[options.main_grads_dtype] < 4 and not decoupled else 0,
         )
 
 
@@ -169,6 +184,14 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
     # offloading, the reloaded layer (never beside the loss: primus.memory.offload). The terms below are the
     # chosen moment's.
     terms.update(backward_moments(shape, au))
+    # The optimizer step is a third moment: every activation, checkpoint and loss state is freed, and the
+    # step's fp32 copies of 16-bit main gradients (`StateWidths.step_grad_copy`; Megatron-FSDP makes none:
+    # distrib_optimizer.py line 2374) are held. The peak is the larger moment: the copies count where they
+    # exceed what the backward moment holds beyond the model state.
+    if widths.step_grad_copy and sharding != "fsdp":
+        copies = widths.step_grad_copy * (held if sharding == "none" else shards)
+        backward = sum(v for k, v in terms.items() if k.startswith("activations.")) + terms["other.logits_and_loss"]
+        terms["optimizer.step_grad_copy"] = _max(copies - backward, 0)
     terms["other.communicator_buffers"] = comm_bytes
     breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}
     for name, value in terms.items():

@@ -360,9 +360,22 @@ class ModelBuilder:
                + prod(sh["if_ckpt"], au["checkpoint"], f"{p}.a3") + prod(sh["if_embedding"], au["embedding"], f"{p}.a4")
                + prod(sh["if_mtp"], au["mtp"], f"{p}.a5") + transient - loss)
         other = loss + comm
-        parts = {"weights": weights, "gradients": grads, "optimizer": opt}
         act_v = self._int(0, BIG, f"{p}.activations")
         m.add(act_v == act)
+        if w.step_grad_copy:
+            # the optimizer step's moment (`ledger.combine`): fp32 copies of 16-bit main gradients beyond
+            # what the backward moment holds; Megatron-FSDP makes none
+            copies = self._int(0, BIG, f"{p}.step_copies")
+            m.add(copies == 0).only_enforce_if(fsdp)
+            m.add(copies == w.step_grad_copy * held).only_enforce_if(ax["sharding_none"])
+            m.add(copies == w.step_grad_copy * shards).only_enforce_if(ax["sharding_dist_opt"])
+            m.add(copies == w.step_grad_copy * shards).only_enforce_if(ax["sharding_zero2"])
+            step = self._int(0, BIG, f"{p}.step_excess")
+            m.add_max_equality(step, [0, copies - act_v - loss])
+            opt_all = self._int(0, BIG, f"{p}.optimizer_with_step")
+            m.add(opt_all == opt + step)
+            opt = opt_all
+        parts = {"weights": weights, "gradients": grads, "optimizer": opt}
         other_v = self._int(0, BIG, f"{p}.other")
         m.add(other_v == other)
         parts["activations"] = act_v
