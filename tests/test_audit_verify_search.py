@@ -115,3 +115,86 @@ def test_a_guided_run_with_more_llm_calls_than_the_default_budget_verifies(tmp_p
     assert json.loads(result.stdout)["llm"]["calls"] > 4
     code, text = verify(out)
     assert code == 0, text
+
+
+def _reseal(copy: Path, doc: dict) -> None:  # type: ignore[type-arg]
+    (copy / "result.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(copy)
+    write_manifest(copy)
+
+
+#: a rule that keeps a slower layout and drops the true best (review of the audit: a forged adoption)
+FORGED = {"round": 0, "kind": "rule", "proposer": "hypothesis", "id": "hypothesis-x",
+          "require": "cp > 1 or mbs != 2 or tp > 1 or pp > 1", "status": "adopted", "detail": "x"}
+
+
+def test_a_rule_written_into_a_guided_runs_events_as_adopted_fails(guided: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "forged"
+    shutil.copytree(guided, copy)
+    doc = json.loads((copy / "result.json").read_text())
+    seq = len((copy / "audit.jsonl").read_text().splitlines())
+    doc["events"].append({**FORGED, "seq": seq})
+    doc["adopted_rules"] = [{"id": FORGED["id"], "require": FORGED["require"], "origin": "llm"}]
+    _reseal(copy, doc)
+    code, out = verify(copy)
+    assert code == 1
+    assert (f"result.json: events record the adopted rules 'hypothesis-x' ({FORGED['require']}) from seq {seq}, "
+            "but the guided search re-run adopts none") in out
+
+
+def test_an_exhaustive_run_with_an_adopted_rule_in_its_events_fails(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(JOB, sort_keys=False))
+    run = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["tune", str(job), "--llm", "none", "--out", str(run), "--workers", "1"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads((run / "result.json").read_text())
+    assert doc["mode"] == "exhaustive"
+    doc["events"].append({**FORGED, "seq": doc["scored_count"]})
+    _reseal(run, doc)
+    code, out = verify(run)
+    assert code == 1
+    assert ("result.json: events record 1 adopted rule(s) ('hypothesis-x'), but a run in mode 'exhaustive' "
+            "scores every legal layout and adopts none") in out
+    assert "result.json: adopted_rules recorded [], but its events adopt" in out
+
+
+@pytest.mark.parametrize("events, says", [
+    ("x", "events: is 'x', not a list"),
+    ([5], "events[0]: is 5, not an event"),
+    ([{**FORGED, "seq": "abc"}], "events[0].seq: is 'abc', not a candidate's seq"),
+    ([{k: v for k, v in {**FORGED, "seq": 3}.items() if k != "require"}],
+     "events[0]: an adopted rule without its id and require text"),
+    ([{**FORGED, "seq": 3, "require": "tp ** 2"}], "events[0].require: '**' (power) is not allowed"),
+    ([{**FORGED, "seq": 3, "require": "nosuch > 1"}], "result.json (events: adopted rule 'hypothesis-x')"),
+])
+def test_a_malformed_event_is_a_difference_not_a_traceback(guided: Path, tmp_path: Path, events: object,
+                                                          says: str) -> None:
+    copy = tmp_path / "bad"
+    shutil.copytree(guided, copy)
+    doc = json.loads((copy / "result.json").read_text())
+    doc["events"] = events
+    (copy / "result.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_manifest(copy)
+    code, out = verify(copy)
+    assert code == 1 and says in out, out
+
+
+def test_a_run_that_refused_an_oversized_reply_verifies(tmp_path: Path) -> None:
+    # the transcript keeps the first 2,000 characters and reply_chars; the replay refuses it for its size
+    # again, so the next prompt (which tells the LLM why) is the run's
+    from tests.helpers.fake_llm import fake_llm
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(JOB, sort_keys=False))
+    out = tmp_path / "run"
+    replies = [("big", 600_000), ("json", {"rules": [{"id": "a", "require": "tp <= 4"}]}), ("json", {})]
+    with fake_llm(replies) as (url, _):
+        result = CliRunner().invoke(cli, ["tune", str(job), "--llm-base-url", url, "--llm-calls", "20",
+                                          "--exhaustive-limit", "0", "--out", str(out), "--format", "json",
+                                          "--workers", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((out / "llm" / "call-001.json").read_text())["reply_chars"] > 64_000
+    code, text = verify(out)
+    assert code == 0, text

@@ -80,6 +80,29 @@ def test_all_gather_gathers_k_and_v_twice_and_reduce_scatters_their_gradients() 
                                        ("reduce_scatter", full, 0, 1, "none")]
 
 
+def test_the_ring_talks_to_its_neighbour_and_the_collectives_to_the_whole_cp_group() -> None:
+    # a ring step goes to the next rank; an all-gather, reduce-scatter or all-to-all spans the CP group
+    for comm, group in (("p2p", "cp"), ("a2a", "cp_group"), ("all_gather", "cp_group")):
+        job = _job(LLAMA_CP2, comm)
+        ctx = Projector(job, load_profile(job.cluster)).context(pinned_layout(job))
+        assert {c.group for c in layer_block(job.model, "dense", ctx).comms if c.name == "cp_comm"} == {group}
+
+
+def test_the_all_gathers_time_grows_with_the_share_of_k_and_v_each_rank_receives() -> None:
+    # Llama 3.1 8B on 8 H100 at sequence 32,768: each rank receives (CP - 1) / CP of the gathered K and V,
+    # 1/2 at CP 2 and 7/8 at CP 8 (the same 8.39 MB x CP per gathered tensor); timed on a pair, as it was,
+    # the all-gather cost the same at every CP (0.58 ms per layer and microbatch)
+    per_layer = {}
+    for cp in (2, 8):
+        job = job_from_mapping({"model": "llama3.1-8b", "hardware": "h100-80gb", "gpus": 8, "seq_len": 32768,
+                                "global_batch_size": 8, "context_parallel": {"comm_type": "all_gather"},
+                                "parallel": {"tp": 1, "pp": 1, "vp": 1, "cp": cp, "ep": 1, "etp": 1, "mbs": 1,
+                                             "sp": False, "recompute": "selective", "sharding": "dist_opt"}}, "j")
+        p = Projector(job, load_profile(job.cluster)).project(pinned_layout(job), "auto")
+        per_layer[cp] = p.breakdown["cp_comm"] / p.num_microbatches / job.model.num_layers
+    assert per_layer[8] / per_layer[2] >= (7 / 8) / (1 / 2)
+
+
 def test_a2a_and_all_gather_keep_a_second_copy_of_the_attention_output() -> None:
     for comm, copies in (("p2p", 0), ("a2a", 1), ("all_gather", 1)):
         job = _job(LLAMA_CP2, comm)

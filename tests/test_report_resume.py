@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from primus.cli.tune_cmd import tune_cmd
+from primus.errors import InputError
 from primus.job import job_from_mapping
 from primus.report.audit import Checkpoint, partial_dir
 from primus.tuning import agent
@@ -210,3 +211,27 @@ def test_a_checkpoint_score_tune_cannot_have_written_is_refused_before_the_searc
     assert result.exit_code == 2 and not (tmp_path / "run").exists()
     assert result.stderr.strip().splitlines()[-1] == (f"primus: {audit.resolve()}: seq {first['seq']}: {reason}: not a "
                                                       "score primus tune writes; start the run afresh")
+
+
+GOOD_CALL = {"messages": [{"role": "user", "content": "x"}], "text": "{}", "error": None, "tokens": 150,
+             "attempts": 1, "fault": None, "chars": 2}
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("tokens", "abc", "tokens is 'abc', not what tune writes"),
+    ("tokens", [1], "tokens is [1], not what tune writes"),
+    ("text", 12345, "text is 12345, not what tune writes"),
+    ("text", {"a": 1}, "text is {'a': 1}, not what tune writes"),
+    ("chars", -3, "chars is -3, not what tune writes"),
+    ("messages", [["user", "x"]], "messages is not a list of role/content pairs"),
+])
+def test_a_hand_edited_llm_call_in_a_checkpoint_is_refused_on_resume(tmp_path: Path, field: str, value: object,
+                                                                      reason: str):
+    # a resumed run answers its LLM calls from llm.jsonl: a string for tokens was a ValueError traceback
+    ckpt = Checkpoint.start(tmp_path / "run", {})
+    ckpt.close()
+    llm = tmp_path / "run.partial" / "llm.jsonl"
+    llm.write_text(json.dumps(GOOD_CALL) + "\n" + json.dumps({**GOOD_CALL, field: value}) + "\n")
+    with pytest.raises(InputError) as err:
+        Checkpoint.reopen(tmp_path / "run")
+    assert err.value.where == str(llm) and err.value.field == "line 2" and err.value.reason == reason

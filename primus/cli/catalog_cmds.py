@@ -57,7 +57,8 @@ def model_summary(model: ModelSpec, seq_len: int | None = None) -> dict[str, Any
             "forward": flops.forward,
             "training": flops.training,
             "convention": "Megatron model FLOPs: 2 per GEMM weight per token forward, 3x for training, "
-                          "attention over the full sequence, recompute not counted",
+                          "attention over the keys a causal mask leaves (S/2 on average), MTP modules included, "
+                          "recompute not counted",
         },
         "architecture": arch,
     }

@@ -264,23 +264,25 @@ def cp_comms(ctx: OpContext, sq: int, heads: int, kv_heads: int, d_qk: int, d_v:
       attention that needs it: not overlapped with it.
 
     `nbytes` is per call: a ring step's K and V; the gathered (full) K or V; each rank's whole q, k, v or
-    output (an all-to-all's nbytes, of which (CP - 1) / CP leaves the rank)."""
+    output (an all-to-all's nbytes, of which (CP - 1) / CP leaves the rank). The ring passes K and V to its
+    neighbour (group `cp`, a pair); the all-gather, reduce-scatter and all-to-all run on the whole CP group
+    (`cp_group`), so each rank moves (CP - 1) / CP of the gathered tensor, over the links the group spans."""
     a = ctx.act
     if a.cp <= 1:
         return ()
     kv_local = a.mbs * sq * kv_heads * ACT
     if ctx.cp_comm == "all_gather":
         gathered = a.cp * kv_local
-        return (Comm("cp_comm", "all_gather", "cp", gathered * d_qk, 1, 1, "none"),
-                Comm("cp_comm", "all_gather", "cp", gathered * d_v, 1, 1, "none"),
-                Comm("cp_comm", "reduce_scatter", "cp", gathered * d_qk, 0, 1, "none"),
-                Comm("cp_comm", "reduce_scatter", "cp", gathered * d_v, 0, 1, "none"))
+        return (Comm("cp_comm", "all_gather", "cp_group", gathered * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_gather", "cp_group", gathered * d_v, 1, 1, "none"),
+                Comm("cp_comm", "reduce_scatter", "cp_group", gathered * d_qk, 0, 1, "none"),
+                Comm("cp_comm", "reduce_scatter", "cp_group", gathered * d_v, 0, 1, "none"))
     if ctx.cp_comm == "a2a":
         q_local = a.mbs * sq * heads * ACT
-        return (Comm("cp_comm", "all_to_all", "cp", q_local * d_qk, 1, 1, "none"),
-                Comm("cp_comm", "all_to_all", "cp", kv_local * d_qk, 1, 1, "none"),
-                Comm("cp_comm", "all_to_all", "cp", kv_local * d_v, 1, 1, "none"),
-                Comm("cp_comm", "all_to_all", "cp", q_local * d_v, 1, 1, "none"))
+        return (Comm("cp_comm", "all_to_all", "cp_group", q_local * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp_group", kv_local * d_qk, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp_group", kv_local * d_v, 1, 1, "none"),
+                Comm("cp_comm", "all_to_all", "cp_group", q_local * d_v, 1, 1, "none"))
     # ring attention: each of cp-1 steps passes this rank's K and V on (and dK, dV back)
     return (Comm("cp_comm", "p2p", "cp", kv_local * (d_qk + d_v), a.cp - 1, 2 * (a.cp - 1), "cp"),)
 

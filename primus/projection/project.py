@@ -8,7 +8,7 @@ what it computed (per category, over M microbatches), the P2P waits on its criti
 its idle time (bubble) and its tail, so the entries add up to the step time by construction.
 
 Model FLOPs follow Megatron's convention (`primus.specs.flops`: every GEMM 6 FLOPs per weight per
-token, attention over the full sequence, recompute not counted); MFU divides them by the dense peak
+token, attention over the keys a causal mask leaves, recompute not counted); MFU divides them by the dense peak
 of the job's precision (FP8 for fp8 jobs, FP4 for nvfp4).
 
 Pure apart from caches: a `Projector` is bound to one (job, profile, timer) and caches what depends
@@ -54,7 +54,7 @@ __all__ = ["Projection", "Projector", "project"]
 #: module through its inner layer, route tokens to experts).
 EXPERT_FREE = frozenset({"embedding", "loss", "dense"})
 #: The groups blocks' collectives run on (`ops.py`, `ends.py`; tested on every block kind).
-BLOCK_GROUPS: tuple[str, ...] = ("tp", "cp", "ep", "etp")
+BLOCK_GROUPS: tuple[str, ...] = ("tp", "cp", "cp_group", "ep", "etp")
 #: The groups FSDP's per-block parameter gathers and gradient reduce-scatters run on (dense, expert).
 FSDP_GROUPS: tuple[str, ...] = ("dp_cp", "edp")
 
@@ -418,7 +418,7 @@ def _explain(chunks: list[ChunkWork], on_rank: list[list[int]], tails: list[Rank
         "ep_a2a": hidden_v[cat("ep_a2a")],
         "fsdp_comm": hidden_v[cat("fsdp_comm")],
         "pp_p2p": max(0.0, transfers * p2p - p2p_exposed),
-        "dp_grad_reduce": t_b.grad_hidden,
+        "dp_grad_reduce": t_b.grad_hidden * (m if zero2 else 1),  # ZeRO-2 reduces every microbatch's gradients
         "dp_param_gather": t_b.param_hidden + min(t_b.param_lead, timing.starts[b]),
     }
     sources = {name: ("measured" if calls[i] and calls[i] == measured[i] else "modelled")

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from primus.projection.project import Projector
 
 FLOP_CONVENTION = ("model FLOPs in Megatron's convention: 6 per GEMM weight per token (output layer included), "
-                   "attention counted over the full sequence, recompute not counted")
+                   "attention over the keys a causal mask leaves (S/2 on average), MTP modules included, recompute not "
+                   "counted")
 
 
 def tflops_text(tflops: float) -> str:

@@ -118,6 +118,8 @@ class Checkpoint:
         calls: list[dict[str, Any]] = []
         if llm.exists():
             calls = list(iter_lines(llm, tolerate_torn_tail=True))
+            for n, call in enumerate(calls):
+                _check_llm_call(call, llm, n)
             _truncate_torn_tail(llm)
         return cls(root, state, entries, calls)
 
@@ -181,3 +183,25 @@ def _truncate_torn_tail(path: Path) -> None:
         keep = data.rfind(b"\n") + 1
         with path.open("r+b") as fh:
             fh.truncate(keep)
+
+
+#: The fields of an llm.jsonl line (`RecordingClient`'s sink) and the types a replay reads them as.
+LLM_CALL_FIELDS: dict[str, tuple[type, ...]] = {
+    "messages": (list,), "text": (str, type(None)), "error": (str, type(None)), "tokens": (int,),
+    "attempts": (int,), "fault": (str, type(None)), "chars": (int,)}
+
+
+def _check_llm_call(call: dict[str, Any], path: Path, n: int) -> None:
+    """A checkpointed LLM call a resumed run answers from is of the types `tune` writes (InputError naming the
+    line and the field otherwise: a hand-edited checkpoint must not reach the replay as a traceback)."""
+    for key, types in LLM_CALL_FIELDS.items():
+        if key not in call:
+            if key in ("messages", "tokens", "attempts"):
+                raise InputError(str(path), f"line {n + 1}", f"{key} is missing")
+            continue
+        value = call[key]
+        if type(value) not in types or (type(value) is int and value < 0):
+            raise InputError(str(path), f"line {n + 1}", f"{key} is {shown(value)}, not what tune writes")
+    if not all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in call["messages"]):
+        raise InputError(str(path), f"line {n + 1}", "messages is not a list of role/content pairs")
+

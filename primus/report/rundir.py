@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from primus.errors import InputError
+from primus.errors import InputError, shown
 from primus.job import Job, job_from_mapping
 from primus.parallel import INT_AXES, RECOMPUTES, SHARDINGS, Layout
 from primus.projection.profile import Profile, profile_from_mapping
@@ -169,24 +169,42 @@ class RunDir:
         return tuple(out)
 
     def question(self, extra: Sequence[Rule] = ()) -> Question:
-        """The legal set of the recorded job under exactly the recorded rules (plus `extra`)."""
+        """The legal set of the recorded job under exactly the recorded rules (plus `extra`, rules the search
+        adopted, as result.json's events record them)."""
         q = Question(self.job, pins={})
-        rules = (*self.rules, *extra)
         domains = q.space.name_domains()
-        for r in rules:
+        for r in self.rules:
             check_rule(r, domains, str(self.root / "inputs" / "rules.yaml"))
-        q.ruleset = RuleSet(rules)
+        for r in extra:
+            check_rule(r, domains, f"{self.root / 'result.json'} (events: adopted rule {r.id!r})")
+        q.ruleset = RuleSet((*self.rules, *extra))
         return q
 
     def adoptions(self) -> list[tuple[int, Rule]]:
-        """Rules adopted during the search, each with the seq of the first candidate it applied to."""
+        """Rules adopted during the search, each with the seq of the first candidate it applied to
+        (InputError naming result.json's event that is not of the form `tune` writes)."""
+        where = str(self.root / "result.json")
+        events = self.result.get("events", [])
+        if not isinstance(events, list):
+            raise InputError(where, "events", f"is {shown(events)}, not a list")
         out = []
-        for e in self.result.get("events", []):
+        for i, e in enumerate(events):
+            if not isinstance(e, dict):
+                raise InputError(where, f"events[{i}]", f"is {shown(e)}, not an event")
             if e.get("kind") != "rule" or e.get("status") != "adopted":
                 continue
             if "seq" not in e:
-                raise InputError(str(self.root / "result.json"), "events",
-                                 "an adopted rule without its seq (written by an older primus)")
-            out.append((int(e["seq"]), Rule(id=e["id"], require=e["require"], origin="llm",
-                                            source=f"proposed by {e.get('proposer', 'llm')}")))
+                raise InputError(where, f"events[{i}]", "an adopted rule without its seq (written by an older primus)")
+            seq, rid, require = e["seq"], e.get("id"), e.get("require")
+            if type(seq) is not int or seq < 0:
+                raise InputError(where, f"events[{i}].seq", f"is {shown(seq)}, not a candidate's seq")
+            if not isinstance(rid, str) or not isinstance(require, str):
+                raise InputError(where, f"events[{i}]", "an adopted rule without its id and require text")
+            proposer = e.get("proposer", "llm")
+            try:
+                rule = Rule(id=rid, require=require, origin="llm", source=f"proposed by {proposer}")
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise InputError(where, f"events[{i}].{'.'.join(map(str, err['loc']))}", error_reason(err)) from None
+            out.append((seq, rule))
         return out

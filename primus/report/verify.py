@@ -46,6 +46,7 @@ from primus.report.verify_claims import (
     check_variants,
 )
 from primus.report.verify_recorded import (
+    check_adoptions,
     check_best_and_reference,
     check_catalog,
     check_error_bar,
@@ -69,9 +70,9 @@ _WORKER: dict[str, Projector] = {}  # set in forked workers only
 class _Epochs:
     """The legal set under the rules in force at each seq (the recorded rules plus those adopted so far)."""
 
-    def __init__(self, run: RunDir) -> None:
+    def __init__(self, run: RunDir, adoptions: list[tuple[int, Any]]) -> None:
         self.run = run
-        self.adoptions = sorted(run.adoptions(), key=lambda a: a[0])
+        self.adoptions = sorted(adoptions, key=lambda a: a[0])
         self._cache: dict[int, tuple[Question, dict[Layout, int]]] = {}
 
     def at(self, seq: int) -> tuple[Question, dict[Layout, int]]:
@@ -95,9 +96,10 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
     out.notes += extra
     try:
         problems = run.input_problems()
-        run.result  # noqa: B018 - read now: the rules the search adopted are recorded there
+        adoptions = run.adoptions()  # read now: the rules the search adopted are recorded in result.json
     except InputError as exc:  # a damaged file of the run is the answer "does not verify", not bad input
-        out.differences.append(Difference(f"{_relative(exc.where, run.root)}: cannot be read: {exc.reason}"))
+        field = f"{exc.field}: " if exc.field else ""
+        out.differences.append(Difference(f"{_relative(exc.where, run.root)}: cannot be read: {field}{exc.reason}"))
         out.notes.append("a file the recomputation starts from cannot be read: nothing recomputed")
         return out
     if problems:
@@ -118,7 +120,13 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
         out.differences += [Difference(c) for c in catalog]
     else:
         out.notes += catalog
-    epochs = _Epochs(run)
+    epochs = _Epochs(run, adoptions)
+    try:
+        epochs.at(len(entries))  # every adopted rule reads against the job's names
+    except InputError as exc:
+        out.differences.append(Difference(f"{_relative(exc.where, run.root)}: {exc.reason}"))
+        out.notes.append("a rule result.json records as adopted cannot be read: nothing recomputed")
+        return out
     say(f"checking legality of {len(entries):,} candidates")
     todo: list[tuple[int, dict[str, Any], Layout, int]] = []
     for seq, e in enumerate(entries):
@@ -175,7 +183,9 @@ def verify_run(root: Path, workers: int = 1, progress: Callable[[str], None] | N
             out.differences.append(Difference(f"result.json: {name} recorded {run.result.get(name)!r}, "
                                               f"recomputed {n}"))
     out.differences += check_best_and_reference(run, projector, timed[0] if timed else None, final)
-    out.differences += check_mode(run, len(epochs.at(-1)[1]), final, entries)
+    base = epochs.at(-1)[1]  # the legal set under the recorded rules alone
+    out.differences += check_mode(run, len(base), base, entries)
+    out.differences += check_adoptions(run, adoptions)
     if run.result.get("mode") == "guided":
         say("re-running the guided search (its LLM calls answered from llm/)")
         out.differences += check_guided_search(run, workers)

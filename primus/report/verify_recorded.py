@@ -162,8 +162,8 @@ def not_rechecked(run: RunDir) -> list[str]:
         out.append(f"the LLM transcripts ({len(run.llm_calls)} file(s) in llm/): what an endpoint said cannot be "
                    "recomputed")
     out.append("the events' texts (proposals, reasons, faults): records of the search and of the endpoint; only "
-               "the rules they adopted are re-checked, through the legal counts, and the llm usage block against "
-               "the transcripts")
+               "the rules they adopted are re-checked (none in an exhaustive run, the guided re-run's own, the "
+               "legal counts), and the llm usage block against the transcripts")
     return out
 
 
@@ -258,4 +258,25 @@ def check_mode(run: RunDir, legal_count: int, final: dict[Layout, int], entries:
         if missing:
             diffs.append(Difference(f"result.json: mode is exhaustive, but {len(missing):,} legal layout(s) are not "
                                     f"in audit.jsonl, e.g. {missing[0].as_parallel()!r}"))
+    return diffs
+
+
+def check_adoptions(run: RunDir, adoptions: list[tuple[int, Any]]) -> list[Difference]:
+    """The rules result.json's events record as adopted: none in a run that scored every legal layout
+    (exhaustive, or empty: `Tuner.run` asks no hypothesis there), and the same rules, in order, as its
+    `adopted_rules`. A guided run's adoptions are re-derived by its re-run (`verify_search`)."""
+    doc = run.result
+    diffs = []
+    mode = doc.get("mode")
+    if adoptions and mode in ("exhaustive", "empty"):
+        names = ", ".join(repr(r.id) for _, r in adoptions[:3])
+        diffs.append(Difference(f"result.json: events record {len(adoptions)} adopted rule(s) ({names}), but a run "
+                                f"in mode {mode!r} scores every legal layout and adopts none"))
+    expected = [{"id": r.id, "require": r.require} for _, r in adoptions]
+    recorded = doc.get("adopted_rules")
+    got = ([{"id": r.get("id"), "require": r.get("require")} if isinstance(r, dict) else r for r in recorded]
+           if isinstance(recorded, list) else recorded)
+    if got != expected:
+        diffs.append(Difference(f"result.json: adopted_rules recorded {recorded!r}, but its events adopt "
+                                f"{expected!r}"))
     return diffs

@@ -55,15 +55,25 @@ def check_guided_search(run: RunDir, workers: int) -> list[Difference]:
         tuner = Tuner(run.job, settings, profile=run.profile, rules=run.rules)
     except InputError as exc:
         return [Difference(f"the guided search cannot be re-run: {exc.reason}")]
+    held = len(calls)  # the replaying client takes the calls off this list as it answers them
     tuner.recorded_llm = calls
     tuner.replay_only_llm = True
     try:
         tuner.run()
     except ReplayDiverged as exc:
         return [Difference(f"the guided search re-run asks LLM call {exc.call} a prompt that llm/ does not hold "
-                           f"(llm/ holds {len(calls)} call(s)): the log is not this search's")]
+                           f"(llm/ holds {held} call(s)): the log is not this search's")]
     is_moe = run.job.model.is_moe
     diffs: list[Difference] = []
+    adopted = [(e["seq"], e["id"], e["require"]) for e in tuner.log.events
+               if e.get("kind") == "rule" and e.get("status") == "adopted"]
+    try:
+        recorded = [(seq, r.id, r.require) for seq, r in run.adoptions()]
+    except InputError as exc:
+        recorded = [(-1, "", exc.reason)]
+    if adopted != recorded:
+        diffs.append(Difference(f"result.json: events record the adopted rules {_rules_text(recorded)}, but the "
+                                f"guided search re-run adopts {_rules_text(adopted)}"))
     logged = run.entries
     redone = tuner.log.entries
     for seq in range(min(len(logged), len(redone))):
@@ -107,3 +117,10 @@ def recorded_calls(run: RunDir) -> list[dict[str, Any]]:
         out.append({"messages": t["prompt"], "text": reply, "error": t.get("error"), "tokens": tokens,
                     "attempts": attempts, "fault": t.get("fault"), "chars": chars if type(chars) is int else 0})
     return out
+
+
+def _rules_text(rules: list[tuple[int, str, str]]) -> str:
+    if not rules:
+        return "none"
+    return "; ".join(f"{rid!r} ({require}) from seq {seq}" for seq, rid, require in rules)
+

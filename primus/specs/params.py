@@ -347,6 +347,16 @@ class ParamCount:
         total += m.vocab_size * m.hidden_size
         return total
 
+    def mtp_matmul_params_per_token(self) -> int:
+        """The same for the multi-token prediction modules: each one's GEMM weights (its 2h x h projection
+        and its decoder layer) and one more pass through the shared output layer."""
+        if self.mtp is None:
+            return 0
+        m = self.model
+        per = sum(w.count * (m.topk if w.shard is Shard.EXPERT_TP else 1) for w in self.mtp.weights
+                  if w.name.endswith(".weight") and "layernorm" not in w.name and "norm" not in w.name.split(".")[-2])
+        return m.mtp_num_layers * (per + m.vocab_size * m.hidden_size)
+
 
 def count_params(model: ModelSpec) -> ParamCount:
     return ParamCount(model)

@@ -244,7 +244,12 @@ class Tuner:
                 stall = 0
             order.follow(self.space)
             if order.exhausted() and all(layout_key(x) in self.scores for x in self.space.layouts):
-                self.log.event("stop", reason="every legal layout has been scored")
+                if self.space is self.base_space:
+                    self.log.event("stop", reason="every legal layout has been scored")
+                else:  # an adopted rule narrowed the search: say so, not that the whole legal set was scored
+                    n = len(self.adopted_rules)
+                    self.log.event("stop", reason=f"every layout legal under the {n} adopted rule(s) has been "
+                                   f"scored ({self.space.count:,} of {self.base_space.count:,} legal layouts)")
                 break
 
     # ---- the run ----

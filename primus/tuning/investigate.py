@@ -164,7 +164,7 @@ class Investigation:
             return None
         self.faults_in_a_row = 0
         try:
-            reply = parse_reply(outcome.text or "")
+            reply = parse_reply(outcome.text or "", outcome.chars)
         except ReplyRejected as exc:
             tuner.log.event("llm", status="rejected", call=call, reason=exc.reason)
             self.feedback.append(f"your previous reply was rejected: {exc.reason}")

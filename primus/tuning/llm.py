@@ -64,9 +64,11 @@ class ReplyRejected(Exception):
         self.reason = reason
 
 
-def parse_reply(text: str) -> LlmReply:
-    """The validated reply, or ReplyRejected with a one-line reason."""
-    if len(text) > MAX_REPLY_CHARS:
+def parse_reply(text: str, chars: int | None = None) -> LlmReply:
+    """The validated reply, or ReplyRejected with a one-line reason. `chars` is the reply's length as the
+    endpoint sent it, where `text` may be the excerpt a transcript keeps of an oversized one (so a replay
+    refuses it for its size, as the run did, not for the excerpt's cut-off JSON)."""
+    if max(len(text), chars or 0) > MAX_REPLY_CHARS:
         raise ReplyRejected(f"reply longer than {MAX_REPLY_CHARS} characters")
     body = text.strip()
     if body.startswith("```"):  # tolerate a fenced block, nothing else
