@@ -59,6 +59,9 @@ def deepseek_v2(r: Reader) -> dict[str, Any]:
     """DeepseekV2Config: no dense-first layers by default, 64 routed and 2 shared experts, q_lora_rank 1536
     unless the config says null (V2-Lite)."""
     out = common(r, kv_default=None)
+    if r.opt_bool("mlp_bias", False):  # DeepseekV2MLP's gate, up and down projections (modeling_deepseek_v2.py)
+        raise r.error("mlp_bias", "MLP biases without attention biases have no Megatron equivalent "
+                                  "(add_bias_linear puts a bias on every linear layer)")
     _dense_first(r, out, 0, 64, 2, None)  # the class has no top-k default
     _mla(r, out, 1536)
     return out

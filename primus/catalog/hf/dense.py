@@ -24,16 +24,22 @@ def llama(r: Reader) -> dict[str, Any]:
 
 
 def mistral(r: Reader) -> dict[str, Any]:
+    """MistralConfig: `sliding_window: int | None = 4096` (transformers models/mistral/configuration_mistral.py):
+    a config without the key has the class's 4,096-token window (Mistral 7B v0.1 states it), an explicit null
+    has none (v0.2 and v0.3 state null)."""
     out = common(r, kv_default=8)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
-    window = r.data.get("sliding_window")
-    if window is not None:
-        out["window_size"] = r.as_int("sliding_window", window)
+    if "sliding_window" not in r.data:
+        r.read.append("sliding_window")
+        r.defaults_used.append("sliding_window=4096")
+        out["window_size"] = 4096
+    elif r.data["sliding_window"] is not None:
+        out["window_size"] = r.as_int("sliding_window", r.data["sliding_window"])
     return out
 
 
 def qwen2(r: Reader) -> dict[str, Any]:
-    out = common(r, kv_default=32)
+    out = common(r, kv_default=32, kv_null_is_heads=True)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["add_qkv_bias"] = True  # Qwen2 attention always has q/k/v biases
     if r.data.get("use_sliding_window"):
@@ -44,10 +50,10 @@ def qwen2(r: Reader) -> dict[str, Any]:
 def qwen3(r: Reader) -> dict[str, Any]:
     """Qwen3Config: num_key_value_heads defaults to 32 and head_dim to 128 (transformers
     models/qwen3/configuration_qwen3.py: `num_key_value_heads: int | None = 32`, `head_dim: int = 128`)."""
-    out = common(r, kv_default=32, head_dim_default=128)
+    out = common(r, kv_default=32, head_dim_default=128, kv_null_is_heads=True)
     out["ffn_hidden_size"] = r.req_int("intermediate_size")
     out["qk_layernorm"] = True  # Qwen3 normalises q and k per head
-    out["add_qkv_bias"] = r.opt_bool("attention_bias", False)
+    attention_bias(r, out)  # q, k, v and o_proj (modeling_qwen3.py: o_proj bias=config.attention_bias)
     if r.data.get("use_sliding_window"):
         raise r.error("use_sliding_window", "per-layer sliding windows of Qwen3 are not supported")
     return out

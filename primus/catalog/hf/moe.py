@@ -55,7 +55,7 @@ def qwen3_moe(r: Reader) -> dict[str, Any]:
     configs state head_dim 128)."""
     out = common(r, kv_default=4)
     out["qk_layernorm"] = True
-    out["add_qkv_bias"] = r.opt_bool("attention_bias", False)
+    attention_bias(r, out)  # q, k, v and o_proj (modeling_qwen3_moe.py: o_proj bias=config.attention_bias)
     if r.data.get("use_sliding_window"):
         raise r.error("use_sliding_window", "per-layer sliding windows of Qwen3-MoE are not supported")
     _experts(r, out, "num_experts", 128, 8, "moe_intermediate_size")

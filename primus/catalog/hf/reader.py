@@ -130,11 +130,16 @@ def dropout(r: Reader, key: str) -> float:
 
 
 def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head_dim_default: int | None = None,
-           vocab_default: int | None = None, heads_default: int | None = None) -> dict[str, Any]:
+           vocab_default: int | None = None, heads_default: int | None = None,
+           kv_null_is_heads: bool = False) -> dict[str, Any]:
     """Fields of every decoder family: layers, widths, heads, vocabulary, tying, RoPE, RMSNorm, gated MLP.
 
     `head_dim` is read as given (Gemma's 256 is not hidden / heads); without it, and without a class
-    default, the head width is hidden / heads and must divide exactly.
+    default, the head width is hidden / heads and must divide exactly. An explicit `num_key_value_heads: null`
+    is not the class default: a family whose config turns None into the query head count (`kv_null_is_heads`:
+    Qwen2Config and Qwen3Config, `if self.num_key_value_heads is None: ... = self.num_attention_heads`; Llama's
+    class default is None) reads it so, and one whose field is a plain int (Mistral, Mixtral, Qwen2-MoE,
+    Qwen3-MoE: transformers' strict configs refuse None) refuses it.
     """
     # Gemma 3's published text_config omits the head counts its class defaults give (gemma-3-4b)
     heads = r.req_int("num_attention_heads") if heads_default is None \
@@ -157,7 +162,15 @@ def common(r: Reader, *, kv_default: int | None, tie_default: bool = False, head
         "hidden_dropout": 0.0,
         "attention_dropout": dropout(r, "attention_dropout"),
     }
-    kv = r.opt_int("num_key_value_heads", kv_default if kv_default is not None else heads)
+    if "num_key_value_heads" in r.data and r.data["num_key_value_heads"] is None and kv_default is not None:
+        if not kv_null_is_heads:
+            raise r.error("num_key_value_heads", f"is null: a {r.family} config takes an integer (transformers "
+                                                 f"refuses None here; its class default is {kv_default})")
+        r.read.append("num_key_value_heads")
+        r.defaults_used.append(f"num_key_value_heads=null read as num_attention_heads ({heads})")
+        kv: int | None = heads
+    else:
+        kv = r.opt_int("num_key_value_heads", kv_default if kv_default is not None else heads)
     out["num_query_groups"] = kv
     head_dim = r.data.get("head_dim")
     if head_dim is not None:
