@@ -33,7 +33,9 @@ def test_published_llama3_8b_h200_recipe_imports_and_fit_proves_it() -> None:
     assert job.spec.optimizer.main_grads_dtype == "bf16"  # --grad-reduce-in-bf16
     assert job.spec.kernels.cross_entropy_fusion
     # no --normalization: Megatron's LayerNorm, so the nearest catalog model with that one change
-    assert config.job["model"] == {"base": "llama3-8b", "name": "llama3_8b_h200_bf16", "normalization": "LayerNorm"}
+    # (and the RoPE base the file states, 1,000,000 where Llama 3's is 500,000: kept, so an export writes it back)
+    assert config.job["model"] == {"base": "llama3-8b", "name": "llama3_8b_h200_bf16", "normalization": "LayerNorm",
+                                   "rotary_base": 1000000}
     for option in ("--lr 0.00015", "--apply-layernorm-1p", "--tokenizer-type "
                    "HuggingFaceTokenizer", "torchrun --master-port 6000"):
         assert option in config.unmodelled

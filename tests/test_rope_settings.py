@@ -73,6 +73,23 @@ def test_a_line_without_the_rope_options_keeps_the_model_and_says_what_it_trains
                for n in config.notes)
 
 
+def test_a_rope_base_the_line_states_is_kept_and_exported_back(run_cli, write_job, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # review of the importers: a line stating --rotary-base 1000000 for a Llama 3 model (NVIDIA's
+    # examples/llama/train_llama3_8b_h100_fp8.sh does) was exported with the catalog model's 500000, so the
+    # exported line trained another RoPE than the one imported
+    text = run_cli("export", write_job(LLAMA31), "--to", "megatron")[1].replace("--rotary-base 500000",
+                                                                                 "--rotary-base 1000000")
+    path = tmp_path / "line.sh"
+    path.write_text(text)
+    config = import_launch("megatron", path)
+    assert config.job["model"] == {"base": "llama3.1-8b", "rotary_base": 1000000}
+    job_file = tmp_path / "imported.yaml"
+    code, _, err = run_cli("import", "--from", "megatron", str(path), "--out", str(job_file))
+    assert code == 0, err
+    code, out, _ = run_cli("export", str(job_file), "--to", "megatron")
+    assert code == 0 and "--rotary-base 1000000" in _lines(out)
+
+
 def test_hugging_face_configs_give_the_rope_settings() -> None:
     llama = resolve_model(str(HF / "llama-Llama-3.1-8B" / "config.json"), "t")
     assert (llama.rotary_base, llama.rope_scaling_factor, llama.rotary_percent) == (500000, 8.0, None)

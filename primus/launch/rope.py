@@ -15,23 +15,37 @@ from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.specs.model import ModelSpec
 
 
-def rope_note(read: Callable[[str], Any], model: ModelSpec) -> str | None:
-    """The note for a file whose RoPE differs from `model`'s; `read(dest)` is the file's value of an argument
-    (its default when absent). None when they agree, or where the model does not state its own."""
+def file_rope(read: Callable[[str], Any]) -> dict[str, Any]:
+    """The RoPE a run of the file trains, as the model's fields; `read(dest)` is the file's value of an argument
+    (its default when absent)."""
     factor = read("rope_scaling_factor")  # read (a Primus model file states it) whether or not it applies
-    scaling = factor if read("use_rope_scaling") else None
-    file_rope = {"rotary_base": read("rotary_base"), "rotary_percent": read("rotary_percent"),
-                 "rope_scaling_factor": scaling}
-    model_rope = {"rotary_base": model.rotary_base or MEGATRON_DEFAULTS["rotary_base"],
-                  "rotary_percent": model.rotary_percent or MEGATRON_DEFAULTS["rotary_percent"],
-                  "rope_scaling_factor": model.rope_scaling_factor}
-    differ = [k for k in file_rope if file_rope[k] != model_rope[k] and
-              not (k == "rotary_base" and model.rotary_base is None)]
+    return {"rotary_base": read("rotary_base"), "rotary_percent": read("rotary_percent"),
+            "rope_scaling_factor": factor if read("use_rope_scaling") else None}
+
+
+def model_rope(model: ModelSpec) -> dict[str, Any]:
+    """The RoPE `model` trains, Megatron-LM's defaults where it states none."""
+    return {"rotary_base": model.rotary_base or MEGATRON_DEFAULTS["rotary_base"],
+            "rotary_percent": model.rotary_percent or MEGATRON_DEFAULTS["rotary_percent"],
+            "rope_scaling_factor": model.rope_scaling_factor}
+
+
+def rope_note(read: Callable[[str], Any], model: ModelSpec) -> str | None:
+    """The note for a file whose RoPE differs from `model`'s. None when they agree, or where the model does
+    not state its own."""
+    rope, mine = file_rope(read), model_rope(model)
+    differ = [k for k in rope if rope[k] != mine[k] and not (k == "rotary_base" and model.rotary_base is None)]
     if not differ:
         return None
-    said = ", ".join(f"{k} {_value(file_rope[k])} (the model's {_value(model_rope[k])})" for k in differ)
-    return (f"the file's RoPE differs from {model.name}'s: {said}, Megatron-LM's default where the file states "
-            "none; primus's answers do not depend on it, a run of this file trains it")
+    said = ", ".join(f"{k} {_value(rope[k])} (the model's {_value(mine[k])})" for k in differ)
+    return (f"the file's RoPE differs from {model.name}'s: {said} (Megatron-LM's default for any it does not "
+            "state); the job keeps what the file states (the model's RoPE fields), so an export writes it back; "
+            "primus's answers do not depend on it")
+
+
+def with_rope(ref: Any, rope: dict[str, Any]) -> Any:
+    """The job's `model` value with the file's RoPE: a catalog name becomes {base: name, ...}."""
+    return {**ref, **rope} if isinstance(ref, dict) else {"base": ref, **rope}
 
 
 def _value(value: Any) -> str:

@@ -48,6 +48,7 @@ from primus.launch.torchtitan_release import (
 )
 from primus.memory.recompute import recomputed_layers
 from primus.parallel import Layout
+from primus.schedule.torchtitan_split import layers_per_stage
 from primus.specs.model import ModelSpec
 
 TORCHTITAN_RELEASE: Final = ("torchtitan v0.2 JobConfig TOML (torchtitan/config/job_config.py, pytorch/torchtitan "
@@ -445,11 +446,13 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
                    pipeline_parallel_microbatch_size=layout.mbs,
                    pipeline_parallel_first_stage_less_layers=int(emb),
                    pipeline_parallel_last_stage_less_layers=int(loss))
-        if layout.vp > 1:
-            total = job.model.num_layers + emb + loss
-            if total % (layout.pp * layout.vp):
-                raise InputError(where, "parallel.vp", f"{total} layers do not split into PP×VP equal stages")
-            par["pipeline_parallel_layers_per_stage"] = total // (layout.pp * layout.vp)
+        if layout.vp > 2:  # two stages per rank are the multi-stage schedules' default
+            total, stages = job.model.num_layers + emb + loss, layout.pp * layout.vp
+            per_stage = layers_per_stage(total, stages)
+            if per_stage is None:
+                raise InputError(where, "parallel.vp", f"no pipeline_parallel_layers_per_stage makes {stages} stages "
+                                 f"of {total} layers (the embedding and the output counted)")
+            par["pipeline_parallel_layers_per_stage"] = per_stage
     if job.model.is_moe:
         par.update(expert_parallel_degree=layout.ep, expert_tensor_parallel_degree=layout.etp)
         if spec.moe.token_dispatcher == "flex":

@@ -25,6 +25,7 @@ from typing import Final
 from primus.errors import InputError
 from primus.job import Job
 from primus.parallel import Layout
+from primus.schedule.torchtitan_split import layers_per_stage
 
 #: The commit the flags are those of (`stacks/torchtitan.yaml`, torchtitan@2026.08).
 CLI_COMMIT: Final = "b5bcd76"
@@ -76,9 +77,13 @@ def registry_line(job: Job, layout: Layout, name: str, flavor: str) -> tuple[str
                   ("parallelism.num_pp_microbatches", gbs // (layout.mbs * dp)),
                   ("parallelism.pipeline_parallel_first_stage_less_layers", int(emb)),
                   ("parallelism.pipeline_parallel_last_stage_less_layers", int(loss))]
-        if layout.vp > 1:
-            total = job.model.num_layers + emb + loss
-            flags.append(("parallelism.pipeline_parallel_layers_per_stage", total // (layout.pp * layout.vp)))
+        if layout.vp > 2:  # two stages per rank are the multi-stage schedules' default
+            total, stages = job.model.num_layers + emb + loss, layout.pp * layout.vp
+            per_stage = layers_per_stage(total, stages)
+            if per_stage is None:
+                raise InputError(job.where, "parallel.vp", f"no pipeline_parallel_layers_per_stage makes {stages} "
+                                 f"stages of {total} layers (the embedding and the output counted)")
+            flags.append(("parallelism.pipeline_parallel_layers_per_stage", per_stage))
     if job.model.is_moe:
         flags.append(("parallelism.expert_parallel_degree", layout.ep))
         if spec.moe.token_dispatcher == "flex":

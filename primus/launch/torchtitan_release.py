@@ -105,8 +105,11 @@ def torchtitan_release(keys: Iterable[str], where: str) -> tuple[str, str]:
     capped = f"TOML files ended {TOML_UNTIL[0]} (pytorch/torchtitan {TOML_UNTIL[1]})"
     if since:
         day, key, change = since[-1]
+        which = ("the newest described release between" if toml.release >= _month(day) else
+                 f"no release is described between them, so the newest before the end, {toml.label}, older than "
+                 f"the key: its settings stand in for the file's")
         return toml.label, (f"stack {toml.label}: the file uses {key}, which torchtitan has had since {day} "
-                            f"(pytorch/torchtitan {change}), and {capped}: the newest described release between")
+                            f"(pytorch/torchtitan {change}), and {capped}: {which}")
     return toml.label, (f"stack {toml.label}: the file uses no key that dates it more closely, and {capped}: "
                         "the newest described release before that (primus.launch.torchtitan_release)")
 

@@ -203,8 +203,8 @@ def stack_split(stack: Stack, spec: Any, pp: int, vp: int) -> tuple[dict[str, An
     named = model_pipeline_layout(stack, spec, pp, vp)
     if named is not None:
         return {"layout": named.layout}, named
-    if pp == 1 or stack.values["pipeline_split"] == "even":
-        return {}, None
+    if pp == 1 or stack.values["pipeline_split"] != "even_else_accounted":
+        return {}, None  # even, or torchtitan's own split, which `Job.pipeline_at` computes at every PP x VP
     try:
         layout_for(spec, PipelineOptions(), pp, vp)
         return {}, None

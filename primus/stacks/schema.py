@@ -37,8 +37,10 @@ def loss_kernels(ce: str) -> dict[str, object]:
             "cross_entropy_fusion_impl": "te" if ce == "fused_te" else "native"}
 #: even: layers split evenly over PP x VP chunks; even_else_accounted: when they do not divide, the
 #: embedding and the loss count as layers (Megatron's account_for_*_in_pipeline_split), else an
-#: explicit layout with the extra layers off the first and last stages.
-PipelineSplit = Literal["even", "even_else_accounted"]
+#: explicit layout with the extra layers off the first and last stages; torchtitan_layers and
+#: torchtitan_weighted: torchtitan's own split of a release (`primus.schedule.torchtitan_split`), which
+#: needs no divisibility.
+PipelineSplit = Literal["even", "even_else_accounted", "torchtitan_layers", "torchtitan_weighted"]
 
 
 class Sourced(Spec, Generic[T]):
