@@ -85,3 +85,17 @@ def test_param_gather_overlap_with_torch_fsdp2_is_refused(run_cli, tmp_path: Pat
     code, _, err = memory(run_cli, str(path))
     assert code == 2 and "--overlap-param-gather: without the distributed optimizer or Megatron FSDP (torch FSDP2 " \
                          "is neither)" in err
+
+
+@pytest.mark.parametrize("extra, option, value", [
+    ("--fp8-format e5m2", "--fp8-format", "'e5m2'"),
+    ("--fp8-format hybrid --fp8-recipe foo", "--fp8-recipe", "'foo'"),
+])
+def test_an_fp8_format_or_recipe_megatron_refuses_is_refused(run_cli, tmp_path: Path, extra: str, option: str,  # type: ignore[no-untyped-def]
+                                                            value: str) -> None:
+    # arguments.py --fp8-format choices ['e4m3', 'hybrid'] and --fp8-recipe choices; fp8_utils.get_fp8_recipe
+    # raises for another format. Both used to import as precision fp8 with a note, and export as hybrid
+    path = launch(tmp_path, extra)
+    code, out, err = memory(run_cli, path)
+    assert (code, out) == (2, "")
+    assert err.strip().startswith(f"primus: {path}: {option}: {value} is not an FP8")

@@ -607,6 +607,10 @@ def _sharding(r: ArgReader, ctx: ImportContext) -> str:
     return "dist_opt" if dist else "none"
 
 
+#: Megatron-LM's --fp8-format choices (megatron/training/arguments.py, core_v0.8.0 to core_v0.18.0)
+FP8_FORMATS = ("e4m3", "hybrid")
+
+
 # ---- precision, optimizer, MoE -------------------------------------------------------------------
 
 
@@ -620,6 +624,10 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
         return {"precision": "nvfp4"}
     fp8_format = r.get("fp8")
     if fp8_format:
+        if fp8_format not in FP8_FORMATS:
+            raise InputError(ctx.where, ctx.label("fp8"), f"{shown(fp8_format)} is not an FP8 format Megatron-LM "
+                             f"takes ({', '.join(FP8_FORMATS)}: arguments.py --fp8-format choices; "
+                             "fp8_utils.get_fp8_recipe raises for any other)")
         doc: dict[str, Any] = {"precision": "fp8"}
         if fp8_format != "hybrid":  # the job has no format: an export writes Megatron's hybrid
             out.note(f"{r.ctx.label('fp8')} {fp8_format} read as precision fp8 (the same bytes); the job has no "
@@ -627,8 +635,11 @@ def _precision(r: ArgReader, ctx: ImportContext, out: Collector) -> dict[str, An
         recipe = r.ns.get("fp8_recipe")
         if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
             doc["fp8_recipe"] = r.get("fp8_recipe")
+        elif recipe == "custom":
+            out.note("fp8 recipe 'custom' is not modelled: Megatron's default 'delayed' assumed")
         elif recipe is not None:
-            out.note(f"fp8 recipe {recipe!r} is not modelled: Megatron's default 'delayed' assumed")
+            raise InputError(ctx.where, ctx.label("fp8_recipe"), f"{shown(recipe)} is not an FP8 recipe Megatron-LM "
+                             "takes (tensorwise, delayed, blockwise, mxfp8, custom: arguments.py --fp8-recipe choices)")
         if r.get("fp8_param_gather"):  # FP8 primary weights: the ledger drops their bf16 copy
             doc["fp8_param_gather"] = True
         if fp16:
