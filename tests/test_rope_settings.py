@@ -107,3 +107,54 @@ def test_the_catalog_entries_agree_with_the_published_configs() -> None:
         published = json.loads((HF / fixture / "config.json").read_text())
         model = resolve_model(slug, "t")
         assert model.rotary_base == published["rope_theta"], slug
+
+
+def test_multi_latent_attention_keeps_its_yarn_as_the_published_configs_state_it() -> None:
+    # DeepSeek's rope_scaling type yarn applies to MLA's rotary part; Megatron-LM writes it as --rotary-scaling-factor,
+    # --mscale and --mscale-all-dim (MLA's default rope_type is yarn). Before, an exported DeepSeek-V3 line
+    # trained Megatron-LM's defaults: factor 1.0 and, from core_v0.14.0, mscale_all_dim 0.0
+    for slug, fixture in (("deepseek-v3", "deepseek_v3-DeepSeek-V3"),
+                          ("deepseek-v2-lite", "deepseek_v2-DeepSeek-V2-Lite")):
+        scaling = json.loads((HF / fixture / "config.json").read_text())["rope_scaling"]
+        for model in (resolve_model(slug, "t"), resolve_model(str(HF / fixture / "config.json"), "t")):
+            assert (model.mla_rotary_scaling_factor, model.mla_mscale, model.mla_mscale_all_dim) == \
+                (scaling["factor"], scaling["mscale"], scaling["mscale_all_dim"]), slug
+
+
+def test_a_deepseek_v3_line_states_its_yarn_and_reads_back_as_the_same_model(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    example = Path(__file__).resolve().parent.parent / "examples" / "deepseek-v3-h100-1024.yaml"
+    code, out, _ = run_cli("export", str(example), "--to", "megatron", "--complete")
+    lines = _lines(out)
+    assert code == 0 and "--rotary-scaling-factor 40" in lines and "--mscale-all-dim 1.0" in lines
+    line = tmp_path / "dsv3.sh"
+    line.write_text(out)
+    config = import_launch("megatron", line)
+    assert config.job["model"] == "deepseek-v3" and not any("RoPE" in n for n in config.notes)
+    line.write_text(out.replace("--rotary-scaling-factor 40", "").replace("--mscale-all-dim 1.0", ""))
+    config = import_launch("megatron", line)
+    assert config.job["model"] == "deepseek-v3"
+    assert any("mla_rotary_scaling_factor 1 (the model's 40), mla_mscale_all_dim 0.0 (the model's 1)" in n
+               for n in config.notes)
+
+
+def test_kimi_k2_s_yarn_betas_are_noted_where_megatron_cannot_state_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # moonshotai/Kimi-K2-Instruct config.json: rope_scaling yarn factor 32.0, beta_fast 1.0, beta_slow 1.0
+    data = json.loads((HF / "deepseek_v3-DeepSeek-V3" / "config.json").read_text())
+    data["rope_scaling"] = {**data["rope_scaling"], "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    model = resolve_model(str(path), "t")
+    assert model.mla_rotary_scaling_factor == 32.0
+    assert resolve_model("kimi-k2", "t").mla_rotary_scaling_factor == 32
+
+
+def test_a_rope_scaling_megatron_cannot_state_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # review of the model readers: Llama with rope_scaling linear factor 8 (and Gemma 3's published text_config)
+    # lost its scaling with no word
+    data = json.loads((HF / "llama-Llama-3.1-8B" / "config.json").read_text())
+    data["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    model = resolve_model(str(path), "t")
+    assert model.rope_scaling_factor is None
+    assert "rope_scaling linear not kept" in (model.notes or "")

@@ -32,7 +32,8 @@ SHAPE_IGNORED = (*VOCAB_FIELDS, "hidden_dropout", "attention_dropout")
 #: RoPE's base, rotated share and Llama 3 scaling: what a launch trains, not a byte or a second that primus
 #: answers, so no architecture is told apart by them (an argument line that leaves --rotary-base at
 #: Megatron's default still names llama3.1-70b); the import says where the file's differ from the model's
-ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
+ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor", "mla_rotary_scaling_factor", "mla_mscale",
+               "mla_mscale_all_dim")
 
 
 def signature(spec: ModelSpec) -> dict[str, Any]:

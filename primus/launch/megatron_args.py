@@ -93,6 +93,7 @@ ARGS: Final[tuple[Arg, ...]] = (
     _a("--moe-layer-freq", "freq"), _a("--multi-latent-attention", "true"), _a("--q-lora-rank", "int"),
     _a("--kv-lora-rank", "int"), _a("--qk-head-dim", "int"), _a("--qk-pos-emb-head-dim", "int"),
     _a("--v-head-dim", "int"), _a("--mtp-num-layers", "int"), _a("--rotary-scaling-factor", "float"),
+    _a("--mscale", "float"), _a("--mscale-all-dim", "float"),
     _a("--rotary-base", "int"), _a("--rotary-percent", "float"), _a("--use-rope-scaling", "true"),
     _a("--rope-scaling-factor", "float"),
     # the tokenizer, read only for the vocabulary when --vocab-size is absent
@@ -116,7 +117,8 @@ MEGATRON_DEFAULTS: Final[dict[str, Any]] = {
     "overlap_param_gather": False,
     "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False, "attention_backend": "auto",
     "cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native", "apply_rope_fusion": True,
-    "rotary_scaling_factor": 1.0, "rotary_base": 10000, "rotary_percent": 1.0, "use_rope_scaling": False,
+    "rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0,  # mscale_all_dim 1.0 before core_v0.14.0
+    "rotary_base": 10000, "rotary_percent": 1.0, "use_rope_scaling": False,
     "rope_scaling_factor": 8.0,
     "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False, "group_query_attention": False, "num_query_groups": 1,

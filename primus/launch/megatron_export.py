@@ -84,6 +84,11 @@ def model_args(job: Job) -> tuple[dict[str, Any], list[str]]:
     if m.multi_latent_attention:
         ns.update(q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_head_dim=m.qk_head_dim,
                   qk_pos_emb_head_dim=m.qk_pos_emb_head_dim, v_head_dim=m.v_head_dim)
+        # MLA's YaRN (its default rope_type): written whenever the model states it, since Megatron-LM's default
+        # for --mscale-all-dim changed (1.0 before core_v0.14.0, 0.0 on)
+        ns.update({dest: value for dest, value in (("rotary_scaling_factor", m.mla_rotary_scaling_factor),
+                                                   ("mscale", m.mla_mscale), ("mscale_all_dim", m.mla_mscale_all_dim))
+                   if value is not None})
     if m.multi_latent_attention and not m.qk_layernorm:
         notes.append("--qk-layernorm written: with MLA it builds the q/kv latent norms that DeepSeek-V3's "
                      "architecture has and the ledger counts (Megatron-LM examples pass it)")

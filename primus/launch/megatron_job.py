@@ -28,7 +28,7 @@ from primus.launch.arch import (
 from primus.launch.common import Collector, data_parallel
 from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.launch.megatron_export import model_args, runtime_args
-from primus.launch.rope import file_rope, model_rope, rope_note, with_rope
+from primus.launch.rope import ROPE_DESTS, file_rope, model_rope, rope_note, with_rope
 from primus.launch.tokenizers import vocab_from_tokenizer
 from primus.memory.recompute import RECOMPUTE_MODULES
 from primus.parallel import Layout
@@ -260,10 +260,9 @@ def _model(r: ArgReader, ctx: ImportContext, out: Collector) -> tuple[Any, Model
         if note:
             out.note(note)
             model = resolve_model(ref, ctx.where, "model")
-            dests = {"rotary_base": ("rotary_base",), "rotary_percent": ("rotary_percent",),
-                     "rope_scaling_factor": ("use_rope_scaling", "rope_scaling_factor")}
             mine = model_rope(model)
-            stated = {k: v for k, v in file_rope(r.get).items() if any(d in r.ns for d in dests[k]) and v != mine[k]}
+            stated = {k: v for k, v in file_rope(r.get, model.multi_latent_attention).items()
+                      if any(d in r.ns for d in ROPE_DESTS[k]) and v != mine[k]}
             if stated:  # what the file states explicitly is what it trains: kept, so an export writes it
                 ref = with_rope(ref, stated)
     return ref, spec

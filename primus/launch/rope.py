@@ -14,26 +14,41 @@ from typing import Any
 from primus.launch.megatron_args import MEGATRON_DEFAULTS
 from primus.specs.model import ModelSpec
 
+#: the Megatron-LM arguments (dests) behind each RoPE field of the model
+ROPE_DESTS: dict[str, tuple[str, ...]] = {
+    "rotary_base": ("rotary_base",), "rotary_percent": ("rotary_percent",),
+    "rope_scaling_factor": ("use_rope_scaling", "rope_scaling_factor"),
+    "mla_rotary_scaling_factor": ("rotary_scaling_factor",), "mla_mscale": ("mscale",),
+    "mla_mscale_all_dim": ("mscale_all_dim",)}
+MLA_ROPE = ("mla_rotary_scaling_factor", "mla_mscale", "mla_mscale_all_dim")
 
-def file_rope(read: Callable[[str], Any]) -> dict[str, Any]:
+
+def file_rope(read: Callable[[str], Any], mla: bool = False) -> dict[str, Any]:
     """The RoPE a run of the file trains, as the model's fields; `read(dest)` is the file's value of an argument
-    (its default when absent)."""
+    (its default when absent). With multi-latent attention, also the YaRN its rotary part applies."""
     factor = read("rope_scaling_factor")  # read (a Primus model file states it) whether or not it applies
-    return {"rotary_base": read("rotary_base"), "rotary_percent": read("rotary_percent"),
-            "rope_scaling_factor": factor if read("use_rope_scaling") else None}
+    out = {"rotary_base": read("rotary_base"), "rotary_percent": read("rotary_percent"),
+           "rope_scaling_factor": factor if read("use_rope_scaling") else None}
+    if mla:
+        out.update({field: read(ROPE_DESTS[field][0]) for field in MLA_ROPE})
+    return out
 
 
 def model_rope(model: ModelSpec) -> dict[str, Any]:
     """The RoPE `model` trains, Megatron-LM's defaults where it states none."""
-    return {"rotary_base": model.rotary_base or MEGATRON_DEFAULTS["rotary_base"],
-            "rotary_percent": model.rotary_percent or MEGATRON_DEFAULTS["rotary_percent"],
-            "rope_scaling_factor": model.rope_scaling_factor}
+    out = {"rotary_base": model.rotary_base or MEGATRON_DEFAULTS["rotary_base"],
+           "rotary_percent": model.rotary_percent or MEGATRON_DEFAULTS["rotary_percent"],
+           "rope_scaling_factor": model.rope_scaling_factor}
+    if model.multi_latent_attention:
+        out.update({field: getattr(model, field) if getattr(model, field) is not None
+                    else MEGATRON_DEFAULTS[ROPE_DESTS[field][0]] for field in MLA_ROPE})
+    return out
 
 
 def rope_note(read: Callable[[str], Any], model: ModelSpec) -> str | None:
     """The note for a file whose RoPE differs from `model`'s. None when they agree, or where the model does
     not state its own."""
-    rope, mine = file_rope(read), model_rope(model)
+    rope, mine = file_rope(read, model.multi_latent_attention), model_rope(model)
     differ = [k for k in rope if rope[k] != mine[k] and not (k == "rotary_base" and model.rotary_base is None)]
     if not differ:
         return None

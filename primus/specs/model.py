@@ -15,7 +15,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from primus.specs.base import Bool, ByteCount, Fraction, Name, PosFloat, PosInt, Spec, Text
+from primus.specs.base import Bool, ByteCount, Fraction, Name, NonNegFloat, PosFloat, PosInt, Spec, Text
 
 #: the longest per-layer pattern read or built (it bounds the memory a pattern takes; the deepest
 #: published decoders have 126 layers)
@@ -182,6 +182,14 @@ class ModelSpec(Spec):
     #: the share of each head's dimensions that RoPE rotates (Megatron-LM ``--rotary-percent``, default 1.0; HF
     #: ``partial_rotary_factor``; NeMo's Nemotron-3 and -4 configs 0.5); None: all of them
     rotary_percent: Annotated[float, Field(gt=0, le=1)] | None = None
+    #: the YaRN scaling multi-latent attention applies to its rotary part (Megatron-Core MLATransformerConfig
+    #: rope_type "yarn", its default: `--rotary-scaling-factor`, `--mscale`, `--mscale-all-dim`; HF rope_scaling
+    #: type yarn `factor`, `mscale`, `mscale_all_dim`: DeepSeek-V3 40, 1.0, 1.0). Like the RoPE fields above
+    #: they change no byte or second, only what an exported launch line trains; read only with MLA. None:
+    #: Megatron-LM's default, which differs by release for the last (1.0 in core_v0.12.0, 0.0 from core_v0.15.0)
+    mla_rotary_scaling_factor: PosFloat | None = None
+    mla_mscale: PosFloat | None = None
+    mla_mscale_all_dim: NonNegFloat | None = None
     max_position_embeddings: PosInt | None = None
     untie_embeddings_and_output_weights: Bool = False
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"

@@ -92,6 +92,8 @@ OPTION_WINDOWS: Final[dict[str, tuple[str, str | None]]] = {
     "--v-head-dim": ("core_v0.10.0", None),
     "--mtp-num-layers": ("core_v0.12.0", None),
     "--rotary-scaling-factor": ("core_v0.10.0", None),
+    "--mscale": ("core_v0.11.0", None),  # MLA's YaRN mscales (default mscale_all_dim 1.0 before core_v0.14.0, 0.0 on)
+    "--mscale-all-dim": ("core_v0.11.0", None),
 }
 
 #: (argument, value) -> (the first release of `RELEASES` whose argparse `choices` hold the value, None): values

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus.catalog.hf.reader import Reader, common, gated_mlp, layer_step
+from primus.catalog.hf.reader import Reader, common, gated_mlp, layer_step, rope_scaling_key, rope_type
 from primus.specs.model import every_nth, moe_layer_pattern
 
 
@@ -53,6 +53,30 @@ def _mla(r: Reader, out: dict[str, Any], q_lora_default: int | None) -> None:
     out["v_head_dim"] = r.int_or("v_head_dim", 128)
     if r.opt_bool("attention_bias", False):
         raise r.error("attention_bias", "biases in multi-latent attention are not supported")
+    _mla_yarn(r, out)
+
+
+#: What Megatron-Core's MLATransformerConfig builds YaRN with beyond the factor and the two mscales, which
+#: Megatron-LM's arguments do not set (core_v0.15.0 transformer_config.py: beta_fast 32, beta_slow 1,
+#: original_max_position_embeddings 4096)
+MEGATRON_MLA_YARN = {"beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 4096}
+
+
+def _mla_yarn(r: Reader, out: dict[str, Any]) -> None:
+    """HF rope_scaling type yarn of an MLA model (DeepSeek-V2/V3, Kimi-K2) as Megatron-LM's
+    --rotary-scaling-factor, --mscale and --mscale-all-dim; what Megatron cannot state is noted."""
+    key = rope_scaling_key(r)
+    scaling = r.data.get(key)
+    if not isinstance(scaling, dict) or rope_type(scaling) != "yarn":
+        return
+    sub = Reader(scaling, r.where, r.family, r.key(key))
+    out["mla_rotary_scaling_factor"] = sub.opt_float("factor", None)
+    out["mla_mscale"] = sub.opt_float("mscale", None)
+    out["mla_mscale_all_dim"] = sub.opt_float("mscale_all_dim", None)
+    others = [f"{k} {scaling[k]}" for k, v in MEGATRON_MLA_YARN.items() if k in scaling and scaling[k] != v]
+    if others:
+        r.notes.append(f"{key} yarn with {', '.join(others)}: Megatron-Core builds MLA's YaRN with beta_fast 32, "
+                       "beta_slow 1 and 4,096 original positions, and Megatron-LM has no argument for them")
 
 
 def deepseek_v2(r: Reader) -> dict[str, Any]:

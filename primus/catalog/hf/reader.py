@@ -235,6 +235,10 @@ def rope_settings(r: Reader) -> dict[str, Any]:
             r.notes.append(f"{key} llama3 with {', '.join(others)}: Megatron-Core applies 1, 4 and 8192, so the "
                            "factor is kept and these are not")
         out["rope_scaling_factor"] = factor
+    elif nested and rope_type(nested) not in (None, "default", "yarn"):
+        # YaRN is the family's (gpt-oss: position_embedding_type yarn) or MLA's own (mla_rotary_scaling_factor)
+        r.notes.append(f"{key} {rope_type(nested)} not kept: Megatron-LM states Llama 3's scaling and YaRN only, so "
+                       "an exported launch line trains unscaled RoPE (no byte or second depends on it)")
     return out
 
 
