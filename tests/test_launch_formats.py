@@ -181,3 +181,15 @@ def test_import_cli_writes_the_job_atomically(tmp_path: Path) -> None:
     assert text.startswith("# imported by primus from torchtitan")
     assert yaml.safe_load(text)["framework"] == "torchtitan"
     assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left behind
+
+
+def test_a_torchtitan_file_compiling_the_model_only_exports_the_model_compiled(tmp_path: Path) -> None:
+    # review of the importers: `[compile] enable = true, components = ["model"]` (the loss eager) round-tripped as
+    # `enable = false`, though the stack's kernels (pytorch-compile) timed the blocks compiled
+    from primus.launch.api import export_job
+
+    job, _ = load_launch_job("torchtitan", _toml(tmp_path, '[compile]\nenable = true\ncomponents = ["model"]\n'),
+                             hardware="h100-80gb", gpus=8)
+    assert job.spec.kernels.eager_cross_entropy
+    text = export_job(job, "torchtitan").text
+    assert '[compile]\nenable = true\ncomponents = ["model"]' in text

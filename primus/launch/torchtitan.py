@@ -464,8 +464,12 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
         par["enable_async_tensor_parallel"] = True  # needs torch.compile
     if not spec.kernels.eager_cross_entropy:
         tables["compile"] = {"enable": True, "components": ["model", "loss"]}
-    else:  # the loss stays eager; async TP still needs the blocks compiled
-        tables["compile"] = {"enable": True, "components": ["model"]} if async_tp else {"enable": False}
+    else:  # the loss stays eager; the blocks are compiled, as the stack's kernel profile times them
+        tables["compile"] = {"enable": True, "components": ["model"]}
+        if not async_tp:
+            notes.append("compile.components = [\"model\"]: the loss stays eager (kernels.eager_cross_entropy) and the "
+                         "blocks are compiled, as the stack's pytorch-compile kernels were timed; torchtitan with "
+                         "compile off runs them eager, which primus does not time")
     tables["activation_checkpoint"] = _checkpoint(job, layout)
     tables.update(_quantize(job, tables["model"], notes))
     opt = spec.optimizer
