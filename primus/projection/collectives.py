@@ -13,8 +13,10 @@ Algorithms (bandwidth terms; the textbook ring costs NCCL's tuning model also us
 - all-gather / reduce-scatter of an S-byte (full) tensor over N ranks: every rank moves (N−1)/N·S.
   A ring spanning domains with k members per domain crosses each domain boundary once per ring and
   NCCL runs one ring per NIC, so the k members' NIC shares carry it: bandwidth min(intra, k × NIC);
-- all-reduce: twice that (reduce-scatter + all-gather), or, with in-switch reduction (NVLink SHARP)
-  inside one domain, S each way (each GPU sends its buffer to the switch once and reads the sum once);
+- all-reduce: a reduce-scatter then an all-gather (NCCL's ring), each at its own efficiency, or, with
+  in-switch reduction (NVLink SHARP) inside one domain, the faster of that and S each way (each GPU sends
+  its buffer to the switch once and reads the sum once) at the all-reduce efficiency, which is measured
+  for that algorithm (NCCL's tuner picks the fastest: the ring wins for 2 GPUs);
 - all-to-all of S bytes per rank: (k−1)/N·S stays in the domain, (N−k)/N·S leaves it over the NIC share;
 - "dispatch" (a deduplicating token dispatcher such as DeepEP, Megatron's `flex`): S bytes of unique
   tokens per rank, each routed to `fanout` (top-k) experts spread uniformly over the group's D domains,
@@ -96,11 +98,19 @@ class LinkModel:
         ring = (n - 1) / n * nbytes
         steps_up = k - 1
         if kind == "all_reduce":
-            if self.in_switch and not cross:
-                return 2 * self.alpha_up + nbytes / (self.bw_up * e_up)
+            # NCCL's ring: a reduce-scatter then an all-gather, twice the volume and the steps, its in-domain
+            # part at the rate a ring runs there (the reduce-scatter's efficiency) and its scale-out part at
+            # the all-reduce's own; with in-switch reduction inside one domain NCCL's tuner takes NVLS, S each
+            # way at the all-reduce's scale-up efficiency (measured for that algorithm), where it is faster
+            # (above 2 GPUs at the shipped efficiencies)
             ring *= 2
             steps_up *= 2
             inter_steps *= 2
+            nvls = 2 * self.alpha_up + nbytes / (self.bw_up * e_up) if self.in_switch and not cross else math.inf
+            e_up = self.eff["reduce_scatter"][0]
+            t_in = ring / (self.intra_bw(k) * e_up) if k > 1 else 0.0
+            t_out = ring / (k * self.bw_nic * e_out) if cross else 0.0
+            return min(nvls, steps_up * self.alpha_up + inter_steps * self.alpha_out + max(t_in, t_out))
         t_in = ring / (self.intra_bw(k) * e_up) if k > 1 else 0.0
         t_out = ring / (k * self.bw_nic * e_out) if cross else 0.0
         return steps_up * self.alpha_up + inter_steps * self.alpha_out + max(t_in, t_out)
