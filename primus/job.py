@@ -67,33 +67,41 @@ class Job:
         model names at that PP x VP (`primus.stacks.apply.search_split`): a search over PP then counts
         Megatron-Bridge's DeepSeek-V3 layouts as legal at the (PP, VP) its recipe names, as the recipe runs
         them, instead of the even split that 61 layers never give above PP 1."""
-        if self.spec.framework == "torchtitan":
-            split = self._torchtitan_split(pp, vp)
-            if split is not None:
-                return split
+        split = self._torchtitan_split(pp, vp)
+        if split is not None:
+            return split
         if self.split_stack is None or self.spec.pipeline != _NO_SPLIT:
             return self.spec.pipeline
         return _stack_pipeline(self.split_stack, self.split_stack.requested, self.model, pp, vp)
 
-    def _torchtitan_split(self, pp: int, vp: int) -> PipelineOptions | None:
-        """torchtitan's own split at PP x VP as a layout (`primus.schedule.torchtitan_split`), for a job on a
-        torchtitan release that describes it and gives no layout or stage sizes of its own. The embedding and
-        loss accounting options are torchtitan's first/last_stage_less_layers there (1 each when set, and then
-        the weighted split, the only one that has them); a job file with no `pipeline` section gets its
-        release's split with that release's defaults (1 and 1 in the weighted one). None where torchtitan
-        refuses the split (the rule `pipeline-split` then refuses it as Megatron's)."""
-        from primus.schedule.torchtitan_split import TORCHTITAN_SPLITS, torchtitan_layout
+    def torchtitan_split_weights(self) -> tuple[str, int, int] | None:
+        """How torchtitan splits this job's layers (`primus.schedule.torchtitan_split`): the split and its
+        first/last_stage_less_layers, for a job on a torchtitan release that describes its split and gives no
+        layout or stage sizes of its own; None otherwise. A job file with a `pipeline` section states the
+        weights (its embedding and loss accounting options, 1 each when set, 0 when not), which exist only in
+        the weighted split (torchtitan #1416 made them settable); one without gets its release's split with
+        that release's defaults (1 and 1 in the weighted one). Export writes these weights back."""
+        from primus.schedule.torchtitan_split import TORCHTITAN_SPLITS
 
         kind = self.resolved_stack.values.get("pipeline_split")
         pipe = self.spec.pipeline
         sized = pipe.decoder_first_pipeline_num_layers is not None or pipe.decoder_last_pipeline_num_layers is not None
-        if pp == 1 or kind not in TORCHTITAN_SPLITS or pipe.layout is not None or sized:
+        if self.spec.framework != "torchtitan" or kind not in TORCHTITAN_SPLITS or pipe.layout is not None or sized:
             return None
-        first, last = int(pipe.account_for_embedding_in_pipeline_split), int(pipe.account_for_loss_in_pipeline_split)
-        if first or last:  # the options exist only in the weighted split (torchtitan #1416 made them settable)
-            kind = "torchtitan_weighted"
-        elif self.split_stack is not None and pipe == _NO_SPLIT:  # unstated: the release's defaults
-            first = last = 1
+        if self.split_stack is not None and pipe == _NO_SPLIT:  # no `pipeline` section: the release's defaults
+            return (kind, 1, 1) if kind == "torchtitan_weighted" else (kind, 0, 0)
+        return ("torchtitan_weighted", int(pipe.account_for_embedding_in_pipeline_split),
+                int(pipe.account_for_loss_in_pipeline_split))
+
+    def _torchtitan_split(self, pp: int, vp: int) -> PipelineOptions | None:
+        """torchtitan's own split at PP x VP as a layout (`torchtitan_split_weights`); None where it does not
+        apply or torchtitan refuses the split (the rule `pipeline-split` then refuses it as Megatron's)."""
+        from primus.schedule.torchtitan_split import torchtitan_layout
+
+        how = self.torchtitan_split_weights()
+        if pp == 1 or how is None:
+            return None
+        kind, first, last = how
         text = torchtitan_layout(kind, self.model.num_layers, pp, vp, first, last, self.model.mtp_num_layers)
         return PipelineOptions(layout=text) if text is not None else None
 

@@ -64,8 +64,10 @@ def test_bf16_gradients_of_megatron_bridge_are_copied_too() -> None:
       "parallel": {**PARALLEL, "sharding": "dist_opt"},
       "optimizer": {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}},
      "the precision-aware optimizer reads the bf16 gradient (decoupled_grad)"),
-    ({**FP16, "precision": "bf16", "stack": "megatron-bridge@26.04", "parallel": {**PARALLEL, "sharding": "fsdp"}},
-     "Megatron-FSDP's optimizer makes no copy (distrib_optimizer.py line 2374)"),
+    ({**FP16, "precision": "nvfp4", "hardware": "b200", "stack": "megatron-lm@2026.06",
+      "parallel": {**PARALLEL, "sharding": "dist_opt"},
+      "optimizer": {"main_grads_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}},
+     "NVFP4 leaves --fp8-recipe at 'delayed': the precision-aware optimizer reads the gradient (decoupled_grad)"),
 ])
 def test_no_copy_where_the_optimizer_reads_the_gradient_itself(data: dict[str, Any], why: str) -> None:
     assert all("optimizer.step_grad_copy" not in s.terms for s in _stages(data)), why
@@ -79,3 +81,15 @@ def test_the_copy_stays_where_fp8_keeps_the_precision_aware_optimizer_on_grad() 
             "optimizer": {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}}
     stage = _stages(data)[0]
     assert stage.terms["optimizer.step_grad_copy"] == 4 * stage.params - _backward(stage)
+
+
+def test_megatron_fsdp_copies_its_gradient_shard_too() -> None:
+    # core_v0.15.0 megatron_fsdp/param_and_grad_buffer.py `update_main_grads` (lines 2399-2460): beside the fp32
+    # main weights, `optimizer_grad.to(param.dtype)` makes an fp32 copy of each 16-bit gradient shard, held until
+    # zero_grad; at the step the gathered layer copies and their unsharded gradients are freed as well
+    data = {**FP16, "precision": "bf16", "stack": "megatron-bridge@26.04", "gpus": 8, "seq_len": 1024,
+            "parallel": {**PARALLEL, "tp": 1, "pp": 1, "sharding": "fsdp"}}
+    stage = _stages(data)[0]
+    shard = -(-stage.params // 8)
+    gathered = stage.terms["weights.unsharded_working_copies"] + stage.terms["gradients.unsharded_layer_grads"]
+    assert stage.terms["optimizer.step_grad_copy"] == 4 * shard - _backward(stage) - gathered > 0

@@ -224,6 +224,7 @@ GOOD_CALL = {"messages": [{"role": "user", "content": "x"}], "text": "{}", "erro
     ("text", {"a": 1}, "text is {'a': 1}, not what tune writes"),
     ("chars", -3, "chars is -3, not what tune writes"),
     ("messages", [["user", "x"]], "messages is not a list of role/content pairs"),
+    ("fault", "HTTP 500", "fault is 'HTTP 500', not what tune writes"),
 ])
 def test_a_hand_edited_llm_call_in_a_checkpoint_is_refused_on_resume(tmp_path: Path, field: str, value: object,
                                                                       reason: str):
@@ -235,3 +236,14 @@ def test_a_hand_edited_llm_call_in_a_checkpoint_is_refused_on_resume(tmp_path: P
     with pytest.raises(InputError) as err:
         Checkpoint.reopen(tmp_path / "run")
     assert err.value.where == str(llm) and err.value.field == "line 2" and err.value.reason == reason
+
+
+def test_a_checkpointed_failed_call_with_its_fault_is_resumed(tmp_path: Path):
+    # review of the checkpoint check: a failed call's fault is the dict CallFault.to_json writes (kind, detail,
+    # body excerpt); refusing it made every run that met one HTTP 500 impossible to resume
+    ckpt = Checkpoint.start(tmp_path / "run", {})
+    ckpt.close()
+    fault = {"kind": "HTTP 500", "detail": "server error", "body_excerpt": "{}"}
+    failed = {**GOOD_CALL, "text": None, "error": "HTTP 500: server error", "fault": fault}
+    (tmp_path / "run.partial" / "llm.jsonl").write_text(json.dumps(failed) + "\n")
+    assert Checkpoint.reopen(tmp_path / "run").llm_calls == [failed]

@@ -158,3 +158,16 @@ def test_a_rope_scaling_megatron_cannot_state_is_named(tmp_path) -> None:  # typ
     model = resolve_model(str(path), "t")
     assert model.rope_scaling_factor is None
     assert "rope_scaling linear not kept" in (model.notes or "")
+
+
+def test_deepseek_v2_lite_s_mscales_need_no_argument_before_megatron_had_them(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # core_v0.10.0 MLATransformerConfig: mscale 0.707, mscale_all_dim 0.707 (transformer_config.py lines 633-636),
+    # DeepSeek-V2-Lite's own; --mscale and --mscale-all-dim came in core_v0.11.0. Writing them refused the export
+    job = {**LLAMA31, "model": "deepseek-v2-lite", "seq_len": 4096, "global_batch_size": 64,
+           "parallel": {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 8, "etp": 1, "mbs": 1, "sp": False,
+                        "recompute": "full", "sharding": "dist_opt"}}
+    old = run_cli("export", write_job({**job, "stack": "megatron-lm@2025.02"}), "--to", "megatron")
+    assert old[0] == 0, old[2]
+    assert "--rotary-scaling-factor 40" in _lines(old[1]) and not any("mscale" in x for x in _lines(old[1]))
+    new = run_cli("export", write_job({**job, "stack": "megatron-lm@2026.06"}), "--to", "megatron")
+    assert new[0] == 0 and "--mscale 0.707" in _lines(new[1]) and "--mscale-all-dim 0.707" in _lines(new[1])

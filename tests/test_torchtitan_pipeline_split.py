@@ -78,3 +78,29 @@ def test_the_ledger_holds_torchtitans_layers_per_stage() -> None:
 def test_an_interleaved_export_writes_layers_per_stage_only_beyond_two_stages_per_rank() -> None:
     assert layers_per_stage(34, 8) is None  # ceil(34 / 5) = 7 stages, not 8
     assert layers_per_stage(40, 8) == 5
+
+
+def test_an_export_writes_the_weights_the_evaluated_split_used(run_cli, write_job) -> None:  # type: ignore[no-untyped-def]
+    # review of the change: a torchtitan@2026.08 job with no `pipeline` section is split with torchtitan's defaults
+    # (1 and 1: 8|9|8|7 at PP 4), but the export wrote 0 and 0, which torchtitan splits 8|8|8|8
+    job = {"model": "llama3.1-8b", "hardware": "h100-80gb", "nodes": 2, "seq_len": 8192, "global_batch_size": 32,
+           "framework": "torchtitan", "stack": "torchtitan@2026.08",
+           "parallel": {"tp": 1, "pp": 4, "vp": 1, "cp": 1, "mbs": 1, "recompute": "full", "sharding": "fsdp"}}
+    code, out, _ = run_cli("export", write_job(job), "--to", "torchtitan")
+    assert code == 0
+    assert "pipeline_parallel_first_stage_less_layers = 1" in out
+    assert "pipeline_parallel_last_stage_less_layers = 1" in out
+
+
+def test_zero_weights_a_file_states_select_the_weighted_split(tmp_path: Path) -> None:
+    # first/last_stage_less_layers exist only in the weighted split: 0 and 0 over 3 stages of 32 layers are
+    # 11|11|10 (the first stages take the remainder), not the 2024 split's 10|11|11
+    from primus.launch import load_launch_job
+
+    path = tmp_path / "pp3.toml"
+    path.write_text(PP4.replace("pipeline_parallel_degree = 4", "pipeline_parallel_degree = 3")
+                    .replace("global_batch_size = 32", "global_batch_size = 64")
+                    .replace("first_stage_less_layers = 1", "first_stage_less_layers = 0")
+                    .replace("last_stage_less_layers = 1", "last_stage_less_layers = 0"))
+    job, _ = load_launch_job("torchtitan", path, hardware="h100-80gb", gpus=24)
+    assert job.pipeline_at(3, 1).layout == "Et*11|t*11|t*10L"

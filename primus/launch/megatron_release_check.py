@@ -49,6 +49,10 @@ FIELD_OF: Final = {
 }
 
 
+#: MLATransformerConfig's mscale and mscale_all_dim before Megatron-LM had arguments for them (core_v0.10.0)
+MLA_MSCALE_BEFORE_ARGS = 0.707
+
+
 def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTarget,
                 writes: Callable[[str, Any], bool]) -> tuple[dict[str, Any], list[str]]:
     """The arguments `ns` (dest -> value) in `target`'s spelling, and notes; refuses (InputError) what the
@@ -65,6 +69,12 @@ def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTa
         else:  # the release's own YaRN: it turns RoPE fusion off for any type but rope itself
             out.update(position_embedding_type="yarn", rotary_scaling_factor=job.model.yarn_rotary_scaling_factor,
                        apply_rope_fusion=None)
+    if not has_option(target.tag, "--mscale"):
+        # before core_v0.11.0 MLA's mscales are MLATransformerConfig's own, 0.707 and 0.707 (core_v0.10.0
+        # transformer_config.py lines 633-636): a model with those needs no argument, any other is refused below
+        for dest in ("mscale", "mscale_all_dim"):
+            if out.get(dest) == MLA_MSCALE_BEFORE_ARGS:
+                out.pop(dest)
     vp = out.get("num_virtual_stages_per_pipeline_rank")
     if vp and not has_option(target.tag, "--num-virtual-stages-per-pipeline-rank"):
         # before core_v0.11.0 interleaving is given in layers per virtual stage, an even split only

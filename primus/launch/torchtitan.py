@@ -36,7 +36,7 @@ from primus.launch.common import (
 )
 from primus.launch.option_names import check_field
 from primus.launch.torchtitan_2024 import KEYS_2024, LAUNCH_2024, UNTIL_MONTH, tables_2024
-from primus.launch.torchtitan_cli import CLI_COMMIT, NO_ETP, registry_line
+from primus.launch.torchtitan_cli import CLI_COMMIT, NO_ETP, export_weights, registry_line
 from primus.launch.torchtitan_flavors import FAMILIES, NOT_LANGUAGE, package_dir, read_flavor, spec_fields
 from primus.launch.torchtitan_registry import read_registry
 from primus.launch.torchtitan_release import (
@@ -205,10 +205,9 @@ def _import(t: _Toml, header: dict[str, Any], where: str, out: Collector, hardwa
         last = t.int("parallelism.pipeline_parallel_last_stage_less_layers", less, where, low=0)
         if first > 1 or last > 1:
             out.note("first/last stage lighter by more than one layer: modelled as one layer each")
-        pipeline = {k: True for k, v in (("account_for_embedding_in_pipeline_split", first),
-                                         ("account_for_loss_in_pipeline_split", last)) if v}
-        if pipeline:
-            job["pipeline"] = pipeline
+        if not predates(t.written, LESS_LAYERS_SINCE):  # the weighted split: its weights stated, 0 included
+            job["pipeline"] = {"account_for_embedding_in_pipeline_split": bool(first),
+                               "account_for_loss_in_pipeline_split": bool(last)}
     if t.get("training.dtype", "float32") == "bfloat16":
         job["optimizer"] = {k: "bf16" for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
                                                 "exp_avg_sq_dtype")}
@@ -439,8 +438,7 @@ def export_torchtitan(job: Job, layout: Layout) -> Exported:
     }
     par = tables["parallelism"]
     if layout.pp > 1:
-        emb = spec.pipeline.account_for_embedding_in_pipeline_split
-        loss = spec.pipeline.account_for_loss_in_pipeline_split
+        emb, loss = export_weights(job, layout, notes)
         tables["training"]["local_batch_size"] = spec.global_batch_size // layout.dp
         par.update(pipeline_parallel_schedule="Interleaved1F1B" if layout.vp > 1 else "1F1B",
                    pipeline_parallel_microbatch_size=layout.mbs,
@@ -580,3 +578,4 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(str(value))
+

@@ -71,8 +71,7 @@ def registry_line(job: Job, layout: Layout, name: str, flavor: str) -> tuple[str
         ("parallelism.context_parallel_degree", layout.cp),
     ]
     if layout.pp > 1:
-        emb = spec.pipeline.account_for_embedding_in_pipeline_split
-        loss = spec.pipeline.account_for_loss_in_pipeline_split
+        emb, loss = export_weights(job, layout, notes)
         flags += [("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if layout.vp > 1 else "1F1B"),
                   ("parallelism.num_pp_microbatches", gbs // (layout.mbs * dp)),
                   ("parallelism.pipeline_parallel_first_stage_less_layers", int(emb)),
@@ -106,3 +105,27 @@ def _flag(key: str, value: object) -> str:
     if key not in CLI_OPTIONS:  # a guard on this module's own table, not on input
         raise ValueError(f"--{key} is not an option of torchtitan {CLI_COMMIT}")
     return f"--{key}" if value is True else f"--{key} {value}"
+
+def export_weights(job: Job, layout: Layout, notes: list[str]) -> tuple[int, int]:
+    """The first/last_stage_less_layers to write: the ones the split primus evaluated used
+    (`Job.torchtitan_split_weights`); a release whose split is the 2024 one (the layers alone) is written as the
+    weighted split's weights that give the same stages, or 0 and 0 with a note where none does."""
+    from primus.schedule.torchtitan_split import torchtitan_counts
+
+    how = job.torchtitan_split_weights()
+    if how is None:
+        return (int(job.spec.pipeline.account_for_embedding_in_pipeline_split),
+                int(job.spec.pipeline.account_for_loss_in_pipeline_split))
+    kind, first, last = how
+    if kind == "torchtitan_weighted":
+        return first, last
+    stages, layers = layout.pp * layout.vp, job.model.num_layers
+    want = torchtitan_counts(kind, layers, stages)
+    for weights in ((0, 0), (1, 1), (1, 0), (0, 1)):
+        if torchtitan_counts("torchtitan_weighted", layers, stages, *weights) == want:
+            return weights
+    notes.append(f"torchtitan's weighted split (2025-04 on) has no first/last_stage_less_layers giving the stages "
+                 f"{job.resolved_stack.label} splits the layers into ({'|'.join(map(str, want or []))}): 0 and 0 "
+                 "written, which split them differently")
+    return 0, 0
+

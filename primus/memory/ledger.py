@@ -58,9 +58,11 @@ class StateWidths:
         stage 1/2 casts its gradient partition the same way (stage_1_and_2.py `step`, `.to(fp32)`). The
         precision-aware optimizer reads the 16-bit gradient itself (`decoupled_grad`) where Megatron allows
         it: master weights below fp32, or no FP8 recipe other than delayed scaling (optimizer_config.py lines
-        198-205, `use_precision_aware_optimizer_no_fp8_or_ds_fp8`)."""
+        198-205, `use_precision_aware_optimizer_no_fp8_or_ds_fp8`; NVFP4 leaves --fp8-recipe at 'delayed').
+        Megatron-FSDP copies too (`update_main_grads`), and so do DeepSpeed's ZeRO stages 1 and 2."""
         moments = DTYPE_BYTES[options.exp_avg_dtype] + DTYPE_BYTES[options.exp_avg_sq_dtype]
-        fp8_like = precision == "nvfp4" or (precision == "fp8" and (fp8_recipe or "delayed") != "delayed")
+        # Megatron-LM keys this on --fp8-recipe (default 'delayed', which --fp4-format leaves as it is)
+        fp8_like = precision == "fp8" and (fp8_recipe or "delayed") != "delayed"
         decoupled = options.precision_aware and (options.main_params_dtype != "fp32" or not fp8_like)
         return StateWidths(
             weight=2,
@@ -184,13 +186,17 @@ def combine(shape: StageShape, pu: ParamUnits, au: ActUnits, widths: StateWidths
     # offloading, the reloaded layer (never beside the loss: primus.memory.offload). The terms below are the
     # chosen moment's.
     terms.update(backward_moments(shape, au))
-    # The optimizer step is a third moment: every activation, checkpoint and loss state is freed, and the
-    # step's fp32 copies of 16-bit main gradients (`StateWidths.step_grad_copy`; Megatron-FSDP makes none:
-    # distrib_optimizer.py line 2374) are held. The peak is the larger moment: the copies count where they
-    # exceed what the backward moment holds beyond the model state.
-    if widths.step_grad_copy and sharding != "fsdp":
+    # The optimizer step is a third moment: every activation, checkpoint and loss state is freed (and, with
+    # FSDP, the gathered layer copies and their unsharded gradients), and the step's fp32 copies of 16-bit main
+    # gradients (`StateWidths.step_grad_copy`) are held: the distributed optimizer's, or Megatron-FSDP's own
+    # (core_v0.15.0 megatron_fsdp/param_and_grad_buffer.py `update_main_grads`, lines 2399-2460:
+    # `optimizer_grad.to(param.dtype)` beside the fp32 main weights, held until zero_grad). The peak is the
+    # larger moment: the copies count where they exceed what the backward moment holds beyond the rest.
+    if widths.step_grad_copy:
         copies = widths.step_grad_copy * (held if sharding == "none" else shards)
         backward = sum(v for k, v in terms.items() if k.startswith("activations.")) + terms["other.logits_and_loss"]
+        if sharding == "fsdp":
+            backward = backward + terms["weights.unsharded_working_copies"] + terms["gradients.unsharded_layer_grads"]
         terms["optimizer.step_grad_copy"] = _max(copies - backward, 0)
     terms["other.communicator_buffers"] = comm_bytes
     breakdown: dict[str, Any] = {k: 0 for k in BREAKDOWN_KEYS}

@@ -188,7 +188,7 @@ def _truncate_torn_tail(path: Path) -> None:
 #: The fields of an llm.jsonl line (`RecordingClient`'s sink) and the types a replay reads them as.
 LLM_CALL_FIELDS: dict[str, tuple[type, ...]] = {
     "messages": (list,), "text": (str, type(None)), "error": (str, type(None)), "tokens": (int,),
-    "attempts": (int,), "fault": (str, type(None)), "chars": (int,)}
+    "attempts": (int,), "fault": (dict, type(None)), "chars": (int,)}  # a fault as CallFault.to_json writes it
 
 
 def _check_llm_call(call: dict[str, Any], path: Path, n: int) -> None:

@@ -364,14 +364,17 @@ class ModelBuilder:
         m.add(act_v == act)
         if w.step_grad_copy:
             # the optimizer step's moment (`ledger.combine`): fp32 copies of 16-bit main gradients beyond
-            # what the backward moment holds; Megatron-FSDP makes none
+            # what the backward moment holds (with FSDP, its gathered layer copies and gradients too)
             copies = self._int(0, BIG, f"{p}.step_copies")
-            m.add(copies == 0).only_enforce_if(fsdp)
+            m.add(copies == w.step_grad_copy * shards).only_enforce_if(fsdp)
             m.add(copies == w.step_grad_copy * held).only_enforce_if(ax["sharding_none"])
             m.add(copies == w.step_grad_copy * shards).only_enforce_if(ax["sharding_dist_opt"])
             m.add(copies == w.step_grad_copy * shards).only_enforce_if(ax["sharding_zero2"])
+            gathered = self._int(0, BIG, f"{p}.step_gathered")  # FSDP's layer copies and gradients, freed too
+            m.add(gathered == 3 * w.weight * layer_copy).only_enforce_if(fsdp)
+            m.add(gathered == 0).only_enforce_if(~fsdp)
             step = self._int(0, BIG, f"{p}.step_excess")
-            m.add_max_equality(step, [0, copies - act_v - loss])
+            m.add_max_equality(step, [0, copies - act_v - loss - gathered])
             opt_all = self._int(0, BIG, f"{p}.optimizer_with_step")
             m.add(opt_all == opt + step)
             opt = opt_all
