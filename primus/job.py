@@ -163,7 +163,13 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
     cluster = resolve_hardware(written.hardware, where, "hardware", base_dir)
     merged, assumed = apply_stack(resolved, data, scaleup_domain=cluster.scaleup.domain_size)
     pins = written.parallel
-    if "pipeline" not in data and pins.pp is not None:
+    if "pipeline" not in data and merged.get("framework") == "torchtitan" \
+            and resolved.values.get("pipeline_split") == "torchtitan_weighted":
+        # torchtitan's first/last_stage_less_layers default to 1 (pipeline_parallel.py): stated so, one job
+        # whether its file states them or not
+        merged["pipeline"] = {"account_for_embedding_in_pipeline_split": True,
+                              "account_for_loss_in_pipeline_split": True}
+    elif "pipeline" not in data and pins.pp is not None:
         # VP free: only the accounting switches (they hold for any VP); an explicit layout fixes VP
         split, named = stack_split(resolved, model, pins.pp, pins.vp or 1)
         if split and (pins.vp is not None or "layout" not in split):
