@@ -109,7 +109,9 @@ class Job:
         """The job as a job file's mapping (JSON types, nothing unset), without a `pipeline` section when
         the stack splits the layers: reloaded, it is the same job (`split_stack` is set again)."""
         data = self.spec.model_dump(mode="json", exclude_none=True)
-        if self.split_stack is not None and self.spec.pipeline == _NO_SPLIT:
+        if self.split_stack is not None and self.spec.pipeline in (_NO_SPLIT, TORCHTITAN_DEFAULT_SPLIT):
+            # nor torchtitan's default weights stated on load: reloaded on torchtitan they are stated again,
+            # and moved to another framework's stack (an export to Megatron) they are not its accounting
             data.pop("pipeline", None)
         return data
 
@@ -141,6 +143,9 @@ class Job:
 
 
 _NO_SPLIT = PipelineOptions()
+#: torchtitan's first/last_stage_less_layers defaults (1 and 1), stated on load for a torchtitan job without its own
+TORCHTITAN_DEFAULT_SPLIT = PipelineOptions(account_for_embedding_in_pipeline_split=True,
+                                      account_for_loss_in_pipeline_split=True)
 
 
 @lru_cache(maxsize=4096)
@@ -167,8 +172,8 @@ def job_from_mapping(data: Mapping[str, Any], where: str, base_dir: Path | None 
             and resolved.values.get("pipeline_split") == "torchtitan_weighted":
         # torchtitan's first/last_stage_less_layers default to 1 (pipeline_parallel.py): stated so, one job
         # whether its file states them or not
-        merged["pipeline"] = {"account_for_embedding_in_pipeline_split": True,
-                              "account_for_loss_in_pipeline_split": True}
+        merged["pipeline"] = TORCHTITAN_DEFAULT_SPLIT.model_dump(exclude_defaults=True)
+        assumed.append("pipeline (torchtitan's first/last_stage_less_layers, 1 and 1)")
     elif "pipeline" not in data and pins.pp is not None:
         # VP free: only the accounting switches (they hold for any VP); an explicit layout fixes VP
         split, named = stack_split(resolved, model, pins.pp, pins.vp or 1)

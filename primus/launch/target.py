@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from primus.errors import InputError
-from primus.job import Job, job_from_mapping
+from primus.job import TORCHTITAN_DEFAULT_SPLIT, Job, job_from_mapping
 from primus.launch.common import flatten, nest, own_settings
 from primus.launch.megatron_export import WRITTEN, WRITTEN_MOE
 from primus.launch.torchtitan import PIPELINE_WRITTEN
@@ -63,7 +63,10 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
         # what the file states is run as stated, whoever supplied it (a recipe's fused loss, its bf16
         # gradients, the layout); the rest of what the old stack supplied is left to the new one
         stated = (*WRITTEN_BY[kind], "parallel")
-        for key, value in flatten(job.spec.model_dump(mode="json", exclude_defaults=True)).items():
+        spec = job.spec.model_dump(mode="json", exclude_defaults=True)
+        if job.split_stack is not None and job.spec.pipeline == TORCHTITAN_DEFAULT_SPLIT:
+            spec.pop("pipeline", None)  # torchtitan's own defaults, stated on load: not the new framework's split
+        for key, value in flatten(spec).items():
             if key not in own and any(key == w or key.startswith(w + ".") for w in stated):
                 own[key] = value
         if kind in STATES_ALLOCATOR and job.expandable_segments and "allocator.expandable_segments" not in own:
