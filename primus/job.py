@@ -79,17 +79,20 @@ class Job:
         first/last_stage_less_layers, for a job on a torchtitan release that describes its split and gives no
         layout or stage sizes of its own; None otherwise. A job file with a `pipeline` section states the
         weights (its embedding and loss accounting options, 1 each when set, 0 when not), which exist only in
-        the weighted split (torchtitan #1416 made them settable); one without gets its release's split with
-        that release's defaults (1 and 1 in the weighted one). Export writes these weights back."""
+        the weighted split (torchtitan #1416 made them settable); a release with the weighted split has its
+        defaults (1 and 1) stated on load (`job_from_mapping`), so only the 2024 split is ever unstated. Export
+        writes these weights back."""
         from primus.schedule.torchtitan_split import TORCHTITAN_SPLITS
 
+        if self.spec.framework != "torchtitan":  # every job's pipeline_at asks: answer the rest at once
+            return None
         kind = self.resolved_stack.values.get("pipeline_split")
         pipe = self.spec.pipeline
         sized = pipe.decoder_first_pipeline_num_layers is not None or pipe.decoder_last_pipeline_num_layers is not None
-        if self.spec.framework != "torchtitan" or kind not in TORCHTITAN_SPLITS or pipe.layout is not None or sized:
+        if kind not in TORCHTITAN_SPLITS or pipe.layout is not None or sized:
             return None
-        if self.split_stack is not None and pipe == _NO_SPLIT:  # no `pipeline` section: the release's defaults
-            return (kind, 1, 1) if kind == "torchtitan_weighted" else (kind, 0, 0)
+        if self.split_stack is not None and pipe == _NO_SPLIT:  # no `pipeline` section on the 2024 split
+            return kind, 0, 0
         return ("torchtitan_weighted", int(pipe.account_for_embedding_in_pipeline_split),
                 int(pipe.account_for_loss_in_pipeline_split))
 
