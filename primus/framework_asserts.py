@@ -39,6 +39,18 @@ def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where
                          "legacy cannot run sync-free MoE (moe.sync_free: AMD Primus's stage 2 needs Primus-Turbo's "
                          "grouped GEMM, which Primus refuses beside the legacy one): use grouped_gemm te or drop "
                          "sync_free")
+    if moe.grouped_gemm == "sequential" and spec.framework != "megatron":
+        raise InputError(where, "moe.grouped_gemm",
+                         f"sequential is Megatron-Core's SequentialMLP; {spec.framework}'s experts run grouped "
+                         "GEMMs: use grouped_gemm te")
+    if moe.grouped_gemm == "sequential" and moe.sync_free:
+        # Primus fd1eeab rocm_arg_validation.py lines 202-205: stage 2 or 3 requires PrimusTurboGroupedLinear
+        # (use_turbo_grouped_gemm), a grouped linear; SequentialMLP splits its rows on host-side counts
+        # (experts.py `tokens_per_expert.tolist()`), which is what sync-free MoE removes
+        raise InputError(where, "moe.grouped_gemm",
+                         "sequential cannot run sync-free MoE (moe.sync_free: AMD Primus's stage 2 needs "
+                         "Primus-Turbo's grouped linear, and SequentialMLP splits its rows on host-side counts): "
+                         "use grouped_gemm te or drop sync_free")
     if moe.grouped_gemm == "legacy" and model.add_bias_linear:
         # NVIDIA/Megatron-LM 000c4ac megatron/core/transformer/moe/experts.py lines 116-118 (GroupedMLP):
         # assert config.add_bias_linear == False, "bias not supported in Grouped GEMM yet"

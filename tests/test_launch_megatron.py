@@ -126,12 +126,18 @@ def test_moe_and_mla_options_build_the_model(tmp_path: Path) -> None:
     config = import_launch("megatron", _write(tmp_path, text), hardware="h100-80gb", gpus=1024)
     assert config.job["model"] == "deepseek-v3"
     assert config.job["parallel"]["etp"] == 2  # Megatron: ETP defaults to TP
-    # no --moe-permute-fusion: Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False)
-    assert config.job["moe"] == {"token_dispatcher": "alltoall", "permute_fusion": False}
-    legacy = import_launch("megatron", _write(tmp_path, text + " --moe-use-legacy-grouped-gemm", "l.sh"),
-                           hardware="h100-80gb", gpus=1024)
+    # no --moe-permute-fusion: Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False);
+    # no --moe-grouped-gemm: SequentialMLP (transformer_engine_spec_provider.py `grouped_mlp_modules`)
+    assert config.job["moe"] == {"token_dispatcher": "alltoall", "grouped_gemm": "sequential",
+                                 "permute_fusion": False}
+    legacy = import_launch("megatron", _write(tmp_path, text + " --moe-grouped-gemm --moe-use-legacy-grouped-gemm",
+                                              "l.sh"), hardware="h100-80gb", gpus=1024)
     assert legacy.job["moe"] == {"token_dispatcher": "alltoall", "grouped_gemm": "legacy",  # bf16 grouped GEMMs
                                  "permute_fusion": False}
+    ignored = import_launch("megatron", _write(tmp_path, text + " --moe-use-legacy-grouped-gemm", "i.sh"),
+                            hardware="h100-80gb", gpus=1024)
+    assert ignored.job["moe"]["grouped_gemm"] == "sequential"  # the legacy flag picks among grouped MLPs only
+    assert any("has no effect without it" in n for n in ignored.notes)
     pattern = text.replace("'([0]*3+[1]*58)'", "'([1]*3+[0]*1)*15+[1]'")  # Megatron's grouped form
     grouped = import_launch("megatron", _write(tmp_path, pattern, "b.sh"), hardware="h100-80gb", gpus=1024)
     assert isinstance(grouped.job["model"], dict) and len(grouped.job["model"]["moe_layer_freq"]) == 61

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from primus.errors import InputError
-from primus.job import Job, load_job
+from primus.job import Job, job_from_mapping, load_job
 from primus.launch import import_launch
 from primus.launch.common import LaunchConfig
 from primus.launch.megatron import export_megatron
@@ -165,18 +165,21 @@ def test_a_turbo_deepep_switch_that_is_not_true_or_false_is_bad_input(tmp_path: 
 
 def test_an_export_to_megatron_asks_for_grouped_expert_gemms(tmp_path: Path) -> None:
     # without --moe-grouped-gemm Megatron-LM builds SequentialMLP (d98e8a6 moe_module_specs.py; the config
-    # default moe_grouped_gemm = False, transformer_config.py line 850); primus times grouped GEMMs
+    # default moe_grouped_gemm = False, transformer_config.py line 850); grouped_gemm te is TEGroupedMLP
     job = _job(tmp_path, "megatron-lm@2026.06", fused=True)
     assert "--moe-grouped-gemm" in export_megatron(job, pinned_layout(job)).text
 
 
-def test_a_megatron_launch_without_grouped_gemm_is_noted(tmp_path: Path) -> None:
+def test_a_megatron_launch_without_grouped_gemm_runs_sequential_experts_and_exports_back(tmp_path: Path) -> None:
     path = tmp_path / "seq.sh"
     path.write_text(MEGATRON.replace(" --moe-grouped-gemm", "") + "\n")
-    notes = import_launch("megatron", path, hardware="h100-80gb", gpus=8).notes
-    assert any("SequentialMLP" in n for n in notes)
+    config = import_launch("megatron", path, hardware="h100-80gb", gpus=8)
+    assert config.job["moe"]["grouped_gemm"] == "sequential"
+    assert any("SequentialMLP" in n for n in config.notes)
+    job = job_from_mapping(config.job, str(path), tmp_path)
+    assert "--moe-grouped-gemm" not in export_megatron(job, pinned_layout(job)).text
     path.write_text(MEGATRON + "\n")
-    assert not any("SequentialMLP" in n for n in import_launch("megatron", path, hardware="h100-80gb", gpus=8).notes)
+    assert "grouped_gemm" not in import_launch("megatron", path, hardware="h100-80gb", gpus=8).job["moe"]
 
 
 def _flex_job(tmp_path: Path, ep: int, extra: str = "") -> Job:

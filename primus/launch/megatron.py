@@ -329,18 +329,18 @@ def import_megatron(text: str, where: str, *, hardware: str | None = None, nodes
     ctx = replace(_context(parsed, header, where, cluster.gpus), world_source=cluster.source,
                   gpus_per_node=cluster.spec.gpus_per_node)
     job, consumed = job_from_args(parsed.ns, ctx, out)
-    _date_legacy_gemm(job, header, out)
+    _date_legacy_gemm(job, bool(parsed.ns.get("moe_use_legacy_grouped_gemm")), header, out)
     if parsed.expandable_segments is not None:
         job["allocator"] = {"expandable_segments": parsed.expandable_segments}
     _skip_unread(parsed, consumed, out)
     return finish("megatron", MEGATRON_RELEASE, where, job, header, cluster, out, base_dir)
 
 
-def _date_legacy_gemm(job: dict[str, Any], header: dict[str, Any], out: Collector) -> None:
+def _date_legacy_gemm(job: dict[str, Any], flag: bool, header: dict[str, Any], out: Collector) -> None:
     """A line with --moe-use-legacy-grouped-gemm ran on a release that has it (core_v0.11.0 to core_v0.16.1):
     with no stack in its header, the job is on the newest of them, not on the default stack's newest
     release, which has no GroupedMLP (`primus.stacks.megatron_release.OPTION_WINDOWS`)."""
-    if "stack" in header or job.get("moe", {}).get("grouped_gemm") != "legacy":
+    if "stack" in header or not flag:  # the flag dates the line even where SequentialMLP ignores it
         return
     tag = newest_with(LEGACY_GEMM_FLAG)
     job["stack"] = f"megatron-lm@{tag}"

@@ -191,7 +191,8 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
                          "drops tokens at the capacity factor unpadded; primus sizes padded buffers (an upper bound)")
         ns.update(moe_token_dispatcher_type=spec.moe.token_dispatcher, moe_expert_capacity_factor=capacity,
                   moe_pad_expert_input_to_capacity=pad, moe_permute_fusion=spec.moe.permutes_fused,
-                  moe_grouped_gemm=True)  # primus times grouped expert GEMMs; without it Megatron loops over experts
+                  # without it Megatron-LM builds SequentialMLP, a loop over the local experts
+                  moe_grouped_gemm=spec.moe.grouped_gemm != "sequential")
         if spec.moe.token_dispatcher == "flex" and not primus:
             # core_v0.14.0 token_dispatcher.py asserts it for flex; later releases accept it (deprecated)
             ns["moe_enable_deepep"] = True

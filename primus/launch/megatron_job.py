@@ -685,12 +685,16 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
         raise InputError(r.ctx.where, r.ctx.label("moe_enable_deepep"),
                          f"DeepEP needs the flex token dispatcher, not {dispatcher!r} (Megatron-Core: 'DeepEP backend "
                          "is only supported with flex token dispatcher')")
-    if r.get("moe_use_legacy_grouped_gemm"):
-        doc["grouped_gemm"] = "legacy"
     if r.get("moe_grouped_gemm") is False:  # None: not known (a Primus model file that was not read)
-        out.note(f"no {r.ctx.label('moe_grouped_gemm')}: Megatron-LM runs the experts as SequentialMLP, one GEMM "
-                 "per local expert (megatron/core/models/gpt/moe_module_specs.py); primus times them as grouped "
-                 "GEMMs")
+        # Megatron-Core builds SequentialMLP without it, whatever the legacy flag says (core_v0.16.0
+        # extensions/transformer_engine_spec_provider.py `grouped_mlp_modules`)
+        doc["grouped_gemm"] = "sequential"
+        legacy = r.get("moe_use_legacy_grouped_gemm")
+        out.note(f"no {r.ctx.label('moe_grouped_gemm')}: Megatron-LM runs the experts as SequentialMLP, a loop over "
+                 "the local experts (moe.grouped_gemm sequential)"
+                 + (f"; {r.ctx.label('moe_use_legacy_grouped_gemm')} has no effect without it" if legacy else ""))
+    elif r.get("moe_use_legacy_grouped_gemm"):
+        doc["grouped_gemm"] = "legacy"
     # absent, Megatron-LM permutes unfused (transformer_config.py moe_permute_fusion = False)
     doc["permute_fusion"] = bool(r.get("moe_permute_fusion"))
     capacity = r.get("moe_expert_capacity_factor")

@@ -92,8 +92,10 @@ class ActContext:
 
     @property
     def te_grouped_mlp(self) -> bool:
-        """The experts are Megatron-Core's TEGroupedMLP (`MoeOptions.grouped_gemm` te): neither the legacy
-        GroupedMLP nor Transformer Engine's fused grouped MLP, and Megatron's framework."""
+        """The experts are Megatron's per-expert modules over Transformer Engine GEMMs: TEGroupedMLP
+        (`MoeOptions.grouped_gemm` te) or SequentialMLP (sequential), which save the same tensors and run
+        the same activation functions; neither the legacy GroupedMLP nor Transformer Engine's fused grouped
+        MLP, and Megatron's framework."""
         return self.framework == "megatron" and self.experts_low and not self.fused_grouped_mlp
 
     @property

@@ -152,6 +152,13 @@ class OpContext:
     #: (its clamp and the expert biases too) runs inside the FC1 grouped GEMM's epilogue (TE v2.16
     #: ops/fused/forward_grouped_mlp.py, `grouped_gemm_glu_wrapper_sm100`), so no activation kernel of its own
     fused_grouped_mlp: bool = False
+    #: the experts are Megatron-Core's SequentialMLP (`MoeOptions.grouped_gemm` sequential, no
+    #: --moe-grouped-gemm): a Python loop over the local experts, each a Megatron MLP of Transformer Engine
+    #: linears (`sequential_expert_ops`); its GEMMs launch per expert as with `per_expert_launches`
+    sequential_experts: bool = False
+    #: rows SequentialMLP pads each expert's tokens to under FP8 (Megatron-Core `get_fp8_align_size`: 32 for
+    #: MXFP8, 16 for the other FP8 recipes); 0 where it does not pad (BF16, NVFP4: `config.fp8` unset)
+    expert_pad_align: int = 0
     #: RoPE runs Transformer Engine's fused kernel (`KernelOptions.rope_fusion` with position_embedding_type
     #: rope); off, Megatron-Core's eager path (`rotary_op`)
     rope_fused: bool = True
@@ -458,8 +465,8 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         # router: bf16 logits read, fp32 probabilities written and read by top-k; backward likewise
         MemOp("mlp.router.softmax_topk", Tn * experts * (ACT + 2 * FP32), Tn * experts * 3 * FP32),
         MemOp("mlp.permute", (Tn + copies + 2 * R + pf) * h * ACT, (Tn + copies + 2 * R + pb) * h * ACT),
-        *(() if ctx.fused_grouped_mlp else (_activation("mlp.experts.activation", R, ffn // a.etp, model.swiglu,
-                                                         "moe_act"),)),
+        *(() if ctx.fused_grouped_mlp else (_expert_activation(model, ctx, R, local, ffn // a.etp),)),
+        *(sequential_expert_ops(ctx, R, local, h) if ctx.sequential_experts else ()),
         *_megatron_expert_extras(model, ctx, R, local, ffn // a.etp),
         MemOp("mlp.unpermute", (2 * R + copies + Tn + uf) * h * ACT, (2 * R + copies + Tn + ub) * h * ACT),
         _residual("mlp.bias_dropout_add", Tn, h, model.hidden_dropout > 0),
@@ -482,6 +489,40 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
         block = block + _mlp(model, ctx, "mlp.shared_experts", model.moe_shared_expert_intermediate_size,
                              norm_fused=False)
     return block
+
+
+def _expert_activation(model: ModelSpec, ctx: OpContext, R: int, local: int, f: int) -> MemOp:
+    """The experts' GLU over all R routed rows: one kernel for a grouped MLP, one per local expert in each
+    direction for SequentialMLP (each expert's `MLP.forward` calls the fused weighted GLU on its own rows)."""
+    op = _activation("mlp.experts.activation", R, f, model.swiglu, "moe_act")
+    return replace(op, launches=local, bwd_launches=local) if ctx.sequential_experts else op
+
+
+def sequential_expert_ops(ctx: OpContext, R: int, local: int, h: int) -> tuple[MemOp, ...]:
+    """What Megatron-Core's SequentialMLP moves beyond a grouped MLP, for R routed rows of width h over
+    `local` experts (core_v0.16.0 megatron/core/transformer/moe/experts.py lines 1068-1120, the same from
+    core_v0.11.0 to core_v0.18.0):
+
+    - `torch.split` of the rows per expert is a view; its backward is a `cat` of the experts' input
+      gradients (R rows read and written), and the forward's `torch.cat` of their outputs copies R rows;
+      the cat's backward is a view again. One kernel each.
+    - under FP8 each expert's rows are padded to `get_fp8_align_size` (`_pad_tensor_for_fp8`: a `zeros`
+      and a `cat`, then the output sliced back), which copies the expert's rows once more in forward and,
+      through the slice's backward (a zeroed padded gradient with the rows copied in), in backward. Only an
+      expert whose row count is not a multiple of the alignment pads; with routing balanced, as primus
+      sizes it (`routed_tokens`), every expert holds ⌈R / local⌉ rows, so all pad or none do.
+
+    `tokens_per_expert.tolist()` costs no host wait of its own: every dispatcher has already moved the
+    counts to the host (the alltoall dispatcher at its `before_ep_alltoall` point, priced as the MoE
+    layer's host round trip)."""
+    per_expert = -(-R // local)
+    ops = [MemOp("mlp.experts.sequential_cat", R * h * 2 * ACT, R * h * 2 * ACT)] if local > 1 else []
+    align = ctx.expert_pad_align
+    if align and per_expert % align:  # one local expert pads too (lines 1088-1094)
+        padded = local * (-(-per_expert // align) * align)
+        ops.append(MemOp("mlp.experts.fp8_pad", (R + padded) * h * ACT, (padded + R) * h * ACT,
+                         launches=2 * local, bwd_launches=2 * local))
+    return tuple(ops)
 
 
 def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int, f: int) -> list[MemOp]:
@@ -509,12 +550,19 @@ def _megatron_expert_extras(model: ModelSpec, ctx: OpContext, R: int, local: int
       intermediates: forward 28 bytes with the `.to(bf16)` cast, backward 40 (the casts of the gradient to
       fp32 and, per expert, back to bf16 for `t`). Kernels: 2 per expert forward plus the cat (and the cast),
       4 per expert backward (5 with the cast) plus the cat (and the cast).
-    Both run inside the `moe_act` recompute region only for the clamp (the bias add follows FC2)."""
+    Both run inside the `moe_act` recompute region only for the clamp (the bias add follows FC2).
+
+    SequentialMLP (`OpContext.sequential_experts`) runs the same functions per expert: its `MLP.forward`
+    (mlp.py lines 172-190) calls `weighted_bias_quick_geglu_impl` on each expert's rows, so the clamp's
+    kernels and its host round trip come once per local expert, and adds the FC2 bias as `output +=
+    output_bias * per_token_scale` (lines 229-233), the per-expert loop priced above."""
     if not ctx.per_expert_launches:
         return []
     out: list[MemOp] = []
+    calls = local if ctx.sequential_experts else 1  # SequentialMLP calls the GLU once per expert
     if model.activation_func_clamp_value is not None:
-        out.append(MemOp("mlp.experts.activation_clamp", R * f * 16, R * f * 30, "moe_act", 3, 7, host_syncs=1))
+        out.append(MemOp("mlp.experts.activation_clamp", R * f * 16, R * f * 30, "moe_act", 3 * calls, 7 * calls,
+                         host_syncs=calls))
     if model.add_bias_linear:
         h = model.hidden_size
         if ctx.dispatcher == "flex":  # fp32 intermediates: b*p 4, t + b*p 2 + 4 + 4, cat 4 + 4, to(bf16) 4 + 2

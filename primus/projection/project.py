@@ -106,6 +106,9 @@ class Projector:
         # (`KernelOptions.rope_fusion`); other frameworks' rotary is priced as one pass, as before
         self.rope_fused = spec.framework != "megatron" or (
             spec.kernels.rope_fusion and self.model.position_embedding_type == "rope")
+        # SequentialMLP pads each expert's rows under FP8 only (`config.fp8`; NVFP4 is `config.fp4`):
+        # Megatron-Core fp8_utils.py `get_fp8_align_size`, 32 rows for MXFP8 and 16 otherwise
+        self.expert_pad_align = 0 if spec.precision != "fp8" else (32 if spec.effective_fp8_recipe == "mxfp8" else 16)
         self.recompute_method = spec.parallel.recompute_method or "uniform"
         self.recompute_layer_ids = self.memory.recompute_layer_ids
         ov = self.profile.overlap
@@ -170,6 +173,8 @@ class Projector:
                          per_expert_launches=act.te_grouped_mlp,
                          permute_fusion=spec.moe.permutes_fused,
                          fused_grouped_mlp=spec.moe.grouped_gemm == "te_fused",
+                         sequential_experts=spec.moe.grouped_gemm == "sequential",
+                         expert_pad_align=self.expert_pad_align,
                          rope_fused=self.rope_fused, cp_comm=spec.context_parallel.comm_type)
 
     def block_cost(self, key: str, layout: Layout, ctx: OpContext, groups: dict[str, GroupShape],

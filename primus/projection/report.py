@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from primus.memory.ledger import Reserves
 from primus.memory.offload import offload_applies
@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 FLOP_CONVENTION = ("model FLOPs in Megatron's convention: 6 per GEMM weight per token (output layer included), "
                    "attention over the keys a causal mask leaves (S/2 on average), MTP modules included, recompute not "
                    "counted")
+
+
+#: How each `MoeOptions.grouped_gemm` runs the experts, as the projection prices it (`primus.projection.ops`).
+EXPERT_TEXT: Final = {
+    "te": "TEGroupedMLP (Transformer Engine grouped linear: one GEMM and one quantisation kernel per local expert)",
+    "legacy": "GroupedMLP (grouped_gemm's gmm, one kernel for all experts, bf16 under FP8)",
+    "te_fused": "Transformer Engine's fused grouped MLP (GLU, clamp and biases in the FC1 GEMM's epilogue)",
+    "sequential": "SequentialMLP (a loop over the local experts: a GLU call each, a cat of the outputs, FP8 rows "
+                  "padded per expert)",
+}
 
 
 def tflops_text(tflops: float) -> str:
@@ -186,6 +196,8 @@ def assumptions(p: Projector, layout: Layout, method: str, split_ok: bool, m: in
         out.append(f"MoE: {spec.moe.token_dispatcher} dispatcher as {how} (+ all-gather/reduce-scatter over "
                    f"ETP), balanced routing × imbalance {spec.moe.imbalance}"
                    + (f", capacity factor {spec.moe.capacity_factor}" if spec.moe.capacity_factor else ""))
+        experts = EXPERT_TEXT[spec.moe.grouped_gemm] if spec.framework == "megatron" else "grouped GEMMs"
+        out.append(f"experts: {experts}")
     if layout.cp > 1:
         out.append(CP_COMM_TEXT[spec.context_parallel.comm_type])
     out.append(f"{FLOP_CONVENTION}; MFU against the dense {peak_dtype(spec.precision)} peak "

@@ -146,7 +146,11 @@ class MoeOptions(Spec):
     fused ops (`use_transformer_engine_op_fuser` with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, Megatron-Bridge's
     `cutedsl_fused_grouped_mlp`): one cuDNN CuTe-DSL grouped GEMM per projection with the GLU, its clamp
     and the expert biases inside the kernel (TE v2.16 ops/fused/forward_grouped_mlp.py), MXFP8 on compute
-    capability 10.x only, so none of TEGroupedMLP's eager work around its kernels.
+    capability 10.x only, so none of TEGroupedMLP's eager work around its kernels; or `sequential`:
+    Megatron-Core's SequentialMLP, what Megatron-LM builds without --moe-grouped-gemm (core_v0.16.0
+    megatron/core/extensions/transformer_engine_spec_provider.py `grouped_mlp_modules`): a Python loop over
+    the local experts, each a Megatron MLP of Transformer Engine linears, with per-expert FP8 padding and a
+    cat of the outputs (`primus.projection.ops.sequential_expert_ops`); it saves what TEGroupedMLP saves.
 
     `sync_free`: the per-expert token counts stay on the device through dispatch and the grouped GEMMs,
     so a MoE layer costs no host round trip (the profile's `host.moe_layer_us` is not spent). AMD
@@ -176,7 +180,7 @@ class MoeOptions(Spec):
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
     token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
-    grouped_gemm: Literal["te", "legacy", "te_fused"] = "te"
+    grouped_gemm: Literal["te", "legacy", "te_fused", "sequential"] = "te"
     sync_free: Bool = False
     permute_fusion: Bool = True
     unfused_permute_syncs: Annotated[StrictInt, Field(ge=0, le=4)] = 1

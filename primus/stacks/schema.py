@@ -112,7 +112,7 @@ class RecipeSettings(Spec):
     moe_dispatcher: Literal["alltoall", "allgather", "flex"] | None = None
     #: where a preset builds its experts otherwise than the stack's TEGroupedMLP (`MoeOptions.grouped_gemm`;
     #: Megatron-Bridge's cutedsl_fused_grouped_mlp: `te_fused`)
-    moe_grouped_gemm: Literal["te", "legacy", "te_fused"] | None = None
+    moe_grouped_gemm: Literal["te", "legacy", "te_fused", "sequential"] | None = None
 
 
 #: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):
