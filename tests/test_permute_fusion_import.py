@@ -182,6 +182,21 @@ def test_a_megatron_launch_without_grouped_gemm_runs_sequential_experts_and_expo
     assert "grouped_gemm" not in import_launch("megatron", path, hardware="h100-80gb", gpus=8).job["moe"]
 
 
+def test_a_sequential_job_round_trips_through_a_primus_experiment(tmp_path: Path) -> None:
+    path = tmp_path / "seq.yaml"
+    path.write_text("model: mixtral-8x7b\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"
+                    "stack: primus\nparallel: {tp: 1, pp: 1, vp: 1, cp: 1, ep: 2, etp: 1, mbs: 1, sp: false, "
+                    "sharding: dist_opt, recompute: full}\nmoe: {grouped_gemm: sequential}\n")
+    job = load_job(path)
+    text = export_primus(job, pinned_layout(job)).text
+    assert "moe_grouped_gemm: false" in text
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(text)
+    config = import_launch("primus", exp)
+    assert config.job["moe"]["grouped_gemm"] == "sequential"
+    assert any("moe_grouped_gemm false: Megatron-LM runs the experts as SequentialMLP" in n for n in config.notes)
+
+
 def _flex_job(tmp_path: Path, ep: int, extra: str = "") -> Job:
     path = tmp_path / f"flex{ep}.yaml"
     path.write_text(f"model: deepseek-v2-lite\nhardware: h100-80gb\ngpus: 8\nseq_len: 4096\nglobal_batch_size: 64\n"

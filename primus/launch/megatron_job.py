@@ -690,7 +690,9 @@ def _moe(r: ArgReader, out: Collector) -> dict[str, Any]:
         # extensions/transformer_engine_spec_provider.py `grouped_mlp_modules`)
         doc["grouped_gemm"] = "sequential"
         legacy = r.get("moe_use_legacy_grouped_gemm")
-        out.note(f"no {r.ctx.label('moe_grouped_gemm')}: Megatron-LM runs the experts as SequentialMLP, a loop over "
+        label = r.ctx.label("moe_grouped_gemm")
+        off = f"no {label}" if label.startswith("--") else f"{label} false"
+        out.note(f"{off}: Megatron-LM runs the experts as SequentialMLP, a loop over "
                  "the local experts (moe.grouped_gemm sequential)"
                  + (f"; {r.ctx.label('moe_use_legacy_grouped_gemm')} has no effect without it" if legacy else ""))
     elif r.get("moe_use_legacy_grouped_gemm"):
