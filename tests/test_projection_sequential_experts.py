@@ -100,3 +100,12 @@ def test_the_projection_names_the_expert_implementation_it_priced() -> None:
     job = job_from_mapping({**QWEN3_30B_B200, **SEQUENTIAL}, "test")
     assumptions = Projector(job).project(pinned_layout(job)).assumptions
     assert any(a.startswith("experts: SequentialMLP") for a in assumptions)
+
+
+def test_an_export_to_torchtitan_drops_sequential_experts_with_a_note() -> None:
+    from primus.launch.target import on_target_stack
+
+    job = job_from_mapping({**QWEN3_30B_B200, **SEQUENTIAL, "stack": "megatron-lm@2026.06"}, "test")
+    moved, notes = on_target_stack(job, "torchtitan")
+    assert moved.spec.moe.grouped_gemm == "te"
+    assert any("moe.grouped_gemm dropped" in n and "SequentialMLP" in n for n in notes)

@@ -223,7 +223,7 @@ def runtime_args(job: Job, layout: Layout, fsdp: str,
         tp_comm = False
     ns.update(overlap_grad_reduce=ov.grad_reduce, overlap_param_gather=gather, tp_comm_overlap=tp_comm,
               overlap_moe_expert_parallel_comm=ov.moe_a2a and m.is_moe,
-              attention_backend="auto" if spec.kernels.flash_attention else "unfused",
+              attention_backend=spec.kernels.attention_backend if spec.kernels.flash_attention else "unfused",
               cross_entropy_loss_fusion=spec.kernels.cross_entropy_fusion,
               # Megatron runs its fused RoPE for position_embedding_type rope only (`KernelOptions.rope_fusion`);
               # YaRN, written as RoPE, runs without it; a model without rotary embeddings states nothing

@@ -179,6 +179,7 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         r.get("overlap_param_gather")  # off, and meaningless without a sharded optimizer
     job["overlap"] = overlap
     backend = str(r.get("attention_backend"))
+    stated = backend  # what --attention-backend says; --use-flash-attn alone leaves the backend to Megatron
     if r.get("use_flash_attn"):
         backend = "flash" if backend == "auto" else backend
     fused_loss = bool(r.get("cross_entropy_loss_fusion"))
@@ -187,6 +188,8 @@ def job_from_args(ns: Mapping[str, Any], ctx: ImportContext, out: Collector) -> 
         raise InputError(r.ctx.where, r.ctx.label("cross_entropy_fusion_impl"),
                          f"must be native or te (Megatron-LM's choices), got {impl!r}")
     job["kernels"] = {"flash_attention": backend in ("auto", "flash", "fused"), "cross_entropy_fusion": fused_loss}
+    if stated in ("flash", "fused"):  # timed as any flash attention, kept for the export back
+        job["kernels"]["attention_backend"] = stated
     if model.position_embedding_type == "rope":  # Megatron fuses RoPE for 'rope' only; --no-rope-fusion says
         job["kernels"]["rope_fusion"] = bool(r.get("apply_rope_fusion"))  # nothing about YaRN or other positions
     else:

@@ -106,11 +106,13 @@ def for_release(job: Job, layout: Layout, ns: dict[str, Any], target: MegatronTa
         if dest not in BY_DEST or not writes(dest, value):
             continue
         flag = BY_DEST[dest].flag
+        field = "kernels.attention_backend" if dest == "attention_backend" and value in ("flash", "fused") \
+            else FIELD_OF.get(dest, "model")
         if not has_option(target.tag, flag):
-            raise InputError(where, FIELD_OF.get(dest, "model"), _missing(flag, value, target))
+            raise InputError(where, field, _missing(flag, value, target))
         if isinstance(value, str) and not has_value(target.tag, flag, value):
             since = VALUE_WINDOWS[(flag, value)][0]
-            raise InputError(where, FIELD_OF.get(dest, "model"),
+            raise InputError(where, field,
                              f"needs {flag} {value}, which Megatron-LM {target.tag} ({target.why}) does not take (its "
                              f"argparse choices have it from {since}); name a release that has it "
                              "(--stack megatron-lm@RELEASE)")

@@ -36,6 +36,8 @@ FRAMEWORK_ONLY: Final[dict[str, tuple[tuple[str, ...], str]]] = {
                       "the host waits for the token counts once per MoE layer forward (host.moe_layer_us)"),
     "kernels.eager_cross_entropy": (("torchtitan",), "the eager fp32-logit loss is torchtitan's uncompiled loss; "
                                     "Megatron runs its vocab-parallel cross-entropy"),
+    "kernels.attention_backend": (("megatron", "primus"), "Megatron's --attention-backend; torchtitan runs "
+                                  "PyTorch's scaled_dot_product_attention"),
 }
 #: The job keys each format's file states (the exporters' own lists; the Primus experiment holds the
 #: Megatron arguments): run as stated, whichever stack supplied them.
@@ -77,6 +79,8 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
     dropped = [key for key, (formats, _) in FRAMEWORK_ONLY.items() if own.get(key) and kind not in formats]
     if kind == "primus" and own.get("moe.sync_free") and job.spec.moe.token_dispatcher != "flex":
         dropped.append("moe.sync_free")  # Primus's stage 2 makes the dispatcher flex (DeepEP): another is not it
+    if kind == "torchtitan" and own.get("moe.grouped_gemm") == "sequential":
+        dropped.append("moe.grouped_gemm")  # Megatron's SequentialMLP: torchtitan's experts run grouped GEMMs
     if not moved and not dropped:
         return job, ()
     notes: list[str] = []
@@ -86,9 +90,13 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
                      f"named in its `# primus-job:` header is on {new} (what the file does not state follows {new})"
                      + (f"; {', '.join(lost)} dropped (the framework's own)" if lost else ""))
     for key in dropped:
-        why = FRAMEWORK_ONLY[key][1] if kind not in FRAMEWORK_ONLY[key][0] else \
-            f"Primus's sync-free stage 2 makes the dispatcher flex (DeepEP), and this job's is " \
-            f"{job.spec.moe.token_dispatcher}"
+        if key == "moe.grouped_gemm":
+            why = "sequential is Megatron's SequentialMLP; torchtitan's experts run grouped GEMMs"
+        elif kind not in FRAMEWORK_ONLY[key][0]:
+            why = FRAMEWORK_ONLY[key][1]
+        else:
+            why = (f"Primus's sync-free stage 2 makes the dispatcher flex (DeepEP), and this job's is "
+                   f"{job.spec.moe.token_dispatcher}")
         del own[key]
         notes.append(f"{key} dropped from the launched job: {why}")
     if moved and kind == "megatron" and job.model.is_moe and own.get("moe.grouped_gemm") == "legacy":

@@ -211,6 +211,12 @@ class KernelOptions(Spec):
     more fp32 buffers; three under TP, where torchtitan runs it as DTensor's loss_parallel)."""
 
     flash_attention: Bool = True
+    #: which of Megatron's flash attention backends runs it (`--attention-backend`): `auto` (Transformer
+    #: Engine chooses; on Hopper and Blackwell it prefers cuDNN's fused attention), `flash` (Dao's
+    #: flash-attn through Transformer Engine) or `fused` (cuDNN). All three are timed alike, at the profile's
+    #: flash-attention efficiency; the choice is kept so that a launch line exports back as it was written.
+    #: Read with `flash_attention` only (off is `--attention-backend unfused`).
+    attention_backend: Literal["auto", "flash", "fused"] = "auto"
     cross_entropy_fusion: Bool = False
     #: which fused cross-entropy runs (Megatron-Core's `cross_entropy_fusion_impl`): `native`, Megatron's
     #: kernel, whose backward writes the logits' gradient into a new tensor; or `te`, Transformer Engine's
@@ -230,6 +236,9 @@ class KernelOptions(Spec):
     def _one_loss(self) -> KernelOptions:
         if self.cross_entropy_fusion and self.eager_cross_entropy:
             raise ValueError("cross_entropy_fusion and eager_cross_entropy exclude each other")
+        if self.attention_backend != "auto" and not self.flash_attention:
+            raise ValueError(f"attention_backend {self.attention_backend} is a flash attention backend; "
+                             "flash_attention is false")
         return self
 
 
