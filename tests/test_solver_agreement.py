@@ -59,6 +59,12 @@ JOBS = {
     # the optimizer step's moment: fp16 main gradients' fp32 copies against the backward's activations
     "fp16-step-copy": {"model": {"base": "llama3.1-8b", "num_layers": 4}, "hardware": "h100-80gb", "nodes": 1,
                        "seq_len": 2048, "global_batch_size": 16, "precision": "fp16"},
+    # layers that differ along depth: the dense layers spill past rank 0 (a one-layer first stage), so a
+    # middle rank other than rank 1 holds the most MoE layers and can be the peak (review of 2026-12-06)
+    "dense-spill": {"model": {"base": "deepseek-v3", "num_layers": 16, "moe_layer_freq": "([0]*3+[1]*13)",
+                              "mtp_num_layers": 0},
+                    "hardware": "h100-80gb", "nodes": 8, "seq_len": 4096, "global_batch_size": 64,
+                    "precision": "fp8", "pipeline": {"decoder_first_pipeline_num_layers": 1}},
     # a stack's recipe layouts per (PP, VP) (Megatron-Bridge's DeepSeek-V3 layout_map, `Job.pipeline_at`):
     # stage slots differ by pair, the last slot always the last stage
     "stack-recipe-layouts": {"model": "deepseek-v3", "hardware": "b200", "nodes": 4, "seq_len": 4096,
@@ -148,6 +154,18 @@ def test_cpsat_bytes_equal_the_ledger_at_the_optimizer_steps_moment():
                                       for s in MemoryModel(job).evaluate(structural.layout(i), strict=False).stages)]
     assert binding  # the step's moment is the peak for some of them
     assert_rows_agree_to_the_byte(job, structural, built, rows)
+
+
+def test_a_middle_rank_beyond_the_second_is_counted_when_layers_differ_along_depth():
+    # DeepSeek-V3's first three layers dense, a one-layer first stage: at PP 4 rank 1 holds layers 1-5
+    # (two dense), rank 2 layers 6-10 (all MoE), so rank 2 can hold the peak; the enumerator and CP-SAT
+    # used to look at ranks 0, 1 and PP-1 only and listed layouts whose rank 2 was over capacity
+    job, _, structural, _, built = setup("dense-spill")
+    rows = range(0, structural.n, max(1, structural.n // 60))
+    inner = [i for i in rows if 1 < MemoryModel(job).evaluate(structural.layout(i), strict=False).peak.stage
+             < structural.layout(i).pp - 1]
+    assert inner  # the peak is on such a rank for some of them
+    assert_rows_agree_to_the_byte(job, structural, built, inner)
 
 
 def test_cpsat_bytes_equal_the_ledger_under_a_maxtext_remat_policy():

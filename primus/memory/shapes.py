@@ -223,10 +223,14 @@ def _peak_counts(schedule: Schedule, rank: int, per_chunk: Mapping[int, tuple[in
     return tuple(best)
 
 
-def stage_classes(pp: int, options: PipelineOptions) -> tuple[int, ...]:
+def stage_classes(pp: int, options: PipelineOptions, uniform_depth: bool = True) -> tuple[int, ...]:
     """Ranks whose maximum equals the maximum over all ranks. Without an explicit layout the middle
-    ranks 1..PP−2 hold the same layers and rank 1 has the most in flight among them, so {0, 1, PP−1}
-    suffice; an explicit layout string may make any rank the worst, so all are kept."""
-    if options.layout is not None:
+    ranks 1..PP−2 hold as many layers each and rank 1 has the most in flight among them, so {0, 1, PP−1}
+    suffice when every layer weighs the same (`uniform_depth`). An explicit layout string may make any rank
+    the worst, and so may layers that differ along depth: DeepSeek-V3's three dense layers spill onto rank 1
+    under --decoder-first-pipeline-num-layers 1 at PP 16, leaving rank 2 more MoE layers than rank 1 (review
+    of 2026-12-06), and listed-layer recompute (`recompute_layer_ids`) keeps more of some ranks' layers than
+    of others'; then all ranks are kept."""
+    if options.layout is not None or not uniform_depth:
         return tuple(range(pp))
     return tuple(sorted({0, min(1, pp - 1), pp - 1}))

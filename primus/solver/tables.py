@@ -41,10 +41,20 @@ class LedgerTables:
     @cached_property
     def num_slots(self) -> int:
         """Stage slots the peak is taken over, the same number at every PP x VP: 3 ({0, 1, PP−1}, enough
-        for Megatron's own splits), or the largest PP at which an explicit layout (the job's, or the one
-        its stack's recipe names there, `Job.pipeline_at`) may make any rank the worst."""
-        layouts = [pp for (pp, vp) in self.space.split_pairs if self.job.pipeline_at(pp, vp).layout is not None]
+        for Megatron's own splits of layers that all weigh the same), or the largest PP at which any rank may
+        be the worst: an explicit layout there (the job's, or the one its stack's recipe names,
+        `Job.pipeline_at`), or at any PP layers that differ along depth (`uniform_depth`)."""
+        pairs = self.space.split_pairs
+        layouts = [pp for (pp, vp) in pairs
+                   if not self.uniform_depth or self.job.pipeline_at(pp, vp).layout is not None]
         return max([3, *layouts])
+
+    @cached_property
+    def uniform_depth(self) -> bool:
+        """Every decoder layer weighs the same on every rank: one layer kind (all dense or all MoE) and no
+        listed-layer recompute; otherwise any middle rank may be the worst (`stage_classes`)."""
+        kinds = set(self.model.moe_layers)
+        return len(kinds) <= 1 and self.memory.recompute_layer_ids is None
 
     def slot_stages(self, pp: int, vp: int) -> tuple[int, ...]:
         """Stage index of each slot at PP x VP (`slot_stage`): the first slots the first stages, the last
@@ -52,7 +62,7 @@ class LedgerTables:
         make the worst is in a slot (PP is at most `num_slots` there); for Megatron's own splits the
         classes {0, 1, PP−1} are (`stage_classes`)."""
         out = tuple(slot_stage(i, self.num_slots, pp) for i in range(self.num_slots))
-        assert set(stage_classes(pp, self.job.pipeline_at(pp, vp))) <= set(out)
+        assert set(stage_classes(pp, self.job.pipeline_at(pp, vp), self.uniform_depth)) <= set(out)
         return out
 
     def shapes(self, pp: int, vp: int, microbatches: int, recompute: str, recompute_num_layers: int | None
