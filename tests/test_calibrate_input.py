@@ -64,6 +64,16 @@ def test_a_rate_over_the_dense_peak_is_not_a_measurement(tmp_path: Path) -> None
         "not a measurement"]
 
 
+def test_a_rate_far_below_any_training_run_is_not_a_measurement(tmp_path: Path) -> None:
+    # 1e-310 tokens/s/GPU made the error overflow to infinity, which `--format json` cannot hold; 0.01% MFU of
+    # GPT 175B on an A100 is 0.0294 tokens/s/GPU (the slowest published run shipped is at 4.8% MFU)
+    rows = [r for r in read_runs(_runs_with(tmp_path, KORTHIKANTI, "1e-310")) if r.run_id == KORTHIKANTI]
+    ok, bad = prepare(rows)
+    assert ok == [] and [b.reason for b in bad] == [
+        "measured 1e-310 tokens/s/GPU is less than 0.0294, an MFU of 0.01% on the accelerator's dense peak: "
+        "not a training measurement"]
+
+
 def test_every_bundled_run_is_under_the_dense_peak() -> None:
     ok, bad = prepare(read_runs(RUNS))
     assert not [b for b in bad if "dense peak" in b.reason] and ok

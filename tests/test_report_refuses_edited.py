@@ -52,3 +52,26 @@ def test_a_layout_with_room_renders_the_proof_of_fit_as_before(fresh: Path) -> N
     text = (fresh / "report.md").read_text()
     assert "TIGHT" not in text
     assert "(it is a member of the enumerated legal set).\n\n![Memory per pipeline stage](charts/memory.svg)" in text
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    ("garbled", "SHA256SUMS line 1: not"),
+    ("deleted", "SHA256SUMS is missing, though the run's marker lists it (deleted since the run)"),
+])
+def test_a_damaged_or_deleted_list_does_not_let_an_edited_result_through(fresh: Path, tmp_path: Path, damage: str,
+                                                                          said: str) -> None:
+    # review of 2026-12-06: with SHA256SUMS garbled or deleted, an edited result.json was re-rendered
+    run = tmp_path / "run"
+    shutil.copytree(fresh, run)
+    doc = json.loads((run / "result.json").read_text())
+    doc["best"]["tokens_per_s_per_gpu"] = 999999.0
+    (run / "result.json").write_text(json.dumps(doc))
+    if damage == "garbled":
+        (run / "SHA256SUMS").write_text("not a checksum line\n")
+    else:
+        (run / "SHA256SUMS").unlink()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(report_cmd, [str(run)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert said in result.stderr
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

@@ -205,6 +205,8 @@ def calibrate_cmd(runs_file: str, hardware: str, out: str | None, start: str | N
     # this accelerator's rows (`gpu`, as the job builder reads it); the ones that cannot be used are listed
     mine, unused = prepare(r for r in every if r.source not in exclude and r["gpu"].lower() == hardware)
     initial = load_spec_profile(hardware, start)  # read before any progress line: a refusal is the only line
+    if not mine:  # refused before the progress line, so the refusal is the only line
+        raise InputError(Path(runs_file).name, None, f"no complete, projectable runs on {hardware!r} to fit")
     skipped = f" ({len(unused)} not usable: listed with the reason)" if unused else ""
     stderr_console().print(f"fitting {hardware} to {len(mine)} complete runs of {runs_file}{skipped} ...")
     result = calibrate(initial, mine, runs_file=Path(runs_file).name, date=date)

@@ -72,12 +72,13 @@ def report(config: LaunchConfig | None) -> None:
     """The import record on stderr: one line per unmodelled option, then the notes (none for a job file)."""
     if config is None:
         return
-    if config.unmodelled:
-        echo(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:", err=True)
+    if config.unmodelled:  # one line each: a line break in a file name or an option is shown escaped
+        echo(escape_controls(f"primus: {len(config.unmodelled)} option(s) in {config.source} are not modelled:"),
+             err=True)
         for item in config.unmodelled:
-            echo(f"  unmodelled: {item}", err=True)
+            echo(escape_controls(f"  unmodelled: {item}"), err=True)
     for note in config.notes:
-        echo(f"  note: {note}", err=True)
+        echo(escape_controls(f"  note: {note}"), err=True)
 
 
 # ---- --from on fit / memory / project: primus.cli.launch_opts (light, so those commands load no importer)
@@ -123,6 +124,10 @@ def import_cmd(kind: str, file: str | None, registry: str | None, config_name: s
     """
     if (file is None) == (registry is None):
         raise InputError("command line", None, "give a FILE or --config-registry PATH --config NAME (exactly one)")
+    if config_name is not None and registry is None:
+        raise InputError("command line", "--config", "goes with --config-registry only")
+    if primus_root is not None and kind != "primus":
+        raise InputError("command line", "--primus-root", "goes with --from primus only")
     check_out(out_file, "import", (file, registry), force)
     if registry is not None:
         if kind != "torchtitan" or not config_name:

@@ -59,6 +59,10 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
     stays the one line on stderr."""
     if (job_file is None) == (launch_from is None):
         raise InputError("command line", None, "give a job file or --from KIND FILE (exactly one)")
+    ctx = click.get_current_context(silent=True)
+    root = ctx.meta.get(ROOT_KEY) if ctx is not None else None
+    if root is not None and (launch_from is None or launch_from[0] != "primus"):
+        raise InputError("command line", "--primus-root", "goes with --from primus only")
     config: LaunchConfig | None = None
     if job_file is not None:
         if hardware is not None or nodes is not None or gpus is not None:
@@ -68,8 +72,6 @@ def job_or_launch(job_file: str | None, launch_from: tuple[str, str] | None, har
         from primus.launch import load_launch_job
 
         assert launch_from is not None
-        ctx = click.get_current_context(silent=True)
-        root = ctx.meta.get(ROOT_KEY) if ctx is not None else None
         job, config = load_launch_job(launch_from[0], launch_from[1], hardware=hardware, nodes=nodes, gpus=gpus,
                                       primus_root=root, stack=stack)
         say_stack_note(job.resolved_stack.note)

@@ -36,7 +36,8 @@ def report_cmd(run_dir: str) -> None:
     if root.is_dir() and read_marker(root, "run") is None:
         raise InputError(run_dir, None, f"not a run directory written by `primus tune` ({MARKER} is missing "
                          "or not its marker); nothing was written")
-    edited = edited_sources(root, lambda rel: is_rendered(rel) or rel == MARKER)
+    edited = edited_sources(root, lambda rel: is_rendered(rel) or rel == MARKER,
+                            listed=MANIFEST in owned_files(root, "run"))
     if edited:
         raise InputError(run_dir, None, f"{edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")
                          + f"; the report is rendered only from the files {MANIFEST} records, so nothing was "

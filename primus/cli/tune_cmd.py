@@ -184,6 +184,7 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
         opts = check_state(state, str(partial_dir(target.resolve()) / "state.json"))
     else:
         target = Path(out_dir)
+        _check_out_parent(target)
         if opts["job_file"] is not None:
             opts["job_file"] = str(Path(opts["job_file"]).resolve())
         opts["rule_files"] = [str(Path(f).resolve()) for f in opts["rule_files"]]
@@ -207,6 +208,16 @@ def tune_cmd(ctx: click.Context, job_file: str | None, rule_texts: tuple[str, ..
             _print_why_not(job, opts)
     if answer.negative:
         raise Negative()
+
+
+def _check_out_parent(target: Path) -> None:
+    """--out's nearest existing ancestor must be a directory: refused here, in one line naming the option,
+    before the search prints its first progress line (not as the checkpoint's mkdir fails later)."""
+    for parent in target.resolve().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(str(target), "--out", f"{parent} is a file, not a directory")
+            return
 
 
 def _check_base_url(url: str | None, where: str) -> None:

@@ -197,6 +197,9 @@ def read_runs(path: str | Path) -> list[RunRow]:
     rows: list[RunRow] = []
     try:  # the csv module refuses a field over its limit (128 KiB) and a NUL byte: input errors, one line
         header = reader.fieldnames or []
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:  # DictReader would keep the last of the two cells without a word
+            raise InputError(str(p), f"column {twice[0]!r}", "appears twice in the header")
         missing = [c for c in REQUIRED if c not in header]
         if missing:
             raise InputError(str(p), None, f"missing column(s) {', '.join(missing)} (expected the runs_dev.csv "
@@ -209,6 +212,9 @@ def read_runs(path: str | Path) -> list[RunRow]:
                                  f"{'more' if None in raw else 'fewer'} fields than the header's {len(header)} "
                                  "(a truncated or over-long row)")
             cells = {k: (v or "").strip() for k, v in raw.items() if k is not None}
+            if cells.get("complete", "").lower() not in ("true", "false", ""):  # else silently not complete
+                raise InputError(str(p), f"line {reader.line_num}",
+                                 f"column 'complete' must be true or false, got {shown(cells['complete'])}")
             flags = frozenset(f for f in cells.get("flags", "").split(";") if f)
             rows.append(RunRow(cells, i + 2, flags))
     except csv.Error as exc:

@@ -41,6 +41,11 @@ GIB = 2**30
 # of the accelerator's dense peak for the run's precision cannot have been measured: the peak is the
 # ceiling by definition. The development set's highest is 0.64 (MPT 7B on A100, seq 2048).
 MAX_IMPLIED_MFU = 1.0
+# And one below this share is not a training measurement either: the lowest of the 379 published runs shipped
+# (development, held-out and AMD) is 0.048 (Megatron-Bridge 25.11 Qwen3-30B-A3B on 8 B200 at MBS 1), a
+# hundred times this; below it a rate of 1e-310 would make the error overflow to infinity (review of
+# 2026-12-06), which no JSON document can hold.
+MIN_IMPLIED_MFU = 1e-4
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,12 @@ def prepare(rows: Iterable[RunRow]) -> tuple[list[Prepared], list[Unprojected]]:
         if measured > ceiling:
             bad.append(Unprojected(row.run_id, row.source, f"measured {measured:,.6g} tokens/s/GPU is more than the "
                                    f"{ceiling:,.0f} the accelerator's dense peak allows (MFU 100%): not a measurement"))
+            continue
+        floor = MIN_IMPLIED_MFU * peak_tokens(jobs)
+        if measured < floor:
+            bad.append(Unprojected(row.run_id, row.source, f"measured {measured:,.6g} tokens/s/GPU is less than "
+                                   f"{floor:,.3g}, an MFU of {MIN_IMPLIED_MFU:.2%} on the accelerator's dense peak: "
+                                   "not a training measurement"))
             continue
         ok.append(Prepared(row, jobs))
     return ok, bad

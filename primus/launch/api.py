@@ -188,6 +188,8 @@ def axes_job(fields: Mapping[str, Any], base: Job | None = None, stack: str | No
     """A job from command-line values: the top-level keys (model, hardware, nodes|gpus, seq_len,
     global_batch_size, precision, fp8_recipe) and the parallel axes, over `base` when given; `stack`
     (``--stack``) replaces its stack."""
+    if fields.get("nodes") is not None and fields.get("gpus") is not None:
+        raise InputError("command line", "--nodes", "give --nodes or --gpus, not both")
     data: dict[str, Any] = base.as_mapping() if base else {}
     if base is not None:
         data["model"], data["hardware"] = base.spec.model, base.spec.hardware

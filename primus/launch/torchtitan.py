@@ -147,7 +147,12 @@ def import_torchtitan(text: str, where: str, *, hardware: str | None = None, nod
         raise InputError(where, None, f"invalid TOML: {exc}") from None
     except ValueError:  # tomllib converts every integer, and Python refuses those of over 4,300 digits
         raise InputError(where, None, "invalid TOML: an integer too long to convert") from None
-    return _import(_Toml(doc, where), header, where, Collector(), hardware, nodes, gpus, base_dir)
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise InputError(where, None, "invalid TOML: nested too deeply") from None
+    try:
+        return _import(_Toml(doc, where), header, where, Collector(), hardware, nodes, gpus, base_dir)
+    except RecursionError:  # a document tomllib could still parse, too deep to walk
+        raise InputError(where, None, "invalid TOML: nested too deeply") from None
 
 
 def import_torchtitan_registry(path: Path, config: str, *, hardware: str | None = None, nodes: int | None = None,

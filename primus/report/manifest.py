@@ -113,14 +113,15 @@ def read_manifest(root: Path) -> tuple[dict[str, str], list[str]]:
     return sums, problems
 
 
-def edited_sources(root: Path, rendered: Callable[[str], bool]) -> list[str]:
+def edited_sources(root: Path, rendered: Callable[[str], bool], listed: bool = False) -> list[str]:
     """The listed files a re-render reads that are missing or whose sha256 differs from the list: every
-    listed file but the ones `rendered` says the report writes. Empty when there is no list (a run
-    written by a primus older than it) or when its lines do not parse (`audit verify` names those)."""
+    listed file but the ones `rendered` says the report writes, and the list's own damaged lines. With no
+    list: empty for a run written by a primus older than it, the list's absence when `listed` (the run's
+    marker names it among the files it wrote, so it was deleted)."""
     if not (root / MANIFEST).is_file():
-        return []
-    sums, _ = read_manifest(root)
-    out = []
+        return [f"{MANIFEST} is missing, though the run's marker lists it (deleted since the run)"] if listed else []
+    sums, problems = read_manifest(root)
+    out = list(problems)
     for rel, recorded in sorted(sums.items()):
         path = root / rel
         if rendered(rel):
