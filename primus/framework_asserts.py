@@ -28,6 +28,10 @@ from primus.stacks.megatron_release import (
 def check_framework_asserts(spec: JobSpec, model: ModelSpec, stack: Stack, where: str) -> None:
     """Refuse a job whose options the framework asserts against (see the module docstring)."""
     _context_parallel_asserts(spec, stack, where)
+    if spec.kernels.attention_backend != "auto" and spec.framework != "megatron":
+        raise InputError(where, "kernels.attention_backend",
+                         f"{spec.kernels.attention_backend} is Megatron's --attention-backend; {spec.framework} runs "
+                         "its own attention kernel: drop it")
     if not model.is_moe:
         return
     moe = spec.moe

@@ -67,3 +67,11 @@ def test_torchtitan_drops_megatrons_backend_with_a_note(tmp_path: Path) -> None:
     moved, notes = on_target_stack(job, "torchtitan")
     assert moved.spec.kernels.attention_backend == "auto"
     assert any("kernels.attention_backend dropped" in n for n in notes)
+
+
+def test_a_backend_on_a_framework_other_than_megatron_is_bad_input() -> None:
+    with pytest.raises(InputError, match="Megatron's --attention-backend") as exc:
+        job_from_mapping({"stack": "torchtitan", "model": "llama3-8b", "hardware": "h100-80gb", "gpus": 8,
+                          "seq_len": 8192, "global_batch_size": 64, "kernels": {"attention_backend": "flash"}},
+                         "job.yaml")
+    assert exc.value.field == "kernels.attention_backend"
