@@ -30,14 +30,17 @@ from primus.stacks.megatron_release import GROUPED_MLP_REMOVED_IN, megatron_targ
 TARGET_STACKS: Final = {"megatron": "megatron-lm", "primus": "primus", "torchtitan": "torchtitan"}
 #: What each format's framework is called in the notes.
 RUNNER: Final = {"megatron": "Megatron-LM's pretrain_gpt.py", "primus": "AMD Primus", "torchtitan": "torchtitan"}
-#: Job settings only some frameworks have: key -> (the formats that launch it, why the others cannot).
-FRAMEWORK_ONLY: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+#: Job settings only some frameworks have: key -> (the formats that launch it, why the others cannot, the
+#: value every framework runs, which is never dropped).
+FRAMEWORK_ONLY: Final[dict[str, tuple[tuple[str, ...], str, Any]]] = {
     "moe.sync_free": (("primus",), "sync-free MoE is AMD Primus-Turbo's (turbo_sync_free_moe_stage); without it "
-                      "the host waits for the token counts once per MoE layer forward (host.moe_layer_us)"),
+                      "the host waits for the token counts once per MoE layer forward (host.moe_layer_us)", False),
     "kernels.eager_cross_entropy": (("torchtitan",), "the eager fp32-logit loss is torchtitan's uncompiled loss; "
-                                    "Megatron runs its vocab-parallel cross-entropy"),
+                                    "Megatron runs its vocab-parallel cross-entropy", False),
     "kernels.attention_backend": (("megatron", "primus"), "Megatron's --attention-backend; torchtitan runs "
-                                  "PyTorch's scaled_dot_product_attention"),
+                                  "PyTorch's scaled_dot_product_attention", "auto"),
+    "moe.grouped_gemm": (("megatron", "primus"), "Megatron's expert modules (SequentialMLP, GroupedMLP, the fused "
+                         "grouped MLP); torchtitan's experts run grouped GEMMs", "te"),
 }
 #: The job keys each format's file states (the exporters' own lists; the Primus experiment holds the
 #: Megatron arguments): run as stated, whichever stack supplied them.
@@ -76,11 +79,10 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
         for key in FRAMEWORK_KEYS:
             own.pop(key, None)
         own["stack"] = new
-    dropped = [key for key, (formats, _) in FRAMEWORK_ONLY.items() if own.get(key) and kind not in formats]
+    dropped = [key for key, (formats, _, default) in FRAMEWORK_ONLY.items()
+               if own.get(key, default) != default and kind not in formats]
     if kind == "primus" and own.get("moe.sync_free") and job.spec.moe.token_dispatcher != "flex":
         dropped.append("moe.sync_free")  # Primus's stage 2 makes the dispatcher flex (DeepEP): another is not it
-    if kind == "torchtitan" and own.get("moe.grouped_gemm") == "sequential":
-        dropped.append("moe.grouped_gemm")  # Megatron's SequentialMLP: torchtitan's experts run grouped GEMMs
     if not moved and not dropped:
         return job, ()
     notes: list[str] = []
@@ -90,13 +92,9 @@ def on_target_stack(job: Job, kind: str) -> tuple[Job, tuple[str, ...]]:
                      f"named in its `# primus-job:` header is on {new} (what the file does not state follows {new})"
                      + (f"; {', '.join(lost)} dropped (the framework's own)" if lost else ""))
     for key in dropped:
-        if key == "moe.grouped_gemm":
-            why = "sequential is Megatron's SequentialMLP; torchtitan's experts run grouped GEMMs"
-        elif kind not in FRAMEWORK_ONLY[key][0]:
-            why = FRAMEWORK_ONLY[key][1]
-        else:
-            why = (f"Primus's sync-free stage 2 makes the dispatcher flex (DeepEP), and this job's is "
-                   f"{job.spec.moe.token_dispatcher}")
+        why = FRAMEWORK_ONLY[key][1] if kind not in FRAMEWORK_ONLY[key][0] else \
+            f"Primus's sync-free stage 2 makes the dispatcher flex (DeepEP), and this job's is " \
+            f"{job.spec.moe.token_dispatcher}"
         del own[key]
         notes.append(f"{key} dropped from the launched job: {why}")
     if moved and kind == "megatron" and job.model.is_moe and own.get("moe.grouped_gemm") == "legacy":

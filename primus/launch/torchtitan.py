@@ -583,4 +583,3 @@ def _toml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(str(value))
-

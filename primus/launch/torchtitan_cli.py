@@ -106,6 +106,7 @@ def _flag(key: str, value: object) -> str:
         raise ValueError(f"--{key} is not an option of torchtitan {CLI_COMMIT}")
     return f"--{key}" if value is True else f"--{key} {value}"
 
+
 def export_weights(job: Job, layout: Layout, notes: list[str]) -> tuple[int, int]:
     """The first/last_stage_less_layers to write: the ones the split primus evaluated used
     (`Job.torchtitan_split_weights`); a release whose split is the 2024 one (the layers alone) is written as the
@@ -128,4 +129,3 @@ def export_weights(job: Job, layout: Layout, notes: list[str]) -> tuple[int, int
                  f"{job.resolved_stack.label} splits the layers into ({'|'.join(map(str, want or []))}): 0 and 0 "
                  "written, which split them differently")
     return 0, 0
-

@@ -491,6 +491,15 @@ def _moe_mlp(model: ModelSpec, ctx: OpContext) -> Block:
     return block
 
 
+def fp8_align_rows(fp8_recipe: str | None) -> int:
+    """Rows SequentialMLP pads each expert's tokens to: Megatron-Core fp8_utils.py `get_fp8_align_size`
+    (core_v0.16.0 lines 168-173), 32 for MXFP8 and 16 for the other FP8 recipes; 0 without FP8 (`config.fp8`
+    unset: BF16, and NVFP4, which is `config.fp4`), where it does not pad."""
+    if fp8_recipe is None:
+        return 0
+    return 32 if fp8_recipe == "mxfp8" else 16
+
+
 def _expert_activation(model: ModelSpec, ctx: OpContext, R: int, local: int, f: int) -> MemOp:
     """The experts' GLU over all R routed rows: one kernel for a grouped MLP, one per local expert in each
     direction for SequentialMLP (each expert's `MLP.forward` calls the fused weighted GLU on its own rows)."""

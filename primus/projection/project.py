@@ -35,7 +35,7 @@ from primus.parallel import Layout, normalise
 from primus.projection.cost import CATEGORIES, DPMB, BlockCost, CostSettings, Tallies, block_tallies, finish_cost
 from primus.projection.ends import embedding_block, loss_block, mtp_block
 from primus.projection.offload import offloaded_bytes, with_offload
-from primus.projection.ops import ACT, Block, OpContext, expert_free, layer_block
+from primus.projection.ops import ACT, Block, OpContext, expert_free, fp8_align_rows, layer_block
 from primus.projection.placement import DEFAULT_ORDER, GroupShape, Placement
 from primus.projection.profile import PEAK_DTYPE, Profile, gemm_format, high_format, load_profile
 from primus.projection.report import Projection, assumptions, peak_dtype
@@ -106,9 +106,7 @@ class Projector:
         # (`KernelOptions.rope_fusion`); other frameworks' rotary is priced as one pass, as before
         self.rope_fused = spec.framework != "megatron" or (
             spec.kernels.rope_fusion and self.model.position_embedding_type == "rope")
-        # SequentialMLP pads each expert's rows under FP8 only (`config.fp8`; NVFP4 is `config.fp4`):
-        # Megatron-Core fp8_utils.py `get_fp8_align_size`, 32 rows for MXFP8 and 16 otherwise
-        self.expert_pad_align = 0 if spec.precision != "fp8" else (32 if spec.effective_fp8_recipe == "mxfp8" else 16)
+        self.expert_pad_align = fp8_align_rows(spec.effective_fp8_recipe)
         self.recompute_method = spec.parallel.recompute_method or "uniform"
         self.recompute_layer_ids = self.memory.recompute_layer_ids
         ov = self.profile.overlap

@@ -133,6 +133,10 @@ class OptimizerOptions(Spec):
         return any(d != "fp32" for d in (self.main_params_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype))
 
 
+#: How Megatron runs the experts' GEMMs (`MoeOptions.grouped_gemm`), also what a stack's recipe may set.
+ExpertGemm = Literal["te", "legacy", "te_fused", "sequential"]
+
+
 class MoeOptions(Spec):
     """Routed-token buffers: balanced by default (NVIDIA's published MoE benchmarks force balanced
     routing); `capacity_factor` caps and pads tokens per expert, `imbalance` scales the busiest rank.
@@ -180,7 +184,7 @@ class MoeOptions(Spec):
     capacity_factor: Annotated[StrictFloat | StrictInt, Field(gt=0, le=64)] | None = None
     imbalance: Annotated[StrictFloat | StrictInt, Field(ge=1, le=64)] = 1.0
     token_dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
-    grouped_gemm: Literal["te", "legacy", "te_fused", "sequential"] = "te"
+    grouped_gemm: ExpertGemm = "te"
     sync_free: Bool = False
     permute_fusion: Bool = True
     unfused_permute_syncs: Annotated[StrictInt, Field(ge=0, le=4)] = 1

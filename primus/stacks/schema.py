@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from primus.errors import InputError
 from primus.schedule.layout import parse_layout_string
 from primus.specs.base import Bool, PosInt, Spec, Text
-from primus.specs.job import Dtype, Fp8Recipe, Recompute, RecomputeModule, SelectiveMode, Sharding
+from primus.specs.job import Dtype, ExpertGemm, Fp8Recipe, Recompute, RecomputeModule, SelectiveMode, Sharding
 
 T = TypeVar("T")
 Source = Annotated[str, Field(min_length=3, max_length=2000)]
@@ -112,7 +112,7 @@ class RecipeSettings(Spec):
     moe_dispatcher: Literal["alltoall", "allgather", "flex"] | None = None
     #: where a preset builds its experts otherwise than the stack's TEGroupedMLP (`MoeOptions.grouped_gemm`;
     #: Megatron-Bridge's cutedsl_fused_grouped_mlp: `te_fused`)
-    moe_grouped_gemm: Literal["te", "legacy", "te_fused", "sequential"] | None = None
+    moe_grouped_gemm: ExpertGemm | None = None
 
 
 #: The parallel axes a recipe's `layout` states and a run's stated layout is compared on (`Stack.recipe_for`):
